@@ -1,0 +1,1 @@
+"""Starts cache, worker, scheduler and gateway as separate processes (local mode)."""

@@ -1,0 +1,72 @@
+"""One command for a local deployment: ``python -m launcher [flags]`` (``./serve.sh`` wraps it).
+
+Starts cache, worker, scheduler and gateway as separate processes on loopback, waits until each is
+ready, prints the URL, and stops everything on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import signal
+import sys
+import threading
+
+from launcher.config import StackConfig
+from launcher.stack import ROOT, Stack, StartupError, main_pid_banner
+
+
+def parse(argv: list[str] | None = None) -> StackConfig:
+    """Flags override the YAML file given with --config, which overrides the defaults."""
+    parser = argparse.ArgumentParser(prog="python -m launcher", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=pathlib.Path, help="YAML file with any of the settings below")
+    for f in dataclasses.fields(StackConfig):
+        kind = {int: int, float: float}.get(type(f.default), None)
+        if f.name in ("kv_tokens",):
+            kind = int
+        if f.name in ("kv_fraction",):
+            kind = float
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind or str, default=None,
+                            help=f"default: {f.default}")
+    args = vars(parser.parse_args(argv))
+    config = args.pop("config")
+    overrides = {k: v for k, v in args.items() if v is not None}
+    if config:
+        return StackConfig.from_yaml(config, **overrides)
+    return StackConfig(**overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse(argv)
+    stack = Stack(cfg, log_dir=ROOT / ".cache" / "logs")
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        print("starting cache, worker, scheduler, gateway ...", flush=True)
+        stack.start()
+    except (StartupError, RuntimeError) as exc:
+        print(f"start-up failed: {exc}", file=sys.stderr, flush=True)
+        stack.stop()
+        return 1
+    print(main_pid_banner(stack), flush=True)
+    while not stopping.wait(1.0):
+        for name, proc in stack.procs.items():
+            if proc.poll() is not None:
+                print(f"{name} exited with code {proc.returncode}; stopping everything:\n{stack.log_tail(name)}",
+                      file=sys.stderr, flush=True)
+                stack.stop()
+                return 1
+    codes = stack.stop()
+    print(f"stopped: {codes}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

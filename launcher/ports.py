@@ -1,0 +1,56 @@
+"""Port checks before boot: say which process holds a port instead of timing out anonymously."""
+
+from __future__ import annotations
+
+import pathlib
+import socket
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def holders(port: int) -> list[int]:
+    """PIDs of processes with a listening TCP socket on ``port`` (Linux /proc; empty when unknown)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        path = pathlib.Path(table)
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(inode)
+    pids: list[int] = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+        except (PermissionError, FileNotFoundError):
+            continue  # a process we may not inspect, or one that just exited: it holds nothing we can name
+        for fd in fds:
+            try:
+                target = fd.readlink().as_posix()
+            except (OSError, FileNotFoundError):
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                pids.append(int(proc.name))
+                break
+    return sorted(pids)
+
+
+def ensure_free(host: str, port: int, what: str) -> None:
+    """Raises RuntimeError naming the holder's PIDs when ``host:port`` cannot be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            pids = holders(port)
+            who = f"held by PID(s) {', '.join(map(str, pids))}" if pids else "held by an unknown process"
+            raise RuntimeError(f"{what} port {host}:{port} is in use ({who}): {exc.strerror}") from exc

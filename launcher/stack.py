@@ -1,0 +1,152 @@
+"""A running local deployment: four processes, started in order, each waited on until ready."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from launcher.config import SERVICES, StackConfig, commands
+from launcher.ports import ensure_free, free_port
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+class StartupError(RuntimeError):
+    """A service exited or did not become ready in time; the message names it and its last log lines."""
+
+
+def grpc_serving(target: str, timeout: float = 1.0) -> bool:
+    """True when ``target`` answers grpc.health.v1 Check("") with SERVING; False when unreachable or not serving."""
+    with grpc.insecure_channel(target) as chan:
+        try:
+            reply = health_pb2_grpc.HealthStub(chan).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def http_live(url: str, timeout: float = 1.0) -> bool:
+    """True when GET ``url`` answers 200; False on a connection error or another status."""
+    try:
+        return httpx.get(url, timeout=timeout).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@dataclass
+class Stack:
+    """Starts and stops the four services. ``cfg`` ports of 0 are replaced by free ports.
+
+    Logs of each service go to ``log_dir/<name>.log``. Use as a context manager or call start()/stop().
+    """
+
+    cfg: StackConfig
+    log_dir: pathlib.Path
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    model_path: str = ""
+
+    def __post_init__(self) -> None:
+        ports = {name: (getattr(self.cfg, name) or free_port(self.cfg.bind_host))
+                 for name in ("http_port", "cache_port", "worker_port", "scheduler_port")}
+        self.cfg = dataclasses.replace(self.cfg, **ports)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.cfg.bind_host}:{self.cfg.http_port}"
+
+    def target(self, name: str) -> str:
+        """host:port of a gRPC service ("cache", "worker", "scheduler")."""
+        return f"{self.cfg.bind_host}:{getattr(self.cfg, name + '_port')}"
+
+    def ready(self, name: str) -> bool:
+        if name == "gateway":
+            return http_live(self.url + "/health")
+        return grpc_serving(self.target(name))
+
+    def start(self, timeout: float = 180.0, only: tuple[str, ...] = SERVICES) -> "Stack":
+        """Starts the services named in ``only`` in order, each waited on until ready.
+
+        Raises StartupError (naming the service and the tail of its log) when one exits or is not
+        ready within ``timeout`` seconds; RuntimeError when a port is already held (naming the PIDs).
+        """
+        if not self.model_path:
+            if self.cfg.model_path:
+                self.model_path = self.cfg.model_path
+            else:
+                from worker_svc.model.default import ensure_default_model
+                self.model_path = str(ensure_default_model())
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        argv = commands(self.cfg, self.model_path)
+        for name in only:
+            self.start_one(name, argv[name], timeout)
+        return self
+
+    def start_one(self, name: str, argv: list[str] | None = None, timeout: float = 180.0) -> None:
+        """Starts (or restarts) one service and waits until it is ready."""
+        argv = argv or commands(self.cfg, self.model_path)[name]
+        port = self.cfg.http_port if name == "gateway" else getattr(self.cfg, name + "_port")
+        ensure_free(self.cfg.bind_host, port, name)
+        log = open(self.log_dir / f"{name}.log", "ab")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+        self.procs[name] = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout
+        while not self.ready(name):
+            code = self.procs[name].poll()
+            if code is not None:
+                raise StartupError(f"{name} exited with code {code} during start-up:\n{self.log_tail(name)}")
+            if time.monotonic() > deadline:
+                raise StartupError(f"{name} not ready after {timeout:.0f} s:\n{self.log_tail(name)}")
+            time.sleep(0.2)
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.log_dir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Sends ``sig`` to one service (SIGKILL by default) and, for SIGKILL/SIGTERM, waits for it to exit."""
+        proc = self.procs[name]
+        proc.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            proc.wait(timeout=60)
+
+    def stop(self, grace: float = 10.0) -> dict[str, int]:
+        """SIGTERM to every service in reverse start order, SIGKILL after ``grace`` s; returns exit codes."""
+        codes: dict[str, int] = {}
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+                try:
+                    proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=grace)
+            codes[name] = proc.returncode
+        self.procs.clear()
+        return codes
+
+    def __enter__(self) -> "Stack":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main_pid_banner(stack: Stack) -> str:
+    pids = ", ".join(f"{n}={p.pid}" for n, p in stack.procs.items())
+    return f"codeserve is serving on {stack.url}  (processes: {pids}; logs in {stack.log_dir}; Ctrl-C stops)"
+
+
+if __name__ == "__main__":  # pragma: no cover - use `python -m launcher`
+    sys.exit("use: python -m launcher")

@@ -1,0 +1,89 @@
+"""docker-compose.yml must start what the local launcher starts: same services, same flags, same values
+(except addresses and the model path), only the gateway's port published, health checks on all."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from launcher.config import SERVICES, StackConfig, commands
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PLACE_DEPENDENT = {"--listen", "--cache", "--worker", "--scheduler", "--host", "--port", "--model-path"}
+GPU_ONLY = {"--device", "--dtype", "--attention", "--kv-tokens", "--kv-fraction"}
+
+
+def flags(argv: list[str]) -> dict[str, str]:
+    """{"--flag": "value"} of an argv after ``python -m module``."""
+    rest = argv[3:]
+    assert len(rest) % 2 == 0, f"flags must come in pairs: {rest}"
+    return dict(zip(rest[::2], rest[1::2]))
+
+
+def load(*files: str) -> dict:
+    merged: dict = {}
+    for name in files:
+        doc = yaml.safe_load((ROOT / name).read_text())
+        for svc, spec in doc.get("services", {}).items():
+            merged.setdefault(svc, {}).update(spec)
+    return merged
+
+
+def test_services_and_commands_agree_with_launcher() -> None:
+    compose = load("docker-compose.yml")
+    assert set(compose) == set(SERVICES)
+    local = commands(StackConfig(), "/models/default", python="python")
+    for name in SERVICES:
+        argv = compose[name]["command"]
+        assert argv[:3] == local[name][:3], f"{name}: runs {argv[:3]}, launcher runs {local[name][:3]}"
+        got, want = flags(argv), flags(local[name])
+        assert set(got) - GPU_ONLY == set(want) - GPU_ONLY, f"{name}: flags differ: {sorted(set(got) ^ set(want))}"
+        for flag, value in want.items():
+            if flag not in PLACE_DEPENDENT | GPU_ONLY:
+                assert got[flag] == value, f"{name} {flag}: compose {got[flag]!r}, launcher {value!r}"
+        assert got.get("--model-path", "/models/default") == "/models/default"
+
+
+def test_addresses_point_at_services_and_ports_agree() -> None:
+    compose = load("docker-compose.yml")
+    cfg = StackConfig()
+    assert flags(compose["cache"]["command"])["--listen"] == f"0.0.0.0:{cfg.cache_port}"
+    assert flags(compose["worker"]["command"])["--listen"] == f"0.0.0.0:{cfg.worker_port}"
+    sched = flags(compose["scheduler"]["command"])
+    assert sched["--listen"] == f"0.0.0.0:{cfg.scheduler_port}"
+    assert sched["--cache"] == f"cache:{cfg.cache_port}" and sched["--worker"] == f"worker:{cfg.worker_port}"
+    gw = flags(compose["gateway"]["command"])
+    assert gw["--scheduler"] == f"scheduler:{cfg.scheduler_port}" and gw["--port"] == str(cfg.http_port)
+
+
+def test_only_gateway_published_and_all_have_healthchecks() -> None:
+    compose = load("docker-compose.yml")
+    published = {name for name, spec in compose.items() if spec.get("ports")}
+    assert published == {"gateway"}
+    assert compose["gateway"]["ports"] == [f"{StackConfig().http_port}:{StackConfig().http_port}"]
+    for name, spec in compose.items():
+        test = spec["healthcheck"]["test"]
+        assert test[:4] == ["CMD", "python", "-m", "common.healthcheck"], name
+    doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert doc["networks"]["internal"]["internal"] is True
+
+
+def test_gpu_override_reserves_an_nvidia_gpu_for_the_worker() -> None:
+    compose = load("docker-compose.yml", "docker-compose.gpu.yml")
+    devices = compose["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+    got = flags(compose["worker"]["command"])
+    assert got["--device"] == "cuda" and got["--attention"] == "flashinfer"
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None,
+                    reason="needs Debian's docker-compose (apt-get install docker-compose) to validate offline")
+def test_compose_files_validate() -> None:
+    for files in (["docker-compose.yml"], ["docker-compose.yml", "docker-compose.gpu.yml"]):
+        args = ["docker-compose"] + [a for f in files for a in ("-f", f)] + ["config", "-q"]
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
