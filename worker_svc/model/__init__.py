@@ -1,0 +1,1 @@
+"""GPTBigCode model, checkpoint loading and the embedded default checkpoint."""
