@@ -333,7 +333,7 @@ class GetPoolRequest(_message.Message):
     def __init__(self, pool_id: _Optional[str] = ...) -> None: ...
 
 class PoolStatus(_message.Message):
-    __slots__ = ("pool_id", "page_size", "members", "counters", "requests", "match_queries_tokens", "match_hit_tokens")
+    __slots__ = ("pool_id", "page_size", "members", "counters", "requests", "match_queries_tokens", "match_hit_tokens", "fundable_tokens", "budget_derivation")
     POOL_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
@@ -341,6 +341,8 @@ class PoolStatus(_message.Message):
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MATCH_QUERIES_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MATCH_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FUNDABLE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_DERIVATION_FIELD_NUMBER: _ClassVar[int]
     pool_id: str
     page_size: int
     members: _containers.RepeatedCompositeFieldContainer[PoolMember]
@@ -348,7 +350,9 @@ class PoolStatus(_message.Message):
     requests: int
     match_queries_tokens: int
     match_hit_tokens: int
-    def __init__(self, pool_id: _Optional[str] = ..., page_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[PoolMember, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., requests: _Optional[int] = ..., match_queries_tokens: _Optional[int] = ..., match_hit_tokens: _Optional[int] = ...) -> None: ...
+    fundable_tokens: int
+    budget_derivation: str
+    def __init__(self, pool_id: _Optional[str] = ..., page_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[PoolMember, _Mapping]]] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ..., requests: _Optional[int] = ..., match_queries_tokens: _Optional[int] = ..., match_hit_tokens: _Optional[int] = ..., fundable_tokens: _Optional[int] = ..., budget_derivation: _Optional[str] = ...) -> None: ...
 
 class GetPoolResponse(_message.Message):
     __slots__ = ("pools",)
@@ -367,3 +371,27 @@ class CheckIntegrityResponse(_message.Message):
     VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
     violations: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, violations: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WatchEventsRequest(_message.Message):
+    __slots__ = ("pool_id", "from_sequence")
+    POOL_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    pool_id: str
+    from_sequence: int
+    def __init__(self, pool_id: _Optional[str] = ..., from_sequence: _Optional[int] = ...) -> None: ...
+
+class PrefixEvent(_message.Message):
+    __slots__ = ("sequence", "pool_id", "kind", "namespace", "token_ids", "num_tokens")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    POOL_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    pool_id: str
+    kind: str
+    namespace: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    num_tokens: int
+    def __init__(self, sequence: _Optional[int] = ..., pool_id: _Optional[str] = ..., kind: _Optional[str] = ..., namespace: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ...) -> None: ...

@@ -89,6 +89,11 @@ class CacheStub:
                 request_serializer=codeserve_dot_v1_dot_cache__pb2.CheckIntegrityRequest.SerializeToString,
                 response_deserializer=codeserve_dot_v1_dot_cache__pb2.CheckIntegrityResponse.FromString,
                 _registered_method=True)
+        self.WatchEvents = channel.unary_stream(
+                '/codeserve.v1.Cache/WatchEvents',
+                request_serializer=codeserve_dot_v1_dot_cache__pb2.WatchEventsRequest.SerializeToString,
+                response_deserializer=codeserve_dot_v1_dot_cache__pb2.PrefixEvent.FromString,
+                _registered_method=True)
 
 
 class CacheServicer:
@@ -109,7 +114,7 @@ class CacheServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RenewSession(self, request, context):
-        """Renews a session's lease; NOT_FOUND when the session expired or was replaced.
+        """Renews a session's lease; FAILED_PRECONDITION when the session expired or was replaced, NOT_FOUND when unknown.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,6 +171,13 @@ class CacheServicer:
 
     def CheckIntegrity(self, request, context):
         """Runs the integrity check of a pool; an empty list means every invariant holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchEvents(self, request, context):
+        """Streams prefix stored/removed events of a pool with sequence numbers, replaying retained ones after from_sequence.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -228,6 +240,11 @@ def add_CacheServicer_to_server(servicer, server):
                     servicer.CheckIntegrity,
                     request_deserializer=codeserve_dot_v1_dot_cache__pb2.CheckIntegrityRequest.FromString,
                     response_serializer=codeserve_dot_v1_dot_cache__pb2.CheckIntegrityResponse.SerializeToString,
+            ),
+            'WatchEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchEvents,
+                    request_deserializer=codeserve_dot_v1_dot_cache__pb2.WatchEventsRequest.FromString,
+                    response_serializer=codeserve_dot_v1_dot_cache__pb2.PrefixEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -527,6 +544,33 @@ class Cache:
             '/codeserve.v1.Cache/CheckIntegrity',
             codeserve_dot_v1_dot_cache__pb2.CheckIntegrityRequest.SerializeToString,
             codeserve_dot_v1_dot_cache__pb2.CheckIntegrityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/codeserve.v1.Cache/WatchEvents',
+            codeserve_dot_v1_dot_cache__pb2.WatchEventsRequest.SerializeToString,
+            codeserve_dot_v1_dot_cache__pb2.PrefixEvent.FromString,
             options,
             channel_credentials,
             insecure,
