@@ -1,0 +1,52 @@
+"""python -m cache_svc --listen 127.0.0.1:50051 [--lease-seconds 30]
+
+Serves the Cache service (plus grpc.health.v1 and reflection); logs one JSON line with "event": "serving"
+and the port when ready. SIGTERM/SIGINT: health NOT_SERVING, drain briefly, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from cache_svc.core import CacheCore
+from cache_svc.service import SERVICE_NAME, CacheServicer
+from codeserve.v1 import cache_pb2_grpc
+from common import grpc_server, logs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cache_svc", description=__doc__.splitlines()[0])
+    parser.add_argument("--listen", default="127.0.0.1:50051", help="host:port to bind (port 0 = any free port)")
+    parser.add_argument("--lease-seconds", type=float, default=30.0, help="default session lease in seconds")
+    parser.add_argument("--drain-seconds", type=float, default=2.0, help="grace period on SIGTERM")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    if args.lease_seconds <= 0:
+        parser.error(f"--lease-seconds must be > 0, got {args.lease_seconds}")
+    log = logs.configure("cache", args.log_level)
+    core = CacheCore(lease_seconds=args.lease_seconds)
+    running = grpc_server.start(
+        lambda server: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), server),
+        [SERVICE_NAME], args.listen,
+    )
+    log.info("serving", port=running.port, listen=args.listen, lease_seconds=args.lease_seconds)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop.wait()
+    running.set_serving(False, ["", SERVICE_NAME])
+    running.server.stop(args.drain_seconds).wait()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

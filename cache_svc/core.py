@@ -1,0 +1,284 @@
+"""CacheCore: every pool and session behind one lock, idempotent op ids, receipts. The servicer calls this.
+
+Each public method is one RPC. Mutating methods take ``op_id``: a retry with the same op_id and the same
+arguments returns the first outcome with ``receipt.replayed = True`` and changes nothing; the same op_id
+with different arguments is InvalidArgument. Expired sessions are swept at the start of every call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Callable, Sequence
+
+from cache_svc import integrity
+from cache_svc.events import EventLog, PrefixEvent
+from cache_svc.errors import FailedPrecondition, InvalidArgument, NotFound
+from cache_svc.items import (
+    AllocateOutcome, CacheItem, CacheOutcome, EvictOutcome, MatchItem, MatchOutcome, Member, PoolStatus,
+    RegisterOutcome, ReleaseOutcome, SessionOutcome,
+)
+from cache_svc.pool import Pool
+from cache_svc.receipts import Receipt
+from cache_svc.sessions import OpLog, Session, SessionTable
+
+
+class CacheCore:
+    """Pools by id, sessions, the op log. Thread safe (one lock). ``clock`` is monotonic seconds."""
+
+    def __init__(self, lease_seconds: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.pools: dict[str, Pool] = {}
+        self.sessions = SessionTable(clock, lease_seconds)
+        self.ops = OpLog()
+        self.lock = threading.Lock()
+        self.dropped: dict[tuple[str, str], str] = {}  # (session_id, request_id) -> why (pool flush)
+        self.events: dict[str, EventLog] = {}
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _pool(self, pool_id: str) -> Pool:
+        pool = self.pools.get(pool_id)
+        if pool is None:
+            raise NotFound(f"unknown pool {pool_id!r} (register it first)")
+        return pool
+
+    def _sweep(self) -> None:
+        for session in self.sessions.expire():
+            self._release_session(session)
+
+    def _release_session(self, session: Session) -> int:
+        released = 0
+        for pool in self.pools.values():
+            released += len(pool.release_session(session.session_id))
+        session.requests.clear()
+        return released
+
+    def _check_requests(self, session: Session, pool_id: str, request_ids: Sequence[str]) -> None:
+        for rid in request_ids:
+            where = session.requests.get(rid)
+            if where == pool_id:
+                continue
+            why = self.dropped.get((session.session_id, rid))
+            if why is not None:
+                raise FailedPrecondition(why)
+            if where is not None:
+                raise InvalidArgument(f"request {rid!r} is registered in pool {where!r}, not {pool_id!r}")
+            raise NotFound(f"request {rid!r} is not registered in this session (register it with Match(lock=true) first)")
+
+    def _replay(self, op_id: str, fingerprint: object):
+        stored = self.ops.lookup(op_id, fingerprint)
+        if stored is None:
+            return None
+        return dataclasses.replace(stored, receipt=dataclasses.replace(stored.receipt, replayed=True))
+
+    # ---- pools and sessions --------------------------------------------------------------------
+    def register_pool(self, op_id: str, pool_id: str, page_size: int, members: Sequence[Member]) -> RegisterOutcome:
+        """Creates a pool or, when page size or any member (id, epoch, capacity) changed, flushes it: every
+        request in it is released (later calls naming them get FAILED_PRECONDITION) and tree and allocator
+        start empty. Unchanged registration: flushed=False, nothing changes."""
+        fp = ("register", pool_id, page_size, tuple(members))
+        with self.lock:
+            self._sweep()
+            if (replay := self._replay(op_id, fp)) is not None:
+                return replay
+            if not pool_id:
+                raise InvalidArgument("pool_id must be non-empty")
+            if len({m.worker_id for m in members}) != len(members):
+                raise InvalidArgument("member worker ids must be distinct")
+            old = self.pools.get(pool_id)
+            flushed = old is None or old.page_size != page_size or old.members != tuple(members)
+            if flushed:
+                log = self.events.setdefault(pool_id, EventLog(pool_id))
+                new = Pool(pool_id, page_size, members, on_event=log.append)  # validates before anything is dropped
+                if old is not None:
+                    log.append("flushed", "", [], 0)
+                before = old.counters() if old is not None else new.counters()
+                if old is not None:
+                    self._drop_pool_requests(old, "epoch or membership changed")
+                self.pools[pool_id] = new
+            pool = self.pools[pool_id]
+            after = pool.counters()
+            outcome = RegisterOutcome(
+                Receipt(pool_id, op_id, "register", after.capacity, after.capacity,
+                        before if flushed else after, after),
+                flushed, pool.capacity, pool.page_size, 0,
+            )
+            self.ops.record(op_id, fp, outcome)
+            return outcome
+
+    def _drop_pool_requests(self, pool: Pool, why: str) -> None:
+        for (sid, rid) in list(pool.requests):
+            session = self.sessions.live.get(sid)
+            if session is not None:
+                session.requests.pop(rid, None)
+            self.dropped[(sid, rid)] = (
+                f"request {rid!r} was released when pool {pool.pool_id!r} was flushed ({why}); requeue it"
+            )
+        while len(self.dropped) > 100_000:
+            self.dropped.pop(next(iter(self.dropped)))
+
+    def open_session(self, owner: str, lease_seconds: float = 0.0) -> SessionOutcome:
+        """Opens a session; an older session of ``owner`` is replaced and all its requests released."""
+        with self.lock:
+            self._sweep()
+            session, old = self.sessions.open(owner, lease_seconds)
+            released = self._release_session(old) if old is not None else 0
+            return SessionOutcome(session.session_id, old.session_id if old else "", released)
+
+    def renew_session(self, session_id: str) -> float:
+        """Renews the lease; returns seconds left. FailedPrecondition when expired or replaced."""
+        with self.lock:
+            self._sweep()
+            return self.sessions.renew(session_id)
+
+    # ---- request operations --------------------------------------------------------------------
+    def match(self, op_id: str, session_id: str, pool_id: str, items: Sequence[MatchItem]) -> MatchOutcome:
+        """Matches and (lock=true) locks and registers requests. Request ids are unique in a session:
+        registering a live id again is FailedPrecondition; lock=true with an empty id is InvalidArgument."""
+        fp = ("match", session_id, pool_id, tuple(items))
+        with self.lock:
+            self._sweep()
+            if (replay := self._replay(op_id, fp)) is not None:
+                return replay
+            session = self.sessions.get(session_id)
+            pool = self._pool(pool_id)
+            ids = [i.request_id for i in items if i.lock]
+            if any(not rid for rid in ids):
+                raise InvalidArgument("a locking match needs a request_id")
+            if len(set(ids)) != len(ids):
+                raise InvalidArgument("a request id appears twice in one Match")
+            for rid in ids:
+                if rid in session.requests:
+                    raise FailedPrecondition(f"request {rid!r} is already registered in this session")
+            before = pool.counters()
+            results = pool.match(session_id, items)
+            for rid in ids:
+                session.requests[rid] = pool_id
+                self.dropped.pop((session_id, rid), None)
+            receipt = Receipt(pool_id, op_id, "match", sum(len(i.token_ids) for i in items),
+                              sum(r.cached_tokens for r in results), before, pool.counters())
+            outcome = MatchOutcome(receipt, tuple(results))
+            self.ops.record(op_id, fp, outcome)
+            return outcome
+
+    def allocate(self, op_id: str, session_id: str, pool_id: str, items: Sequence[tuple[str, int]]) -> AllocateOutcome:
+        """All-or-nothing allocation for many requests (see ``Pool.allocate``). asked/delivered are tokens."""
+        fp = ("allocate", session_id, pool_id, tuple(items))
+        with self.lock:
+            self._sweep()
+            if (replay := self._replay(op_id, fp)) is not None:
+                return replay
+            session = self.sessions.get(session_id)
+            pool = self._pool(pool_id)
+            self._check_requests(session, pool_id, [rid for rid, _ in items])
+            before = pool.counters()
+            results, relief = pool.allocate(session_id, items)
+            asked = sum(n for _, n in items)
+            receipt = Receipt(pool_id, op_id, "allocate", asked, sum(len(r.slot_ids) for r in results),
+                              before, pool.counters())
+            outcome = AllocateOutcome(receipt, tuple(results), relief)
+            self.ops.record(op_id, fp, outcome)
+            return outcome
+
+    def cache_requests(self, op_id: str, session_id: str, pool_id: str, items: Sequence[CacheItem]) -> CacheOutcome:
+        """Inserts computed prefixes (see ``Pool.cache``); finished requests leave the session."""
+        fp = ("cache", session_id, pool_id, tuple(items))
+        with self.lock:
+            self._sweep()
+            if (replay := self._replay(op_id, fp)) is not None:
+                return replay
+            session = self.sessions.get(session_id)
+            pool = self._pool(pool_id)
+            self._check_requests(session, pool_id, [i.request_id for i in items])
+            before = pool.counters()
+            results = pool.cache(session_id, items)
+            for item in items:
+                if item.finished:
+                    del session.requests[item.request_id]
+            receipt = Receipt(pool_id, op_id, "cache", sum(len(i.token_ids) for i in items),
+                              sum(r.inserted_tokens for r in results), before, pool.counters())
+            outcome = CacheOutcome(receipt, tuple(results))
+            self.ops.record(op_id, fp, outcome)
+            return outcome
+
+    def release_requests(self, op_id: str, session_id: str, pool_id: str, request_ids: Sequence[str]) -> ReleaseOutcome:
+        """Frees the requests' uncached slots, unlocks their nodes, forgets them."""
+        fp = ("release", session_id, pool_id, tuple(request_ids))
+        with self.lock:
+            self._sweep()
+            if (replay := self._replay(op_id, fp)) is not None:
+                return replay
+            session = self.sessions.get(session_id)
+            pool = self._pool(pool_id)
+            self._check_requests(session, pool_id, request_ids)
+            before = pool.counters()
+            freed = pool.release(session_id, request_ids)
+            for rid in request_ids:
+                del session.requests[rid]
+            receipt = Receipt(pool_id, op_id, "release", freed, freed, before, pool.counters())
+            outcome = ReleaseOutcome(receipt, freed)
+            self.ops.record(op_id, fp, outcome)
+            return outcome
+
+    # ---- pool-wide operations ------------------------------------------------------------------
+    def evict(self, op_id: str, pool_id: str, num_tokens: int, operation: str = "evict") -> EvictOutcome:
+        """Evicts LRU unlocked leaves until ``num_tokens`` were released (flush: everything unlocked)."""
+        fp = (operation, pool_id, num_tokens)
+        with self.lock:
+            self._sweep()
+            if (replay := self._replay(op_id, fp)) is not None:
+                return replay
+            pool = self._pool(pool_id)
+            if num_tokens < 0:
+                raise InvalidArgument(f"num_tokens must be >= 0, got {num_tokens}")
+            eviction = pool.evict(float("inf") if operation == "flush" else num_tokens)
+            receipt = Receipt(pool_id, op_id, operation, eviction.asked_tokens, eviction.freed_tokens,
+                              eviction.before, eviction.after)
+            outcome = EvictOutcome(receipt, eviction)
+            self.ops.record(op_id, fp, outcome)
+            return outcome
+
+    def flush(self, op_id: str, pool_id: str) -> EvictOutcome:
+        """Evicts every unlocked node of the pool."""
+        return self.evict(op_id, pool_id, 0, operation="flush")
+
+    def pool_status(self, pool_id: str = "") -> list[PoolStatus]:
+        """Status of one pool (NotFound when unknown) or of all pools (empty id)."""
+        with self.lock:
+            self._sweep()
+            pools = [self._pool(pool_id)] if pool_id else list(self.pools.values())
+            return [self._status(p) for p in pools]
+
+    def _status(self, pool: Pool) -> PoolStatus:
+        c = pool.counters()
+        caps = ", ".join(f"{m.worker_id}={m.capacity_tokens}" for m in pool.members)
+        derivation = (
+            f"fundable {c.fundable} = available {c.available} + staged {c.staged} + evictable {c.evictable}; "
+            f"capacity {c.capacity} = min over members ({caps}) floored to pages of {pool.page_size}; "
+            f"protected {c.protected} and owned {c.owned} are not fundable"
+        )
+        return PoolStatus(pool.pool_id, pool.page_size, pool.members, c, len(pool.requests),
+                          pool.match_query_tokens, pool.match_hit_tokens, c.fundable, derivation)
+
+    def events_since(self, pool_id: str, sequence: int, timeout: float = 0.0) -> list[PrefixEvent]:
+        """Retained events of a pool after ``sequence`` (waits up to ``timeout`` s for new ones)."""
+        with self.lock:
+            self._pool(pool_id)
+            log = self.events[pool_id]
+        return log.since(sequence, timeout)
+
+    def check_integrity(self, pool_id: str) -> list[str]:
+        """Violated invariants of the pool and of its request bookkeeping; empty when healthy."""
+        with self.lock:
+            self._sweep()
+            pool = self._pool(pool_id)
+            violations = integrity.check(pool)
+            for (sid, rid) in pool.requests:
+                session = self.sessions.live.get(sid)
+                if session is None or session.requests.get(rid) != pool_id:
+                    violations.append(f"request {rid!r} of session {sid} is in pool {pool_id!r} but not in its session")
+            for session in self.sessions.live.values():
+                for rid, where in session.requests.items():
+                    if where == pool_id and (session.session_id, rid) not in pool.requests:
+                        violations.append(f"session {session.session_id} lists request {rid!r} that pool {pool_id!r} lacks")
+            return violations

@@ -1,0 +1,47 @@
+"""Prefix stored/removed events of one pool, with sequence numbers, retained in a bounded window."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PrefixEvent:
+    """kind: "stored", "removed" or "flushed"; token_ids: the full prefix from the root; num_tokens: the
+    node's own length. Sequence numbers start at 1 and increase by 1 per pool."""
+
+    sequence: int
+    pool_id: str
+    kind: str
+    namespace: str
+    token_ids: tuple[int, ...]
+    num_tokens: int
+
+
+class EventLog:
+    """Append-only, bounded (oldest dropped). Thread safe; readers can wait for new events."""
+
+    def __init__(self, pool_id: str, retain: int = 10_000) -> None:
+        self.pool_id = pool_id
+        self._events: deque[PrefixEvent] = deque(maxlen=retain)
+        self._seq = 0
+        self._cond = threading.Condition()
+
+    def append(self, kind: str, namespace: str, token_ids: list[int], num_tokens: int) -> None:
+        with self._cond:
+            self._seq += 1
+            self._events.append(PrefixEvent(self._seq, self.pool_id, kind, namespace, tuple(token_ids), num_tokens))
+            self._cond.notify_all()
+
+    @property
+    def last_sequence(self) -> int:
+        return self._seq
+
+    def since(self, sequence: int, timeout: float = 0.0) -> list[PrefixEvent]:
+        """Retained events with sequence > ``sequence``; waits up to ``timeout`` seconds when there are none."""
+        with self._cond:
+            if self._seq <= sequence and timeout > 0:
+                self._cond.wait(timeout)
+            return [e for e in self._events if e.sequence > sequence]
