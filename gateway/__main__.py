@@ -1,0 +1,61 @@
+"""``python -m gateway --host 127.0.0.1 --port 8000 --scheduler 127.0.0.1:50053 --model-path DIR
+[--model-name NAME] [--api-key KEY]``: serves the HTTP API in front of the scheduler."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+
+import uvicorn
+
+from common.logs import configure
+from gateway.app import create_app
+from gateway.scheduler_client import SchedulerClient
+from gateway.settings import GatewaySettings, ModelFacts
+from gateway.tokenizer import GatewayTokenizer
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The gateway's flags."""
+    parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--scheduler", default="127.0.0.1:50053", help="scheduler gRPC address host:port")
+    parser.add_argument("--model-path", required=True, type=pathlib.Path,
+                        help="checkpoint directory (config.json, tokenizer.json)")
+    parser.add_argument("--model-name", default=None, help="served model name (default: the directory name)")
+    parser.add_argument("--api-key", default=os.environ.get("CODESERVE_API_KEY"),
+                        help="require Authorization: Bearer KEY (default: $CODESERVE_API_KEY; none = open)")
+    parser.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
+    parser.add_argument("--max-n", type=int, default=16)
+    parser.add_argument("--health-timeout", type=float, default=10.0, help="seconds for /health_generate")
+    parser.add_argument("--log-level", default="info")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Loads the tokenizer and model facts, builds the app and serves it until SIGINT/SIGTERM."""
+    args = parse_args(argv)
+    log = configure("gateway", args.log_level)
+    model_dir = args.model_path.resolve()
+    settings = GatewaySettings(
+        model_name=args.model_name or model_dir.name,
+        model=ModelFacts.from_model_dir(model_dir),
+        api_key=args.api_key or None,
+        max_body_bytes=args.max_body_bytes,
+        max_n=args.max_n,
+        health_timeout_s=args.health_timeout,
+    )
+    tokenizer = GatewayTokenizer.from_file(model_dir)
+    app = create_app(SchedulerClient(args.scheduler, settings.retry_after_s), tokenizer, settings)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                            timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    log.info("serving", host=args.host, port=args.port, scheduler=args.scheduler, model=settings.model_name,
+             auth=settings.api_key is not None)
+    server.run()
+
+
+if __name__ == "__main__":
+    main()

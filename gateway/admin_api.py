@@ -1,0 +1,142 @@
+"""Operational endpoints: /health, /health_generate, /server_info, /flush_cache, /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import grpc
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from grpc_health.v1 import health_pb2
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from codeserve.v1 import scheduler_pb2
+from gateway.context import get_ctx
+from gateway.errors import ApiError
+from gateway.generation import SamplingRequest
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health():
+    """Liveness only: the HTTP server is up. Use /health_generate for readiness and progress."""
+    return {"status": "ok"}
+
+
+@router.get("/health_generate")
+async def health_generate(request: Request):
+    """Readiness and progress: the scheduler's gRPC health must be SERVING and a real one-token
+    generation must round-trip through scheduler and worker within ``health_timeout_s``.
+    200 ``{"status": "ok", ...}`` or 503 with the OpenAI error body naming the failure."""
+    ctx = get_ctx(request)
+    timeout = ctx.settings.health_timeout_s
+    retry = ctx.settings.retry_after_s
+
+    async def probe() -> dict:
+        status = await ctx.client.health_status()
+        if status != health_pb2.HealthCheckResponse.SERVING:
+            raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}",
+                           "service_unavailable", retry_after_s=retry)
+        prompt = ctx.tokenizer.encode("def")
+        req = SamplingRequest(max_new_tokens=1, temperature=0.0).to_proto(f"health-{uuid.uuid4().hex}", prompt)
+        req.namespace = "__health_generate__"
+        call = ctx.client.start_generate(req, timeout_s=timeout)
+        tokens = 0
+        finish = ""
+        try:
+            async for msg in call:
+                tokens += len(msg.token_ids)
+                finish = msg.finish_reason or finish
+        except grpc.aio.AioRpcError as exc:
+            error = ctx.client.error(exc)
+            raise ApiError(503, f"health generation failed: {error.message}", "service_unavailable",
+                           retry_after_s=retry) from exc
+        finally:
+            call.cancel()
+        if tokens != 1 or not finish:
+            raise ApiError(503, f"health generation returned {tokens} tokens, finish_reason {finish!r} "
+                                f"(expected 1 token and a finish_reason)", "service_unavailable",
+                           retry_after_s=retry)
+        return {"status": "ok", "tokens": tokens, "finish_reason": finish}
+
+    try:
+        return await asyncio.wait_for(probe(), timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(503, f"health generation did not finish within {timeout} s", "service_unavailable",
+                       retry_after_s=retry) from None
+    except ApiError as exc:
+        if exc.status == 503:
+            raise
+        raise ApiError(503, f"health check failed: {exc.message}", "service_unavailable",
+                       retry_after_s=retry) from exc
+
+
+def _pool(pool: scheduler_pb2.PoolCounters) -> dict:
+    return {
+        "pool_id": pool.pool_id,
+        "capacity": pool.capacity,
+        "available": pool.available,
+        "evictable": pool.evictable,
+        "protected": pool.protected,
+        "staged": pool.staged,
+        "owned": pool.owned,
+    }
+
+
+@router.get("/server_info")
+async def server_info(request: Request):
+    """Model, limits, scheduler load and per-pool counters (from ServerInfo and GetLoad)."""
+    ctx = get_ctx(request)
+    info, load = await asyncio.gather(ctx.client.server_info(), ctx.client.get_load())
+    s = ctx.settings
+    return {
+        "model_name": s.model_name,
+        "scheduler_model_name": info.model_name,
+        "model_path": info.model_path,
+        "n_positions": info.n_positions,
+        "vocab_size": info.vocab_size,
+        "eos_token_id": info.eos_token_id,
+        "max_running_requests": info.max_running_requests,
+        "max_queued_requests": info.max_queued_requests,
+        "chunk_size": info.chunk_size,
+        "page_size": info.page_size,
+        "attention_backend": info.attention_backend,
+        "device": info.device,
+        "dtype": info.dtype,
+        "gateway_limits": {
+            "max_body_bytes": s.max_body_bytes,
+            "max_n": s.max_n,
+            "max_prompts": s.max_prompts,
+            "max_stop_strings": s.max_stop_strings,
+            "max_stop_chars": s.max_stop_chars,
+            "max_logprobs": s.max_logprobs,
+        },
+        "load": {
+            "running": load.running,
+            "waiting": load.waiting,
+            "waiting_tokens": load.waiting_tokens,
+            "seconds_since_last_batch": load.seconds_since_last_batch,
+            "batches_completed": load.batches_completed,
+        },
+        "pools": [_pool(p) for p in load.pools],
+    }
+
+
+@router.post("/flush_cache")
+async def flush_cache(request: Request):
+    """Evicts every unlocked cached prefix; returns how many tokens were freed."""
+    reply = await get_ctx(request).client.flush_cache()
+    return JSONResponse({"freed_tokens": reply.freed_tokens})
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    """Prometheus text format (see gateway.metrics for the names)."""
+    ctx = get_ctx(request)
+    try:
+        load = await ctx.client.get_load()
+    except ApiError:
+        load = None  # reported as codeserve:scheduler_up 0, scheduler families left out
+    return Response(ctx.metrics.render(load), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,63 @@
+"""Client disconnects cancel work: helpers that tie the life of scheduler calls to the HTTP connection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
+
+from fastapi import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+T = TypeVar("T")
+
+
+class ClientDisconnected(Exception):
+    """The HTTP client went away before the answer was ready; its scheduler calls were cancelled."""
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    # Called after the body has been read: the server's receive() then blocks until the client
+    # disconnects (or the response is complete) and returns http.disconnect.
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Awaits ``work``; if the client disconnects first, cancels it (cancelling its gRPC calls) and
+    raises ClientDisconnected."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+    if task in done:
+        return task.result()
+    raise ClientDisconnected()
+
+
+class GuardedStreamingResponse(StreamingResponse):
+    """A StreamingResponse that calls ``on_close`` however it ends (finished, client gone, error),
+    so the gRPC calls behind it are always cancelled, even if the body iterator never started."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None], **kwargs) -> None:
+        super().__init__(content, media_type="text/event-stream", **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def sse(payload: dict | str) -> str:
+    """One server-sent event line: ``data: <json>\\n\\n`` (a str payload is sent as is, e.g. [DONE])."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n"

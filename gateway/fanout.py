@@ -1,0 +1,50 @@
+"""Running several Generate calls for one HTTP request (a batch of prompts, n > 1), tied to the
+client connection: a disconnect or an error in one call cancels them all."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from codeserve.v1 import scheduler_pb2
+from gateway.context import GatewayContext
+from gateway.disconnect import until_disconnect
+from gateway.generation import GenerationResult, GenerationStream, gather_all
+
+
+def _start(ctx: GatewayContext, request: scheduler_pb2.GenerateRequest) -> GenerationStream:
+    return GenerationStream(ctx.client, request, ctx.metrics.observer(), ctx.settings.retry_after_s)
+
+
+async def collect_all(
+    http_request: Request, ctx: GatewayContext, requests: list[scheduler_pb2.GenerateRequest]
+) -> list[GenerationResult]:
+    """Runs every request to the end, results in order. Raises ApiError (the first failure; the
+    other calls are cancelled) or ClientDisconnected (all calls cancelled)."""
+    streams: list[GenerationStream] = []
+
+    async def run() -> list[GenerationResult]:
+        try:
+            streams.extend(_start(ctx, r) for r in requests)
+            return await gather_all(s.collect() for s in streams)
+        finally:
+            for stream in streams:
+                stream.cancel()
+
+    return await until_disconnect(http_request, run())
+
+
+async def open_streams(
+    http_request: Request, ctx: GatewayContext, requests: list[scheduler_pb2.GenerateRequest]
+) -> tuple[list[GenerationStream], list[scheduler_pb2.GenerateResponse | None]]:
+    """Starts every request and waits for each one's first message, so that errors the scheduler
+    reports up front (invalid input, overload) become an HTTP status instead of an error event in
+    a stream that already answered 200. Raises ApiError or ClientDisconnected, cancelling all calls.
+    The caller owns the returned streams and must cancel them when done."""
+    streams = [_start(ctx, r) for r in requests]
+    try:
+        firsts = await until_disconnect(http_request, gather_all(s.next() for s in streams))
+    except BaseException:
+        for stream in streams:
+            stream.cancel()
+        raise
+    return streams, firsts

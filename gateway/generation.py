@@ -1,0 +1,266 @@
+"""One Generate call to the scheduler, as the HTTP layer sees it: a stream of messages with gRPC
+errors mapped to ApiError, metrics observed, and a frozen result when collected.
+
+Cancelling (``GenerationStream.cancel`` or cancelling the task that reads it) cancels the gRPC call,
+which aborts the request at the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Awaitable, Iterable, TypeVar
+
+import grpc
+
+from codeserve.v1 import common_pb2, scheduler_pb2
+from gateway.errors import ApiError
+from gateway.metrics import RequestObserver
+from gateway.scheduler_client import SchedulerClient
+
+T = TypeVar("T")
+
+TopEntries = tuple[tuple[int, float], ...]  # (token_id, logprob) pairs, best first
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    """What one Generate call asks for, already validated and capped (max_new_tokens fits the context)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    return_prompt_logprobs: bool = False
+
+    def to_proto(self, request_id: str, input_ids: Iterable[int]) -> scheduler_pb2.GenerateRequest:
+        """The GenerateRequest for ``input_ids`` (tokenized by the gateway so counts agree)."""
+        sampling = common_pb2.SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+            has_seed=self.seed is not None,
+            seed=self.seed if self.seed is not None else 0,
+        )
+        return scheduler_pb2.GenerateRequest(
+            request_id=request_id,
+            input_ids=scheduler_pb2.TokenIds(ids=list(input_ids)),
+            sampling=sampling,
+            max_new_tokens=self.max_new_tokens,
+            stop=list(self.stop),
+            stop_token_ids=list(self.stop_token_ids),
+            ignore_eos=self.ignore_eos,
+            skip_special_tokens=self.skip_special_tokens,
+            return_logprob=self.return_logprob,
+            top_logprobs_num=self.top_logprobs_num,
+            return_prompt_logprobs=self.return_prompt_logprobs,
+            no_stop_trim=self.no_stop_trim,
+        )
+
+
+def _entries(tops) -> tuple[TopEntries, ...]:
+    return tuple(tuple((e.token_id, e.logprob) for e in t.entries) for t in tops)
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """Everything one Generate call returned. Logprob tuples are aligned with their token tuples;
+    prompt_logprobs has one entry per prompt token after the first (empty when not asked)."""
+
+    request_id: str
+    prompt_tokens: int
+    cached_tokens: int
+    prompt_token_ids: tuple[int, ...]
+    prompt_logprobs: tuple[float, ...]
+    prompt_top_logprobs: tuple[TopEntries, ...]
+    token_ids: tuple[int, ...]
+    text: str
+    logprobs: tuple[float, ...]
+    top_logprobs: tuple[TopEntries, ...]
+    finish_reason: str
+    matched_stop: str
+    completion_tokens: int
+
+
+@dataclass
+class _Builder:
+    request_id: str = ""
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prompt_token_ids: list[int] = field(default_factory=list)
+    prompt_logprobs: list[float] = field(default_factory=list)
+    prompt_top_logprobs: list[TopEntries] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[TopEntries] = field(default_factory=list)
+    finish_reason: str = ""
+    matched_stop: str = ""
+    completion_tokens: int = 0
+
+    def add(self, msg: scheduler_pb2.GenerateResponse, first: bool) -> None:
+        if first:
+            self.request_id = msg.request_id
+            self.prompt_tokens = msg.prompt_tokens
+            self.cached_tokens = msg.cached_tokens
+            self.prompt_token_ids = list(msg.prompt_token_ids)
+            self.prompt_logprobs = list(msg.prompt_logprobs)
+            self.prompt_top_logprobs = list(_entries(msg.prompt_top_logprobs))
+        self.token_ids.extend(msg.token_ids)
+        self.text.append(msg.text)
+        self.logprobs.extend(msg.logprobs)
+        self.top_logprobs.extend(_entries(msg.top_logprobs))
+        if msg.finish_reason:
+            self.finish_reason = msg.finish_reason
+            self.matched_stop = msg.matched_stop
+            self.completion_tokens = msg.completion_tokens
+
+    def build(self) -> GenerationResult:
+        return GenerationResult(
+            request_id=self.request_id,
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            prompt_token_ids=tuple(self.prompt_token_ids),
+            prompt_logprobs=tuple(self.prompt_logprobs),
+            prompt_top_logprobs=tuple(self.prompt_top_logprobs),
+            token_ids=tuple(self.token_ids),
+            text="".join(self.text),
+            logprobs=tuple(self.logprobs),
+            top_logprobs=tuple(self.top_logprobs),
+            finish_reason=self.finish_reason,
+            matched_stop=self.matched_stop,
+            completion_tokens=self.completion_tokens,
+        )
+
+
+class GenerationStream:
+    """One in-flight Generate call.
+
+    ``next()`` returns the next GenerateResponse, or None after the message that carries
+    finish_reason. Raises ApiError for a gRPC error, for a stream that ends without finish_reason,
+    and for finish_reason "abort" (the scheduler gave up on the request: 503).
+    """
+
+    def __init__(
+        self,
+        client: SchedulerClient,
+        request: scheduler_pb2.GenerateRequest,
+        observer: RequestObserver,
+        retry_after_s: int,
+    ) -> None:
+        self.request_id = request.request_id
+        self._client = client
+        self._observer = observer
+        self._retry_after_s = retry_after_s
+        self._call = client.start_generate(request)
+        self._finished = False
+        self.first_seen = False
+
+    async def next(self) -> scheduler_pb2.GenerateResponse | None:
+        if self._finished:
+            return None
+        try:
+            msg = await self._call.read()
+        except grpc.aio.AioRpcError as exc:
+            self._finished = True
+            raise self._client.error(exc) from exc
+        if msg is grpc.aio.EOF:
+            self._finished = True
+            raise ApiError(500, f"scheduler stream for {self.request_id} ended without a finish_reason",
+                           "internal_error")
+        self._observer.on_tokens(len(msg.token_ids))
+        if msg.finish_reason:
+            self._finished = True
+            self._observer.on_finish(msg.finish_reason)
+            if msg.finish_reason == "abort":
+                raise ApiError(503, f"request {self.request_id} was aborted by the scheduler",
+                               "service_unavailable", retry_after_s=self._retry_after_s)
+        return msg
+
+    async def messages(self) -> AsyncIterator[scheduler_pb2.GenerateResponse]:
+        """All remaining messages; the gRPC call is cancelled when the iteration stops early."""
+        try:
+            while (msg := await self.next()) is not None:
+                yield msg
+        finally:
+            self.cancel()
+
+    async def collect(self) -> GenerationResult:
+        """Reads to the end and returns the result. The call is cancelled if this is cancelled."""
+        builder = _Builder()
+        first = True
+        async for msg in self.messages():
+            builder.add(msg, first)
+            first = False
+        return builder.build()
+
+    def cancel(self) -> None:
+        """Cancels the gRPC call (no-op when it already finished)."""
+        self._call.cancel()
+
+
+async def gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Like asyncio.gather, but when one fails (or this is cancelled) the others are cancelled too."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+
+
+async def merge_streams(
+    streams: list[GenerationStream], first: list[scheduler_pb2.GenerateResponse | None]
+) -> AsyncIterator[tuple[int, scheduler_pb2.GenerateResponse]]:
+    """Interleaves several streams as (stream index, message), starting with the already-read
+    ``first`` messages (None = nothing read yet). Stops at the first error (raised here) and
+    cancels every stream when the iteration ends for any reason."""
+    queue: asyncio.Queue = asyncio.Queue()
+    done_marker = object()
+
+    async def pump(index: int, stream: GenerationStream) -> None:
+        try:
+            async for msg in stream.messages():
+                await queue.put((index, msg, None))
+            await queue.put((index, done_marker, None))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # forwarded to the consumer, which raises it
+            await queue.put((index, None, exc))
+
+    for index, msg in enumerate(first):
+        if msg is not None:
+            yield index, msg
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(streams)
+        while remaining:
+            index, msg, exc = await queue.get()
+            if exc is not None:
+                raise exc
+            if msg is done_marker:
+                remaining -= 1
+                continue
+            yield index, msg
+    finally:
+        for task in tasks:
+            task.cancel()
+        for stream in streams:
+            stream.cancel()

@@ -1,0 +1,91 @@
+"""Async client of the scheduler's gRPC API (grpc.aio), with gRPC errors mapped to ApiError.
+
+The channel is created lazily on first use so that it binds to the event loop that serves HTTP.
+"""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from codeserve.v1 import scheduler_pb2, scheduler_pb2_grpc
+from common.grpc_server import MAX_MESSAGE_BYTES
+from gateway.errors import ApiError, from_grpc
+
+
+class SchedulerClient:
+    """Talks to one scheduler at ``target`` ("host:port").
+
+    Unary methods raise ApiError (mapped from the gRPC status, see gateway.errors) on failure.
+    ``start_generate`` returns the raw grpc.aio call; gateway.generation wraps it.
+    """
+
+    def __init__(self, target: str, retry_after_s: int = 1, unary_timeout_s: float = 10.0) -> None:
+        self.target = target
+        self._retry_after_s = retry_after_s
+        self._unary_timeout_s = unary_timeout_s
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: scheduler_pb2_grpc.SchedulerStub | None = None
+
+    def _scheduler(self) -> scheduler_pb2_grpc.SchedulerStub:
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(
+                self.target,
+                options=[
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ],
+            )
+            self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+        return self._stub
+
+    def error(self, exc: grpc.aio.AioRpcError) -> ApiError:
+        """The ApiError for a failed call (Retry-After uses this client's setting)."""
+        return from_grpc(exc.code(), exc.details(), self._retry_after_s)
+
+    def start_generate(
+        self, request: scheduler_pb2.GenerateRequest, timeout_s: float | None = None
+    ) -> grpc.aio.UnaryStreamCall:
+        """Starts a server-streaming Generate call. Cancelling the returned call aborts the request
+        at the scheduler."""
+        return self._scheduler().Generate(request, timeout=timeout_s)
+
+    async def _unary(self, method: str, request):
+        try:
+            return await getattr(self._scheduler(), method)(request, timeout=self._unary_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise self.error(exc) from exc
+
+    async def get_load(self) -> scheduler_pb2.GetLoadResponse:
+        """Queue lengths, pool counters and totals. Raises ApiError."""
+        return await self._unary("GetLoad", scheduler_pb2.GetLoadRequest())
+
+    async def server_info(self) -> scheduler_pb2.ServerInfoResponse:
+        """Model facts and limits. Raises ApiError."""
+        return await self._unary("ServerInfo", scheduler_pb2.ServerInfoRequest())
+
+    async def flush_cache(self) -> scheduler_pb2.FlushCacheResponse:
+        """Evicts every unlocked cached prefix. Raises ApiError."""
+        return await self._unary("FlushCache", scheduler_pb2.FlushCacheRequest())
+
+    async def abort(self, request_id: str) -> scheduler_pb2.AbortResponse:
+        """Aborts one request by id. Raises ApiError."""
+        return await self._unary("Abort", scheduler_pb2.AbortRequest(request_id=request_id))
+
+    async def health_status(self) -> int:
+        """grpc.health.v1 status of the scheduler (a HealthCheckResponse.ServingStatus value).
+        Raises ApiError when the check fails."""
+        self._scheduler()
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        try:
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=self._unary_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise self.error(exc) from exc
+        return reply.status
+
+    async def close(self) -> None:
+        """Closes the channel (in-flight calls are cancelled)."""
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+            self._stub = None

@@ -1,0 +1,53 @@
+"""Gateway settings and the model facts the gateway validates against."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Facts read from the checkpoint's config.json.
+
+    n_positions: context limit in tokens (prompt + generated). vocab_size: number of embedding rows;
+    token ids must be in [0, vocab_size).
+    """
+
+    n_positions: int
+    vocab_size: int
+
+    @staticmethod
+    def from_model_dir(model_dir: pathlib.Path) -> "ModelFacts":
+        """Reads ``model_dir/config.json``. Raises FileNotFoundError when it is missing and
+        KeyError naming the field when n_positions or vocab_size is absent."""
+        config_path = pathlib.Path(model_dir) / "config.json"
+        config = json.loads(config_path.read_text())
+        for key in ("n_positions", "vocab_size"):
+            if key not in config:
+                raise KeyError(f"{config_path} has no {key!r}")
+        return ModelFacts(n_positions=int(config["n_positions"]), vocab_size=int(config["vocab_size"]))
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """Everything the HTTP layer needs besides the scheduler client and the tokenizer.
+
+    Limits protect the server from oversized requests; each violation is a 400 (413 for the body)
+    naming the limit. Times are in seconds.
+    """
+
+    model_name: str
+    model: ModelFacts
+    api_key: str | None = None
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_n: int = 16
+    max_prompts: int = 256
+    max_stop_strings: int = 16
+    max_stop_chars: int = 1024
+    max_logprobs: int = 20
+    retry_after_s: int = 1
+    health_timeout_s: float = 10.0
+    default_max_tokens: int = 16
+    native_default_max_new_tokens: int = 128

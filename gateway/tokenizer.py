@@ -1,0 +1,125 @@
+"""The checkpoint's tokenizer (tokenizer.json via the `tokenizers` library), used by the gateway for
+counting, validation, echo, logprob token strings and /tokenize, /detokenize.
+
+Decoding never applies "clean up tokenization spaces": code whitespace is preserved exactly (case K3).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+
+@dataclass(frozen=True)
+class TokenPieces:
+    """Per-token text of a token sequence.
+
+    pieces[i] is the text that token i adds to the decoded string (may be "" when the token ends
+    inside a multi-byte UTF-8 character; the completing token then carries the whole character).
+    offsets[i] is the character offset where pieces[i] starts, counted from ``base_offset``.
+    ``"".join(pieces)`` equals the decoded text.
+    """
+
+    pieces: tuple[str, ...]
+    offsets: tuple[int, ...]
+
+
+class GatewayTokenizer:
+    """Wraps a ``tokenizers.Tokenizer``; ids are Python ints (the model's vocabulary ids)."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tok = tokenizer
+        self._special_ids = frozenset(
+            token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special
+        )
+
+    @staticmethod
+    def from_file(path: pathlib.Path) -> "GatewayTokenizer":
+        """Loads a tokenizer.json file (or ``path/tokenizer.json`` when path is a directory).
+        Raises FileNotFoundError when it does not exist."""
+        path = pathlib.Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if not path.exists():
+            raise FileNotFoundError(f"tokenizer file {path} does not exist")
+        return GatewayTokenizer(Tokenizer.from_file(str(path)))
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids the tokenizer knows, added tokens included."""
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``. Special-token text such as ``<fim_prefix>`` becomes its single id.
+        No BOS/EOS is added."""
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """Text of ``ids`` without any clean-up of tokenization spaces."""
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        """Text of one token on its own (a lone byte of a multi-byte character decodes to U+FFFD)."""
+        return self._tok.decode([token_id], skip_special_tokens=False)
+
+    def is_special(self, token_id: int) -> bool:
+        """True for added special tokens (e.g. ``<|endoftext|>``, ``<fim_prefix>``)."""
+        return token_id in self._special_ids
+
+    def pieces(self, ids: list[int], skip_special_tokens: bool = False, base_offset: int = 0) -> TokenPieces:
+        """Splits the decoded text of ``ids`` into per-token pieces (see TokenPieces); an incomplete
+        character at the very end is attached to the last token as decode renders it (U+FFFD)."""
+        tracker = PieceTracker(self, skip_special_tokens, base_offset)
+        result = tracker.add(ids)
+        tail = tracker.tail()
+        if tail and result.pieces:
+            result = TokenPieces(pieces=result.pieces[:-1] + (result.pieces[-1] + tail,), offsets=result.offsets)
+        return result
+
+
+class PieceTracker:
+    """Incremental per-token text of a growing token sequence (e.g. a streamed completion).
+
+    Each step decodes a short window that starts at a character boundary, so the cost is linear in
+    the number of tokens. A token that ends inside a multi-byte character gets piece "" and the
+    token that completes the character carries it.
+    """
+
+    def __init__(self, tokenizer: GatewayTokenizer, skip_special_tokens: bool, base_offset: int = 0) -> None:
+        self._tok = tokenizer
+        self._skip = skip_special_tokens
+        self._ids: list[int] = []
+        self._prefix_start = 0  # window start (a character boundary)
+        self._read_start = 0  # tokens before this index have been emitted
+        self.offset = base_offset  # offset where the next piece starts
+
+    def add(self, ids: list[int]) -> TokenPieces:
+        """Pieces and start offsets of ``ids``, appended to the tokens seen so far."""
+        pieces: list[str] = []
+        offsets: list[int] = []
+        for token_id in ids:
+            self._ids.append(token_id)
+            offsets.append(self.offset)
+            if self._skip and self._tok.is_special(token_id):
+                pieces.append("")
+                continue
+            prefix_text = self._tok.decode(self._ids[self._prefix_start : self._read_start], self._skip)
+            full_text = self._tok.decode(self._ids[self._prefix_start :], self._skip)
+            if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):
+                piece = full_text[len(prefix_text) :]
+                self._prefix_start, self._read_start = self._read_start, len(self._ids)
+            else:
+                piece = ""
+            pieces.append(piece)
+            self.offset += len(piece)
+        return TokenPieces(pieces=tuple(pieces), offsets=tuple(offsets))
+
+    def tail(self) -> str:
+        """Text of the trailing tokens that do not yet form a whole character ("" when none)."""
+        if self._read_start >= len(self._ids):
+            return ""
+        window = self._ids[self._prefix_start :]
+        done = self._tok.decode(self._ids[self._prefix_start : self._read_start], self._skip)
+        return self._tok.decode(window, self._skip)[len(done) :]
