@@ -1,0 +1,108 @@
+"""python -m scheduler_svc --listen HOST:PORT --cache HOST:PORT --worker HOST:PORT --model-path DIR [...]"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+from codeserve.v1 import scheduler_pb2_grpc
+from common import grpc_server, logs
+from scheduler_svc.cache_client import CacheClient
+from scheduler_svc.detokenizer import load_tokenizer
+from scheduler_svc.errors import DependencyUnavailable
+from scheduler_svc.policy import POLICIES
+from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m scheduler_svc", description=__doc__)
+    p.add_argument("--listen", default="127.0.0.1:50053")
+    p.add_argument("--cache", default="127.0.0.1:50051", help="cache service host:port")
+    p.add_argument("--worker", default="127.0.0.1:50052", help="worker service host:port")
+    p.add_argument("--model-path", required=True, help="checkpoint directory (its tokenizer.json is used)")
+    p.add_argument("--pool-id", default="default")
+    p.add_argument("--max-running-requests", type=int, default=64)
+    p.add_argument("--chunk-size", type=int, default=512, help="prefill tokens per round (chunked prefill)")
+    p.add_argument("--policy", choices=POLICIES, default="fcfs")
+    p.add_argument("--max-queued-requests", type=int, default=1024)
+    p.add_argument("--progress-timeout", type=float, default=30.0,
+                   help="seconds without a completed batch while work waits or runs before health is NOT_SERVING")
+    p.add_argument("--owner", default="scheduler-0", help="stable session owner name at the cache service")
+    p.add_argument("--lease-seconds", type=float, default=30.0)
+    p.add_argument("--connect-timeout", type=float, default=120.0,
+                   help="seconds to wait for the cache and worker at start-up")
+    p.add_argument("--drain-seconds", type=float, default=5.0)
+    args = p.parse_args(argv)
+    for name in ("max_running_requests", "chunk_size", "max_queued_requests"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = logs.configure("scheduler")
+    tokenizer = load_tokenizer(args.model_path)
+    cfg = SchedulerConfig(pool_id=args.pool_id, max_running_requests=args.max_running_requests,
+                          chunk_size=args.chunk_size, policy=args.policy, max_queued_requests=args.max_queued_requests,
+                          progress_timeout=args.progress_timeout, owner=args.owner, lease_seconds=args.lease_seconds)
+    from scheduler_svc.worker_client import WorkerClient
+
+    sched = Scheduler(CacheClient(args.cache, args.pool_id), WorkerClient(args.worker), cfg, log)
+    deadline = time.monotonic() + args.connect_timeout
+    while True:
+        try:
+            sched.connect()
+            break
+        except DependencyUnavailable as exc:
+            if time.monotonic() > deadline:
+                log.error("connect_failed", error=str(exc))
+                return 2
+            log.warning("waiting_for_dependency", error=str(exc))
+            time.sleep(1.0)
+
+    loop = threading.Thread(target=sched.run, name="scheduler-loop", daemon=True)
+    loop.start()
+    servicer = SchedulerServicer(sched, tokenizer, log)
+    server = grpc_server.start(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+                               [SERVICE_NAME], args.listen, max_workers=max(32, 2 * args.max_queued_requests // 8))
+    names = ["", SERVICE_NAME]
+    log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
+             n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    serving = True
+    while not stop.wait(0.25):
+        healthy = sched.progress_ok()
+        if healthy != serving:
+            serving = healthy
+            server.set_serving(serving, names)
+            log.warning("health", serving=serving, reason=sched.stopped_reason or "no batch completed within "
+                        f"{cfg.progress_timeout} s while work waits or runs")
+        if not loop.is_alive():
+            log.error("loop_died", reason=sched.stopped_reason)
+            server.set_serving(False, names)
+            server.server.stop(grace=1.0)
+            return 1
+
+    log.info("draining", drain_seconds=args.drain_seconds)
+    server.set_serving(False, names)
+    servicer.draining.set()
+    drain_deadline = time.monotonic() + args.drain_seconds
+    while time.monotonic() < drain_deadline and sum(sched.queue_lengths()[:2]) > 0:
+        time.sleep(0.05)
+    sched.stop("shutting down (SIGTERM)")
+    loop.join(timeout=5.0)
+    server.server.stop(grace=1.0).wait(2.0)
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

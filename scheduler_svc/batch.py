@@ -1,0 +1,50 @@
+"""A forward batch: extend (prefill chunks) or decode (one token per request), and its ForwardItems."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codeserve.v1 import worker_pb2
+from scheduler_svc.request import Req
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One request in a batch: tokens ``all_ids[start:start+n]`` are written at ``slot_ids`` (len n);
+    ``sample``: a next token is sampled (False for a non-final prefill chunk)."""
+
+    req: Req
+    start: int
+    n: int
+    slot_ids: tuple[int, ...]
+    sample: bool
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``kind`` is "extend" or "decode"."""
+
+    kind: str
+    entries: tuple[Entry, ...]
+
+
+def forward_item(e: Entry) -> worker_pb2.ForwardItem:
+    """The worker's view of an entry. When the worker does not know the request yet (first chunk of an
+    admission), the item carries the locked prefix (slots and token ids, length ``start``).
+    Raises ValueError when the entry is inconsistent (slots vs tokens, prefix vs position)."""
+    req, ids = e.req, e.req.all_ids
+    if len(e.slot_ids) != e.n or e.n <= 0 or e.start + e.n > len(ids):
+        raise ValueError(f"{req.rid}: entry start={e.start} n={e.n} slots={len(e.slot_ids)} tokens={len(ids)}")
+    p = req.params
+    item = worker_pb2.ForwardItem(
+        request_id=req.rid, input_ids=ids[e.start:e.start + e.n], position_start=e.start, slot_ids=e.slot_ids,
+        sampling=p.sampling, sample=e.sample, return_logprob=p.return_logprob and e.sample,
+        top_logprobs_num=p.top_logprobs_num,
+        return_prompt_logprobs=req.wants_prompt_logprobs, prompt_len=len(req.prompt_ids))
+    if not req.worker_knows:
+        if len(req.prefix_slot_ids) != e.start:
+            raise ValueError(f"{req.rid}: prefix of {len(req.prefix_slot_ids)} slots for position {e.start}")
+        item.has_prefix = True
+        item.prefix_slot_ids.extend(req.prefix_slot_ids)
+        item.prefix_token_ids.extend(ids[:e.start])
+    return item

@@ -1,0 +1,101 @@
+"""A request's output side: appends sampled tokens, checks finish conditions, builds the stream messages."""
+
+from __future__ import annotations
+
+from tokenizers import Tokenizer
+
+from codeserve.v1 import common_pb2, scheduler_pb2
+from scheduler_svc.detokenizer import IncrementalDetokenizer
+from scheduler_svc.request import Finish, Req, State, StreamEnd
+from scheduler_svc.stop_strings import StopStringMatcher
+
+
+class OutputStream:
+    """Output of one request. ``eos_token_id`` ends the request (finish "stop") unless ignore_eos; stop
+    token ids likewise; stop strings are matched on the detokenized text with hold-back; max_new_tokens
+    (already capped by the context limit) ends it with "length". The token that ended it by EOS or a
+    stop token id is counted and returned as a token id but not turned into text."""
+
+    def __init__(self, req: Req, tokenizer: Tokenizer, eos_token_id: int) -> None:
+        self.req = req
+        self.eos = eos_token_id
+        self.detok = IncrementalDetokenizer(tokenizer, req.params.skip_special_tokens)
+        self.stops = StopStringMatcher(req.params.stop, req.params.no_stop_trim)
+
+    def _message(self) -> scheduler_pb2.GenerateResponse:
+        req = self.req
+        msg = scheduler_pb2.GenerateResponse(request_id=req.rid)
+        if not req.first_sent:
+            req.first_sent = True
+            msg.prompt_tokens = len(req.prompt_ids)
+            msg.cached_tokens = max(req.cached_tokens, 0)
+            msg.prompt_token_ids.extend(req.prompt_ids)
+            msg.prompt_logprobs.extend(req.prompt_logprobs)
+            msg.prompt_top_logprobs.extend(req.prompt_top_logprobs)
+        return msg
+
+    def on_token(self, token_id: int, logprob: float, top: common_pb2.TopLogprobs | None) -> None:
+        """Appends one sampled token; streams a message; finishes the request when a condition holds."""
+        req, p = self.req, self.req.params
+        req.output_ids.append(token_id)
+        if p.return_logprob:
+            req.output_logprobs.append(logprob)
+            req.output_top_logprobs.append(top if top is not None else common_pb2.TopLogprobs())
+        text = ""
+        if (token_id == self.eos and not p.ignore_eos) or token_id in p.stop_token_ids:
+            req.finish, req.matched_stop = Finish.STOP, str(token_id)
+        else:
+            result = self.stops.push(self.detok.push([token_id]))
+            text = result.text
+            if result.matched is not None:
+                req.finish, req.matched_stop = Finish.STOP, result.matched
+        if req.finish is None and req.remaining_new_tokens <= 0:
+            req.finish = Finish.LENGTH
+        if req.finish is not None:
+            text += self._drain()
+        msg = self._message()
+        msg.token_ids.append(token_id)
+        msg.text = text
+        if p.return_logprob:
+            msg.logprobs.append(logprob)
+            msg.top_logprobs.append(req.output_top_logprobs[-1])
+        req.sent_tokens = len(req.output_ids)
+        if req.finish is not None:
+            self._finish_fields(msg)
+        req.out.put(msg)
+        if req.finish is not None:
+            req.state = State.FINISHED
+            req.out.put(StreamEnd())
+
+    def _drain(self) -> str:
+        """Text still held back by the detokenizer and the stop matcher (a stop may still match in it)."""
+        if self.stops.matched is not None:
+            return ""
+        result = self.stops.push(self.detok.flush())
+        if result.matched is not None:
+            self.req.finish, self.req.matched_stop = Finish.STOP, result.matched
+            return result.text
+        return result.text + self.stops.flush()
+
+    def _finish_fields(self, msg: scheduler_pb2.GenerateResponse) -> None:
+        msg.finish_reason = self.req.finish.value
+        msg.matched_stop = self.req.matched_stop
+        msg.completion_tokens = len(self.req.output_ids)
+
+    def finish_without_token(self, reason: Finish) -> None:
+        """Ends the stream with no new token (max_new_tokens 0, abort): one last message, then the end."""
+        req = self.req
+        req.finish = reason
+        msg = self._message()
+        if reason != Finish.ABORT:
+            msg.text = self._drain()
+        self._finish_fields(msg)
+        req.state = State.FINISHED
+        req.out.put(msg)
+        req.out.put(StreamEnd())
+
+    def fail(self, code: object, message: str) -> None:
+        """Ends the stream with an error status (a grpc.StatusCode) and its message."""
+        self.req.finish = Finish.ABORT
+        self.req.state = State.FINISHED
+        self.req.out.put(StreamEnd(code, message))

@@ -1,0 +1,134 @@
+"""One generation request as the scheduler sees it: its parameters, its state and its output stream."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import queue
+from dataclasses import dataclass, field
+from typing import Any
+
+from codeserve.v1 import common_pb2, scheduler_pb2
+
+_ADMISSIONS = itertools.count(1)
+
+
+class State(enum.Enum):
+    """Where a request is. WAITING: in the queue (new, or requeued after a retract or worker restart).
+    PREFILL: admitted, extend chunks still to run. DECODE: one new token per step. FINISHED: done."""
+
+    WAITING = "waiting"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    FINISHED = "finished"
+
+
+class Finish(str, enum.Enum):
+    """Finish reasons as the public API names them."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True)
+class Params:
+    """Validated, immutable parameters of a request.
+
+    ``max_new_tokens`` is the effective cap (already limited by the context: prompt_len + max_new_tokens
+    <= n_positions); ``asked_max_new_tokens`` is what the client asked.
+    """
+
+    max_new_tokens: int
+    asked_max_new_tokens: int
+    sampling: common_pb2.SamplingParams
+    stop: tuple[str, ...] = ()
+    stop_token_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+    skip_special_tokens: bool = False
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    return_prompt_logprobs: bool = False
+    namespace: str = ""
+    no_stop_trim: bool = False
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """Last item of a request's stream: ``code`` None means success; otherwise a grpc.StatusCode and message."""
+
+    code: object = None
+    message: str = ""
+
+
+@dataclass(eq=False)
+class Req:
+    """A request. Token lists hold int token ids; ``kv_len`` counts tokens (from position 0) whose KV is
+    written in the pool for the current admission. The loop thread owns every mutable field except
+    ``abort_requested`` (set by any thread) and ``out`` (a thread-safe queue read by the servicer).
+    """
+
+    rid: str
+    prompt_ids: list[int]
+    params: Params
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    output_top_logprobs: list[common_pb2.TopLogprobs] = field(default_factory=list)
+    prompt_logprobs: list[float] = field(default_factory=list)
+    prompt_top_logprobs: list[common_pb2.TopLogprobs] = field(default_factory=list)
+    state: State = State.WAITING
+    kv_len: int = 0
+    cached_tokens: int = -1              # cached prefix of the first admission (-1: not yet admitted)
+    worker_knows: bool = False           # the worker holds this request's slot table
+    prefix_slot_ids: list[int] = field(default_factory=list)  # matched prefix, sent with the first chunk
+    admission: int = 0                   # order of the latest admission (larger = more recent)
+    retractions: int = 0
+    finish: Finish | None = None
+    matched_stop: str = ""
+    abort_requested: bool = False
+    abort_reason: str = ""
+    first_sent: bool = False
+    sent_tokens: int = 0                 # output tokens already put on the stream
+    stream: Any = None                   # scheduler_svc.output.OutputStream, set on submit
+    out: "queue.Queue[scheduler_pb2.GenerateResponse | StreamEnd]" = field(default_factory=queue.Queue)
+
+    @property
+    def all_ids(self) -> list[int]:
+        """Prompt followed by the generated tokens (the tokens a recompute must rebuild)."""
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def pending_tokens(self) -> int:
+        """Tokens whose KV is not written yet for the current admission (prefill rest, or 1 in decode)."""
+        return len(self.prompt_ids) + len(self.output_ids) - self.kv_len
+
+    @property
+    def remaining_new_tokens(self) -> int:
+        """Tokens this request may still generate."""
+        return self.params.max_new_tokens - len(self.output_ids)
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """True while prompt logprobs are asked and not yet collected (forces a full recompute of the prompt)."""
+        return self.params.return_prompt_logprobs and len(self.prompt_logprobs) < len(self.prompt_ids) - 1
+
+    def admitted(self, cached_tokens: int, prefix_slot_ids: list[int]) -> None:
+        """Marks the request admitted with a locked prefix of ``cached_tokens`` tokens at ``prefix_slot_ids``."""
+        if self.cached_tokens < 0:
+            self.cached_tokens = cached_tokens
+        self.kv_len = cached_tokens
+        self.prefix_slot_ids = list(prefix_slot_ids)
+        self.worker_knows = False
+        self.state = State.PREFILL
+        self.admission = next(_ADMISSIONS)
+
+    def requeued(self) -> None:
+        """Back to the waiting queue after a retract or a worker restart: nothing of it is in the pool."""
+        self.kv_len = 0
+        self.prefix_slot_ids = []
+        self.worker_knows = False
+        self.state = State.WAITING
+        self.retractions += 1
+        if self.wants_prompt_logprobs:  # partially collected: start over with the full prompt
+            self.prompt_logprobs.clear()
+            self.prompt_top_logprobs.clear()

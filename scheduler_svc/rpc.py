@@ -1,0 +1,41 @@
+"""Calling a dependency: retries on UNAVAILABLE with the same request (same op_id), typed errors otherwise."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import grpc
+
+from scheduler_svc.errors import DependencyError, DependencyUnavailable
+
+RETRY_CODES = (grpc.StatusCode.UNAVAILABLE,)
+BACKOFF_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+def call(service: str, target: str, rpc_name: str, method: Callable[..., Any], request: Any,
+         timeout: float, on_error: Callable[[grpc.RpcError], Exception | None] | None = None) -> Any:
+    """Calls ``method(request, timeout=timeout)``; retries the SAME request on UNAVAILABLE (mutating RPCs
+    carry an op_id, so the service answers a retry with its first receipt).
+
+    Raises DependencyUnavailable after the retries (or on DEADLINE_EXCEEDED); otherwise the exception
+    ``on_error(err)`` returns, or DependencyError naming the service, RPC, code and details.
+    """
+    last = ""
+    for attempt, pause in enumerate((*BACKOFF_SECONDS, None)):
+        try:
+            return method(request, timeout=timeout)
+        except grpc.RpcError as err:
+            code = err.code()
+            if code in RETRY_CODES and pause is not None:
+                last = f"{code.name}: {err.details()}"
+                time.sleep(pause)
+                continue
+            if code in RETRY_CODES or code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise DependencyUnavailable(service, target, f"{rpc_name}: {code.name}: {err.details()}"
+                                            f" after {attempt + 1} attempts") from err
+            mapped = on_error(err) if on_error else None
+            if mapped is not None:
+                raise mapped from err
+            raise DependencyError(service, rpc_name, code, err.details() or "") from err
+    raise DependencyUnavailable(service, target, last)  # pragma: no cover - the loop always returns or raises

@@ -1,0 +1,409 @@
+"""The scheduling loop: admit -> build a batch (extend first, decode otherwise) -> Worker.Forward ->
+process results -> cache and release finished requests. One thread runs it and owns all request state."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import grpc
+
+from codeserve.v1 import cache_pb2
+from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
+from scheduler_svc.batch import Batch, Entry, forward_item
+from scheduler_svc.cache_client import CacheClient
+from scheduler_svc.errors import AllocationFailed, DependencyUnavailable, SessionLost, WorkerEpochChanged
+from scheduler_svc.policy import order_waiting, retract_victim
+from scheduler_svc.request import Finish, Req, State
+from scheduler_svc.worker_client import WorkerClient
+
+
+class QueueFull(RuntimeError):
+    """The waiting queue holds --max-queued-requests requests."""
+
+
+class SchedulerStopped(RuntimeError):
+    """The loop is not running (draining, stopped, or failed); the message says why."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Loop settings (tokens for sizes, seconds for times)."""
+
+    pool_id: str = "default"
+    max_running_requests: int = 64
+    chunk_size: int = 512
+    policy: str = "fcfs"
+    max_queued_requests: int = 1024
+    progress_timeout: float = 30.0
+    owner: str = "scheduler-0"
+    lease_seconds: float = 30.0
+
+
+class Scheduler:
+    """Waiting queue, admission on cache receipts, continuous batching with chunked prefill, retract.
+
+    Thread-safe entry points: ``submit``, ``abort``, ``load``, ``progress_ok``. Everything else runs on
+    the loop thread (``run``). Requests' ``out`` queues receive GenerateResponse messages and a StreamEnd.
+    """
+
+    def __init__(self, cache: CacheClient, worker: WorkerClient, cfg: SchedulerConfig, log) -> None:
+        self.cache, self.worker, self.cfg, self.log = cache, worker, cfg, log
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.ratio = NewTokenRatio()
+        self._lock = threading.Lock()
+        self._inbox: list[Req] = []
+        self._live: dict[str, Req] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._needs_resync = False
+        self._orphans: list[str] = []
+        self._down_since: float | None = None
+        self._last_renew = 0.0
+        self.stopped_reason = ""
+        self.info = None
+        self.capacity = 0
+        self.last_batch_at = time.monotonic()
+        self._progress_mark = time.monotonic()
+        self.stats = dict(batches=0, prefix_query=0, prefix_hit=0, prompt_tokens=0, generation_tokens=0,
+                          retractions=0)
+
+    # ---- thread-safe API -------------------------------------------------------------------------------
+    def submit(self, req: Req) -> None:
+        """Queues a validated request. Raises QueueFull or SchedulerStopped."""
+        with self._lock:
+            if self.stopped_reason:
+                raise SchedulerStopped(self.stopped_reason)
+            if len(self._inbox) + len(self.waiting) >= self.cfg.max_queued_requests:
+                raise QueueFull(f"waiting queue is full ({self.cfg.max_queued_requests} requests)")
+            if req.rid in self._live:
+                raise ValueError(f"request id {req.rid!r} is already in use")
+            if not self._live:
+                self._progress_mark = time.monotonic()
+            self._live[req.rid] = req
+            self._inbox.append(req)
+        self._wake.set()
+
+    def abort(self, rid: str, reason: str = "aborted by client") -> bool:
+        """Marks a live request aborted; the loop frees it within one step. Returns False when unknown."""
+        with self._lock:
+            req = self._live.get(rid)
+        if req is None:
+            return False
+        req.abort_reason = reason
+        req.abort_requested = True
+        self._wake.set()
+        return True
+
+    def progress_ok(self) -> bool:
+        """False when the loop stopped, or work waits or runs and no batch completed within progress_timeout."""
+        if self.stopped_reason:
+            return False
+        with self._lock:
+            busy = bool(self._live)
+        return not busy or time.monotonic() - max(self.last_batch_at, self._progress_mark) <= self.cfg.progress_timeout
+
+    def queue_lengths(self) -> tuple[int, int, int]:
+        """(running, waiting, waiting prompt tokens)."""
+        with self._lock:
+            waiting = list(self.waiting) + list(self._inbox)
+            running = len(self.running)
+        return running, len(waiting), sum(len(r.all_ids) for r in waiting)
+
+    def stop(self, reason: str) -> None:
+        with self._lock:
+            self.stopped_reason = self.stopped_reason or reason
+        self._stop.set()
+        self._wake.set()
+
+    # ---- start-up and resync ---------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Opens a new cache session (releasing everything of an older one), registers the pool with the
+        worker's epoch (a new epoch flushes it). Raises the clients' errors."""
+        opened = self.cache.open_session(self.cfg.owner, self.cfg.lease_seconds)
+        self.info = self.worker.info()
+        self.worker.epoch = self.info.epoch
+        member = cache_pb2.PoolMember(worker_id=self.info.worker_id, epoch=self.info.epoch,
+                                      capacity_tokens=self.info.capacity_tokens)
+        reg = self.cache.register_pool(self.info.page_size, [member])
+        self.capacity = reg.capacity
+        self._last_renew = time.monotonic()
+        self.log.info("connected", session=opened.session_id, replaced=opened.replaced_session_id,
+                      epoch=self.info.epoch, capacity=reg.capacity, page_size=reg.page_size, flushed=reg.flushed)
+
+    def _resync(self) -> None:
+        """After a worker restart, a lost session or an outage: drop worker state, reconnect, requeue
+        every running request at the front (it is recomputed; its output so far is kept)."""
+        rids = self._orphans + [r.rid for r in self.running if r.worker_knows]
+        self.connect()  # raises while the cache or the worker is still down
+        self.worker.release(rids)  # same epoch: drop its slot tables; new epoch: it knows none of them
+        self._orphans = []
+        for req in reversed(self.running):
+            req.requeued()
+            self.waiting.appendleft(req)
+        self.log.warning("resynced", requeued=len(self.running))
+        self.running = []
+        self._needs_resync = False
+
+    # ---- the loop --------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Runs until ``stop``. Dependency outages: back off and resync; after progress_timeout of outage,
+        waiting and running requests fail with UNAVAILABLE naming the service. Any other exception fails
+        every request with INTERNAL, marks the loop stopped and is re-raised."""
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self._needs_resync:
+                        self._resync()
+                    worked = self.step()
+                    self._down_since = None
+                except (DependencyUnavailable, SessionLost, WorkerEpochChanged) as exc:
+                    self._on_dependency_error(exc)
+                    continue
+                if not worked:
+                    self._wake.wait(0.2)
+                    self._wake.clear()
+        except BaseException as exc:
+            self.stop(f"scheduler loop failed: {type(exc).__name__}: {exc}")
+            self.log.exception("loop_failed")
+            self._fail_all(grpc.StatusCode.INTERNAL, self.stopped_reason)
+            raise
+        self._fail_all(grpc.StatusCode.UNAVAILABLE, f"scheduler stopped: {self.stopped_reason}")
+
+    def step(self) -> bool:
+        """One round. Returns False when there was nothing to run."""
+        self._intake()
+        self._apply_aborts()
+        self._renew_session()
+        batch = self._extend_batch() or self._decode_batch()
+        if batch is None:
+            return False
+        reply = self.worker.forward([forward_item(e) for e in batch.entries])
+        self._process(batch, reply)
+        return True
+
+    def _on_dependency_error(self, exc: Exception) -> None:
+        now = time.monotonic()
+        self._needs_resync = True
+        if self._down_since is None:
+            self._down_since = now
+        down = now - self._down_since
+        self.log.warning("dependency_error", error=str(exc), kind=type(exc).__name__, down_seconds=round(down, 3))
+        if isinstance(exc, DependencyUnavailable) and down > self.cfg.progress_timeout:
+            self._intake()
+            self._fail_all(grpc.StatusCode.UNAVAILABLE,
+                           f"{exc} for {down:.0f} s; request not completed (retry later)")
+        self._stop.wait(min(2.0, 0.1 * 2 ** min(int(down), 5)) if isinstance(exc, DependencyUnavailable) else 0)
+
+    def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
+        self._orphans += [r.rid for r in self.running if r.worker_knows]
+        for req in list(self.waiting) + self.running + self._take_inbox():
+            if req.state != State.FINISHED:
+                req.stream.fail(code, message)
+            self._forget(req)
+        self.waiting.clear()
+        self.running = []
+
+    def _take_inbox(self) -> list[Req]:
+        with self._lock:
+            new, self._inbox = self._inbox, []
+        return new
+
+    def _intake(self) -> None:
+        self.waiting.extend(self._take_inbox())
+
+    def _forget(self, req: Req) -> None:
+        with self._lock:
+            self._live.pop(req.rid, None)
+
+    def _renew_session(self) -> None:
+        if time.monotonic() - self._last_renew >= self.cfg.lease_seconds / 3:
+            self.cache.renew_session()
+            self._last_renew = time.monotonic()
+
+    def _apply_aborts(self) -> None:
+        waiting_aborted = [r for r in self.waiting if r.abort_requested]
+        running_aborted = [r for r in self.running if r.abort_requested]
+        if running_aborted:  # never insert unwritten KV: release, not cache
+            self.cache.release_requests([r.rid for r in running_aborted])
+            self.worker.release([r.rid for r in running_aborted if r.worker_knows])
+        for req in waiting_aborted + running_aborted:
+            (self.waiting.remove if req in waiting_aborted else self.running.remove)(req)
+            req.stream.finish_without_token(Finish.ABORT)
+            self._forget(req)
+            self.log.info("aborted", rid=req.rid, reason=req.abort_reason, output_tokens=len(req.output_ids))
+
+    # ---- extend ----------------------------------------------------------------------------------------
+    def _extend_batch(self) -> Batch | None:
+        budget = self.cfg.chunk_size
+        plan: list[tuple[Req, int]] = []
+        for req in self.running:
+            if req.state == State.PREFILL and budget > 0:
+                n = min(req.pending_tokens, budget)
+                plan.append((req, n))
+                budget -= n
+        admitted = self._admit(budget) if budget > 0 and self.waiting else []
+        plan += admitted
+        if not plan:
+            return None
+        try:
+            reply = self.cache.allocate([(r.rid, n) for r, n in plan])
+        except AllocationFailed as exc:
+            self.log.warning("extend_allocation_failed", error=str(exc), requests=len(plan))
+            for req, _ in reversed(plan):
+                self._requeue(req, cache_prefix=False)
+            return None
+        slots = self._slots_by_request(reply, plan)
+        return Batch("extend", tuple(
+            Entry(r, r.kv_len, n, slots[r.rid], sample=n == r.pending_tokens and r.remaining_new_tokens > 0)
+            for r, n in plan))
+
+    def _admit(self, budget: int) -> list[tuple[Req, int]]:
+        """Admits waiting requests in policy order while they fit (count, chunk budget, KV budget)."""
+        ledger = Ledger(reserved_for_running(self.running, self.ratio.value))
+        pool_idle = not self.running
+        out: list[tuple[Req, int]] = []
+        for req in order_waiting(self.waiting, self.cfg.policy, self._prefix_lengths):
+            if budget <= 0 or len(self.running) >= self.cfg.max_running_requests:
+                break
+            cached, slot_ids, counters = self._lock_prefix(req)
+            extend = len(req.all_ids) - cached
+            decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
+            if not decision.admit:
+                self.cache.release_requests([req.rid])
+                self.log.debug("admission_deferred", rid=req.rid, cost=decision.cost, fundable=decision.fundable,
+                               reserved=decision.reserved, charged=decision.charged)
+                break
+            ledger.charge(decision)
+            req.admitted(cached, slot_ids)
+            self.waiting.remove(req)
+            self.running.append(req)
+            n = min(extend, budget)
+            budget -= n
+            out.append((req, n))
+            self.log.info("admitted", rid=req.rid, tokens=len(req.all_ids), cached=cached, chunk=n,
+                          fundable=decision.fundable, reserved=decision.reserved, charged=decision.charged)
+        return out
+
+    def _lock_prefix(self, req: Req) -> tuple[int, list[int], cache_pb2.Counters]:
+        """Match with lock, which also registers the request at the cache (a full hit still recomputes
+        >= 1 token: max_match_tokens = len - 1). Returns (cached tokens, their slots, counters after the
+        lock). Requests collecting prompt logprobs, and 1-token prompts, match nothing (empty key)."""
+        ids = req.all_ids
+        key = [] if req.wants_prompt_logprobs or len(ids) < 2 else ids
+        reply = self.cache.match([cache_pb2.MatchItem(request_id=req.rid, namespace=req.params.namespace,
+                                                      token_ids=key, lock=True, max_match_tokens=max(len(key) - 1, 0))])
+        result = {r.request_id: r for r in reply.results}[req.rid]
+        if len(result.slot_ids) != result.cached_tokens or result.cached_tokens >= max(len(key), 1):
+            raise RuntimeError(f"Match receipt for {req.rid}: {result.cached_tokens} cached tokens, "
+                               f"{len(result.slot_ids)} slots, key of {len(key)} tokens")
+        self.stats["prefix_query"] += len(key)
+        self.stats["prefix_hit"] += result.cached_tokens
+        return result.cached_tokens, list(result.slot_ids), reply.receipt.after
+
+    def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
+        reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace,
+                                                      token_ids=r.all_ids, lock=False) for r in reqs])
+        by_id = {r.request_id: r.cached_tokens for r in reply.results}
+        return [by_id[r.rid] for r in reqs]
+
+    # ---- decode ----------------------------------------------------------------------------------------
+    def _decode_batch(self) -> Batch | None:
+        decoding = [r for r in self.running if r.state == State.DECODE]
+        while decoding:
+            try:
+                reply = self.cache.allocate([(r.rid, 1) for r in decoding])
+            except AllocationFailed as exc:
+                self.log.warning("decode_allocation_failed", error=str(exc), running=len(decoding))
+                victim = retract_victim(decoding)
+                decoding.remove(victim)
+                if len(self.running) == 1:
+                    self._release(victim)
+                    victim.stream.fail(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                       f"KV pool too small for request {victim.rid} alone: {exc}")
+                    self._forget(victim)
+                    continue
+                self._requeue(victim, cache_prefix=True)
+                continue
+            slots = self._slots_by_request(reply, [(r, 1) for r in decoding])
+            self.ratio.on_decode_step()
+            return Batch("decode", tuple(Entry(r, r.kv_len, 1, slots[r.rid], True) for r in decoding))
+        return None
+
+    def _requeue(self, req: Req, cache_prefix: bool) -> None:
+        """Retract: cache its written prefix (or release it), drop it at the worker, put it first in line."""
+        if cache_prefix and req.kv_len > 0:
+            self.cache.cache_requests([cache_pb2.CacheItem(request_id=req.rid, token_ids=req.all_ids[:req.kv_len],
+                                                           finished=True)])
+        else:
+            self.cache.release_requests([req.rid])
+        if req.worker_knows:
+            self.worker.release([req.rid])
+        self.running.remove(req)
+        req.requeued()
+        self.waiting.appendleft(req)
+        self.ratio.on_retract()
+        self.stats["retractions"] += 1
+        self.log.info("retracted", rid=req.rid, output_tokens=len(req.output_ids), ratio=round(self.ratio.value, 3))
+
+    def _release(self, req: Req) -> None:
+        self.cache.release_requests([req.rid])
+        if req.worker_knows:
+            self.worker.release([req.rid])
+        self.running.remove(req)
+
+    @staticmethod
+    def _slots_by_request(reply: cache_pb2.AllocateResponse, plan: list[tuple[Req, int]]) -> dict[str, tuple[int, ...]]:
+        """Slots per request from the Allocate receipt; raises RuntimeError when it delivered other counts."""
+        slots = {r.request_id: tuple(r.slot_ids) for r in reply.results}
+        for req, n in plan:
+            if len(slots.get(req.rid, ())) != n:
+                raise RuntimeError(f"Allocate receipt gave {len(slots.get(req.rid, ()))} slots to {req.rid}, "
+                                   f"asked {n} (receipt {reply.receipt})")
+        return slots
+
+    # ---- results ---------------------------------------------------------------------------------------
+    def _process(self, batch: Batch, reply) -> None:
+        results = {r.request_id: r for r in reply.results}
+        finished: list[Req] = []
+        for e in batch.entries:
+            req, res = e.req, results[e.req.rid]
+            req.worker_knows, req.prefix_slot_ids = True, []
+            req.kv_len = e.start + e.n
+            if req.wants_prompt_logprobs:
+                req.prompt_logprobs.extend(res.prompt_logprobs)
+                req.prompt_top_logprobs.extend(res.prompt_top_logprobs)
+            if req.abort_requested:
+                continue
+            if e.sample:
+                if not res.sampled:
+                    raise RuntimeError(f"worker did not sample for {req.rid} (sample=true)")
+                if req.state == State.PREFILL:
+                    req.state = State.DECODE
+                    self.stats["prompt_tokens"] += len(req.prompt_ids) if req.retractions == 0 else 0
+                self.stats["generation_tokens"] += 1
+                req.stream.on_token(res.next_token_id, res.logprob,
+                                    res.top_logprobs if req.params.top_logprobs_num else None)
+            elif req.pending_tokens == 0:  # prompt computed, nothing to generate (max_new_tokens 0)
+                req.stream.finish_without_token(Finish.LENGTH)
+            if req.state == State.FINISHED:
+                finished.append(req)
+        self.stats["batches"] += 1
+        self.last_batch_at = time.monotonic()
+        if finished:
+            self._cache_finished(finished)
+
+    def _cache_finished(self, finished: list[Req]) -> None:
+        """Inserts each finished request's written tokens into the tree and releases it (cache and worker)."""
+        self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len], finished=True)
+                                   for r in finished])
+        self.worker.release([r.rid for r in finished])
+        for req in finished:
+            self.running.remove(req)
+            self._forget(req)
+            self.log.info("finished", rid=req.rid, reason=req.finish.value, prompt_tokens=len(req.prompt_ids),
+                          cached_tokens=req.cached_tokens, output_tokens=len(req.output_ids),
+                          retractions=req.retractions)

@@ -1,0 +1,101 @@
+"""The Scheduler gRPC servicer: a thin layer over scheduler.Scheduler."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+from tokenizers import Tokenizer
+
+from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
+from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost
+from scheduler_svc.output import OutputStream
+from scheduler_svc.request import Finish, StreamEnd
+from scheduler_svc.scheduler import QueueFull, Scheduler, SchedulerStopped
+from scheduler_svc.validate import InvalidRequest, build_request
+
+SERVICE_NAME = "codeserve.v1.Scheduler"
+
+
+def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:
+    c = pool.counters
+    return scheduler_pb2.PoolCounters(pool_id=pool.pool_id, capacity=c.capacity, available=c.available,
+                                      evictable=c.evictable, protected=c.protected, staged=c.staged, owned=c.owned)
+
+
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+    """Generate streams from a request's queue, fed by the loop; a client that goes away aborts its request."""
+
+    def __init__(self, scheduler: Scheduler, tokenizer: Tokenizer, log) -> None:
+        self.sched, self.tok, self.log = scheduler, tokenizer, log
+        self.draining = threading.Event()
+
+    def Generate(self, request, context):
+        info = self.sched.info
+        if self.draining.is_set():
+            context.abort(grpc.StatusCode.UNAVAILABLE, "scheduler is shutting down")
+        try:
+            req = build_request(request, self.tok, info, self.sched.capacity)
+        except InvalidRequest as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        req.stream = OutputStream(req, self.tok, info.eos_token_id)
+        log = self.log.bind(rid=req.rid)
+        if req.params.max_new_tokens == 0 and not req.wants_prompt_logprobs:
+            req.stream.finish_without_token(Finish.LENGTH)
+        else:
+            try:
+                self.sched.submit(req)
+            except QueueFull as exc:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            except SchedulerStopped as exc:
+                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            except ValueError as exc:
+                context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+            context.add_callback(lambda: self.sched.abort(req.rid, "client disconnected"))
+        log.info("generate", prompt_tokens=len(req.prompt_ids), max_new_tokens=req.params.max_new_tokens)
+        while True:
+            item = req.out.get()
+            if isinstance(item, StreamEnd):
+                if item.code is not None:
+                    log.warning("generate_failed", code=item.code.name, error=item.message)
+                    context.abort(item.code, item.message)
+                return
+            yield item
+
+    def Abort(self, request, context):
+        return scheduler_pb2.AbortResponse(found=self.sched.abort(request.request_id, "Abort RPC"))
+
+    def _pool(self, context) -> cache_pb2.PoolStatus:
+        """This scheduler's pool status from the cache; a failure answers UNAVAILABLE naming the cause."""
+        try:
+            return self.sched.cache.get_pool()
+        except (DependencyUnavailable, DependencyError, SessionLost) as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+
+    def GetLoad(self, request, context):
+        running, waiting, waiting_tokens = self.sched.queue_lengths()
+        s = self.sched.stats
+        return scheduler_pb2.GetLoadResponse(
+            running=running, waiting=waiting, waiting_tokens=waiting_tokens,
+            pools=[pool_counters(self._pool(context))],
+            seconds_since_last_batch=time.monotonic() - self.sched.last_batch_at, batches_completed=s["batches"],
+            prefix_query_tokens=s["prefix_query"], prefix_hit_tokens=s["prefix_hit"],
+            prompt_tokens_total=s["prompt_tokens"], generation_tokens_total=s["generation_tokens"])
+
+    def FlushCache(self, request, context):
+        try:
+            freed = self.sched.cache.flush().freed_tokens
+        except (DependencyUnavailable, DependencyError, SessionLost) as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        self.log.info("flush_cache", freed_tokens=freed)
+        return scheduler_pb2.FlushCacheResponse(freed_tokens=freed)
+
+    def ServerInfo(self, request, context):
+        info, cfg = self.sched.info, self.sched.cfg
+        return scheduler_pb2.ServerInfoResponse(
+            model_name=info.model_name, model_path=info.model_path, n_positions=info.n_positions,
+            vocab_size=info.vocab_size, eos_token_id=info.eos_token_id, max_running_requests=cfg.max_running_requests,
+            chunk_size=cfg.chunk_size, page_size=info.page_size, max_queued_requests=cfg.max_queued_requests,
+            pools=[pool_counters(self._pool(context))], attention_backend=info.attention_backend,
+            device=info.device, dtype=info.dtype)
