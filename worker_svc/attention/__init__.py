@@ -1,0 +1,1 @@
+"""Attention backends over the paged KV pool: ``torch`` (reference) and ``flashinfer`` (GPU)."""

@@ -1,0 +1,68 @@
+"""Attention with flashinfer's paged kernels (GPU only), page size 1.
+
+- decode batches (every request has one new token): ``BatchDecodeWithPagedKVCacheWrapper`` with
+  ``use_tensor_cores=True`` (the CUDA-core decode kernels only take query/KV group sizes 1, 2, 3, 4, 8;
+  GPTBigCode multi-query groups are 12, 16, 22, 32, 48);
+- extend / mixed batches: ``BatchPrefillWithPagedKVCacheWrapper`` with ``causal=True`` (flashinfer aligns
+  the causal mask to the end of each request's KV, i.e. the whole cached prefix is visible).
+
+flashinfer is imported when a backend is built, never at module import, so this module imports on a
+CPU-only machine. Kernels are JIT-compiled on first use (tens of seconds per kernel on a fresh machine):
+call ``warmup`` at start-up. Supports float16 and bfloat16 only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from worker_svc.attention.base import AttentionBackend, AttentionMeta
+
+WORKSPACE_BYTES = 256 * 1024 * 1024
+
+
+def available() -> bool:
+    """True when flashinfer can be imported and CUDA is present."""
+    return torch.cuda.is_available() and importlib.util.find_spec("flashinfer") is not None
+
+
+class FlashInferAttention(AttentionBackend):
+    """See ``attention.base`` for the semantics. Raises RuntimeError for a CPU device or float32."""
+
+    name = "flashinfer"
+
+    def __init__(self, n_head: int, kv_heads: int, head_dim: int, sm_scale: float, dtype: torch.dtype,
+                 device: torch.device | str):
+        super().__init__(n_head, kv_heads, head_dim, sm_scale)
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise RuntimeError(f"flashinfer attention needs a CUDA device, got {device}")
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise RuntimeError(f"flashinfer attention supports float16 and bfloat16, not {dtype}")
+        import flashinfer  # lazy: absent on CPU machines
+
+        self.dtype = dtype
+        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=True)
+        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
+        self._wrapper = None
+
+    def plan(self, meta: AttentionMeta) -> None:
+        if meta.is_decode:
+            self.decode.plan(
+                meta.kv_indptr_cpu, meta.kv_indices, meta.kv_last_page_len,
+                self.n_head, self.kv_heads, self.head_dim, 1,
+                q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
+            )
+            self._wrapper = self.decode
+        else:
+            self.prefill.plan(
+                meta.qo_indptr_cpu, meta.kv_indptr_cpu, meta.kv_indices, meta.kv_last_page_len,
+                self.n_head, self.kv_heads, self.head_dim, 1,
+                causal=True, q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
+            )
+            self._wrapper = self.prefill
+
+    def attend(self, layer: int, q: torch.Tensor, kv_pool) -> torch.Tensor:
+        return self._wrapper.run(q.to(self.dtype), kv_pool.paged(layer))

@@ -1,0 +1,107 @@
+"""Builds an Engine from command-line settings: device, dtype, weights, KV pool, attention backend."""
+
+from __future__ import annotations
+
+import pathlib
+import uuid
+from dataclasses import dataclass
+
+import torch
+
+from worker_svc.attention import flashinfer_backend
+from worker_svc.attention.base import AttentionBackend
+from worker_svc.attention.torch_ref import TorchAttention
+from worker_svc.engine import Engine
+from worker_svc.kv_pool import KVPool, geometry
+from worker_svc.model.config import ModelConfig
+from worker_svc.model.loader import DTYPES, load_model
+
+DEFAULT_CPU_KV_TOKENS = 65536
+DEFAULT_GPU_KV_FRACTION = 0.85
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Settings of one worker. ``kv_tokens`` / ``kv_fraction``: at most one; neither = the device default
+    (CPU: 65,536 tokens; CUDA: 0.85 of free memory after weights)."""
+
+    model_path: str
+    device: str = "auto"
+    dtype: str = "auto"
+    kv_tokens: int | None = None
+    kv_fraction: float | None = None
+    page_size: int = 1
+    attention: str = "auto"
+    worker_id: str = "worker-0"
+    seed: int = 0
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto -> cuda when available, else cpu. Raises ValueError for cuda without CUDA."""
+    if name == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda requested but CUDA is not available")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda:0")
+    return dev
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """auto -> bfloat16 on CUDA, float32 on CPU. Raises ValueError for unknown names."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; choose from {sorted(DTYPES)} or auto")
+    return DTYPES[name]
+
+
+def make_backend(name: str, cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> AttentionBackend:
+    """auto -> flashinfer on CUDA (fp16/bf16) when it imports, else torch. Raises ValueError/RuntimeError
+    when an explicit choice cannot run here."""
+    scale = cfg.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
+    if name == "auto":
+        ok = device.type == "cuda" and dtype != torch.float32 and flashinfer_backend.available()
+        name = "flashinfer" if ok else "torch"
+    if name == "torch":
+        return TorchAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, scale)
+    if name == "flashinfer":
+        return flashinfer_backend.FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, scale, dtype, device)
+    raise ValueError(f"unknown attention backend {name!r}; choose auto, torch or flashinfer")
+
+
+def free_bytes(device: torch.device) -> int:
+    """Free memory of ``device`` in bytes (CUDA: mem_get_info; CPU: MemAvailable of /proc/meminfo)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("cannot read MemAvailable from /proc/meminfo")
+
+
+def build_engine(opts: WorkerOptions) -> Engine:
+    """Loads the model and allocates the KV pool; the engine's epoch is a fresh uuid4 (boot id).
+
+    Raises ValueError / FileNotFoundError / RuntimeError with the reason when the settings cannot work.
+    """
+    if opts.kv_tokens is not None and opts.kv_fraction is not None:
+        raise ValueError("give at most one of --kv-tokens and --kv-fraction")
+    device = resolve_device(opts.device)
+    dtype = resolve_dtype(opts.dtype, device)
+    cfg, model = load_model(opts.model_path, dtype=dtype, device=device)
+    backend = make_backend(opts.attention, cfg, dtype, device)
+    kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
+    if kv_tokens is None and kv_fraction is None:
+        if device.type == "cuda":
+            kv_fraction = DEFAULT_GPU_KV_FRACTION
+        else:
+            kv_tokens = DEFAULT_CPU_KV_TOKENS
+    geom = geometry(cfg, dtype, kv_tokens=kv_tokens, kv_fraction=kv_fraction,
+                    free_bytes=free_bytes(device) if kv_fraction is not None else None, page_size=opts.page_size)
+    pool = KVPool(cfg, geom, dtype, device)
+    engine = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, worker_id=opts.worker_id,
+                    model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed)
+    engine.warmup()
+    return engine

@@ -1,0 +1,203 @@
+"""The worker engine: request table, batch validation, forward pass and sampling. No gRPC here.
+
+Request table: ``request_id -> RequestState`` with the slot table and token history of every token whose
+K/V this worker has written (or was told is cached, via ``has_prefix``). A forward:
+
+1. validates the whole batch (``validation.validate_batch``; nothing changes on error);
+2. lays the batch out flat (``forward_batch.build_layout``), plans the attention backend, runs the model
+   (each layer writes the new tokens' K/V at their slots);
+3. samples the items with ``sample=True`` from the logits of their last new token, and computes prompt
+   logprobs where asked;
+4. commits: each request's table grows by its new slots and tokens. The sampled token is *not* added: the
+   scheduler sends it back as the next decode item's input (its K/V is written then).
+
+``has_prefix=True`` replaces whatever the worker held for that id. Thread-safe: one forward at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from worker_svc.attention.base import AttentionBackend, AttentionMeta
+from worker_svc.forward_batch import build_layout
+from worker_svc.kv_pool import KVPool
+from worker_svc.model.config import ModelConfig
+from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
+from worker_svc.sampler import SampleRow, sample
+from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput
+from worker_svc.validation import validate_batch
+
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+@dataclass
+class RequestState:
+    """Worker-side state of one request: ``slots[i]`` holds the K/V of ``tokens[i]`` (position i)."""
+
+    slots: list[int]
+    tokens: list[int]
+    prompt_len: int
+    last_hidden: torch.Tensor | None = field(default=None, repr=False)  # [n_embd], for prompt logprobs
+
+
+@dataclass(frozen=True)
+class ForwardResult:
+    """Outputs in item order and the seconds spent in the model and the sampler."""
+
+    outputs: tuple[ForwardOutput, ...]
+    forward_seconds: float
+
+
+class Engine:
+    """Runs forward batches for one model on one device. See the module docstring for the contract."""
+
+    def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
+                 *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0):
+        self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
+        self.epoch, self.worker_id, self.model_path = epoch, worker_id, model_path
+        self.device = kv_pool.device
+        self.requests: dict[str, RequestState] = {}
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._lock = threading.Lock()
+
+    def info(self) -> EngineInfo:
+        """Model facts, pool geometry, epoch."""
+        c, g = self.cfg, self.kv_pool.geometry
+        return EngineInfo(
+            worker_id=self.worker_id, epoch=self.epoch, model_name=c.name, model_path=self.model_path,
+            n_layer=c.n_layer, n_head=c.n_head, kv_heads=c.kv_heads, head_dim=c.head_dim, n_embd=c.n_embd,
+            n_positions=c.n_positions, vocab_size=c.vocab_size, eos_token_id=c.eos_token_id,
+            dtype=DTYPE_NAMES[self.kv_pool.dtype], kv_bytes_per_token=g.kv_bytes_per_token,
+            capacity_tokens=g.capacity_tokens, page_size=g.page_size, pool_slots=g.pool_slots,
+            device=str(self.device), attention_backend=self.backend.name,
+        )
+
+    def release(self, request_ids: Sequence[str]) -> int:
+        """Drops the state of these requests; unknown ids are ignored. Returns how many were dropped."""
+        with self._lock:
+            return sum(self.requests.pop(rid, None) is not None for rid in request_ids)
+
+    def forward(self, items: Sequence[ForwardItem], expected_epoch: str) -> ForwardResult:
+        """Runs one batch. Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION) before any
+        work when the batch is invalid; then nothing has changed."""
+        with self._lock:
+            stored = {rid for rid, s in self.requests.items() if s.last_hidden is not None}
+            validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
+            t0 = time.perf_counter()
+            outputs = self._run(items)
+            return ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0)
+
+    def warmup(self) -> None:
+        """Runs one extend and one decode step on slots 1..3 (no request state is kept), so the attention
+        kernels are compiled before serving. The garbage K/V written there is overwritten by later use."""
+        with self._lock:
+            dev = self.device
+            s = [1 + i % (self.kv_pool.pool_slots - 1) for i in range(3)]  # slots 1, 2, 3 (fewer in tiny pools)
+            for prefix, new, table in (([0], [2], [s[:2]]), ([2], [1], [s])):
+                layout = build_layout(prefix, new, table)
+                self.backend.plan(AttentionMeta.from_layout(layout, dev))
+                ids = torch.zeros(layout.num_tokens, dtype=torch.long, device=dev)
+                hidden = self.model(ids, torch.from_numpy(layout.positions).to(dev), self.kv_pool, self.backend,
+                                    torch.from_numpy(layout.out_slots).to(dev))
+                self.model.logits(hidden).sum().item()
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _history(self, it: ForwardItem) -> list[int]:
+        """Token ids before this item's new tokens."""
+        return list(it.prefix_token_ids) if it.has_prefix else self.requests[it.request_id].tokens
+
+    def _run(self, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
+        dev = self.device
+        tables = [(list(it.prefix_slot_ids) if it.has_prefix else self.requests[it.request_id].slots) + list(it.slot_ids)
+                  for it in items]
+        layout = build_layout([it.position_start for it in items], [len(it.input_ids) for it in items], tables)
+        input_ids = torch.tensor([t for it in items for t in it.input_ids], dtype=torch.long).to(dev)
+        positions = torch.from_numpy(layout.positions).to(dev)
+        out_slots = torch.from_numpy(layout.out_slots).to(dev)
+        self.backend.plan(AttentionMeta.from_layout(layout, dev))
+        hidden = self.model(input_ids, positions, self.kv_pool, self.backend, out_slots)  # [T, n_embd]
+
+        # Sampling rows: the last new token of each item that samples.
+        qo = layout.qo_indptr.tolist()
+        sample_items = [b for b, it in enumerate(items) if it.sample]
+        results: dict[int, object] = {}
+        if sample_items:
+            rows_idx = torch.tensor([qo[b + 1] - 1 for b in sample_items], dtype=torch.long, device=dev)
+            logits = self.model.logits(hidden[rows_idx])  # [S, vocab] float32
+            rows = []
+            for b in sample_items:
+                it = items[b]
+                prev = self._prompt_len(it)
+                hist: list[int] = []
+                if it.sampling.has_penalties:
+                    hist = self._history(it) + list(it.input_ids)
+                rows.append(SampleRow(params=it.sampling, history=hist, prompt_len=prev,
+                                      position=it.position_start + len(it.input_ids),
+                                      top_n=it.top_logprobs_num))
+            for b, res in zip(sample_items, sample(logits, rows, self.generator)):
+                results[b] = res
+
+        prompt = {b: self._prompt_logprobs(it, hidden[qo[b]:qo[b + 1]])
+                  for b, it in enumerate(items) if it.return_prompt_logprobs}
+
+        outputs = []
+        for b, it in enumerate(items):
+            res = results.get(b)
+            plp, ptop = prompt.get(b, ((), ()))
+            outputs.append(ForwardOutput(
+                request_id=it.request_id,
+                sampled=res is not None,
+                next_token_id=res.token_id if res is not None else -1,
+                logprob=res.logprob if res is not None and it.return_logprob else 0.0,
+                top_logprobs=res.top if res is not None else (),
+                prompt_logprobs=plp,
+                prompt_top_logprobs=ptop,
+            ))
+        self._commit(items, hidden, qo)
+        return tuple(outputs)
+
+    def _prompt_len(self, it: ForwardItem) -> int:
+        if it.prompt_len > 0:
+            return it.prompt_len
+        if not it.has_prefix:
+            return self.requests[it.request_id].prompt_len
+        return it.position_start + len(it.input_ids)
+
+    def _prompt_logprobs(self, it: ForwardItem, hid: torch.Tensor):
+        """hid [n, n_embd]: this item's new-token hidden rows -> (logprobs, top-N per position)."""
+        rows = hid[:-1]  # row i predicts input_ids[i + 1]
+        targets = list(it.input_ids[1:])
+        if it.position_start > 0:
+            prev = self.requests[it.request_id].last_hidden  # validated present
+            rows = torch.cat([prev[None, :], rows], dim=0)
+            targets = list(it.input_ids)
+        if not targets:
+            return (), ()
+        lp = torch.log_softmax(self.model.logits(rows), dim=-1)  # [n_targets, vocab]
+        tgt = torch.tensor(targets, dtype=torch.long, device=lp.device)
+        chosen = tuple(lp.gather(1, tgt[:, None])[:, 0].tolist())
+        tops: tuple = ()
+        if it.top_logprobs_num > 0:
+            v, i = lp.topk(it.top_logprobs_num, dim=-1)
+            tops = tuple(tuple(zip(ii, vv)) for ii, vv in zip(i.tolist(), v.tolist()))
+        return chosen, tops
+
+    def _commit(self, items: Sequence[ForwardItem], hidden: torch.Tensor, qo: list[int]) -> None:
+        for b, it in enumerate(items):
+            if it.has_prefix:
+                state = RequestState(slots=list(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
+                                     prompt_len=self._prompt_len(it))
+                self.requests[it.request_id] = state
+            else:
+                state = self.requests[it.request_id]
+                if it.prompt_len > 0:
+                    state.prompt_len = it.prompt_len
+            state.slots.extend(it.slot_ids)
+            state.tokens.extend(it.input_ids)
+            state.last_hidden = hidden[qo[b + 1] - 1].clone() if it.return_prompt_logprobs else None

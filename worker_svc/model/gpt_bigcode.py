@@ -1,0 +1,146 @@
+"""GPTBigCode (StarCoder / SantaCoder family) as a flat-token, paged-KV model.
+
+Reads top to bottom like the architecture:
+
+    h = wte[input_ids] + wpe[positions]
+    for each block:  h = h + attn(ln_1(h));  h = h + mlp(ln_2(h))
+    logits = ln_f(h) @ wte.T            (LM head tied to wte)
+
+Tokens of all requests in a batch are concatenated ("flat"): ``input_ids`` and ``positions`` are
+``[num_tokens]``. Each layer writes the new tokens' K and V into the KV pool at ``out_slots`` and asks the
+attention backend for the output; the backend knows which slots each request attends to.
+
+Parameter names are Hugging Face's (``transformer.h.0.attn.c_attn.weight`` ...), so a state dict loads 1:1.
+The fused ``c_attn`` projection is laid out differently for the two attention kinds (as in HF):
+- multi-query: ``[q (n_embd) | k (head_dim) | v (head_dim)]``;
+- multi-head: per head ``[q_h | k_h | v_h]`` interleaved, i.e. view ``[n_head, 3 * head_dim]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from worker_svc.model.config import ModelConfig
+
+
+def activation(name: str):
+    """The activation function named by ``activation_function`` in config.json (HF semantics)."""
+    if name == "gelu_pytorch_tanh":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "gelu":
+        return F.gelu
+    if name == "gelu_new":
+        return lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    if name == "gelu_fast":
+        return lambda x: 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+    if name == "relu":
+        return F.relu
+    raise ValueError(f"unknown activation {name!r}")
+
+
+class Attention(nn.Module):
+    """Self-attention over the paged KV pool. Parameters: ``c_attn`` (fused QKV) and ``c_proj``."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.multi_query = cfg.multi_query
+        self.n_head, self.kv_heads, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
+        self.n_embd = cfg.n_embd
+        self.c_attn = nn.Linear(cfg.n_embd, cfg.n_embd + 2 * cfg.kv_heads * cfg.head_dim)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def split_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[T, n_embd] -> q [T, n_head, head_dim], k and v [T, kv_heads, head_dim]."""
+        qkv = self.c_attn(x)  # [T, n_embd + 2 * kv_heads * head_dim]
+        t = x.shape[0]
+        if self.multi_query:
+            q, k, v = qkv.split((self.n_embd, self.head_dim, self.head_dim), dim=-1)
+            return q.reshape(t, self.n_head, self.head_dim), k.reshape(t, 1, self.head_dim), v.reshape(t, 1, self.head_dim)
+        qkv = qkv.view(t, self.n_head, 3 * self.head_dim)  # per head [q_h | k_h | v_h]
+        q, k, v = qkv.split(self.head_dim, dim=-1)  # each [T, n_head, head_dim]
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, kv_pool, backend, out_slots: torch.Tensor) -> torch.Tensor:
+        """x [T, n_embd] -> [T, n_embd]; writes this layer's K/V of the T tokens at ``out_slots`` [T]."""
+        q, k, v = self.split_qkv(x)
+        kv_pool.write(self.layer, out_slots, k, v)
+        o = backend.attend(self.layer, q.contiguous(), kv_pool)  # [T, n_head, head_dim]
+        return self.c_proj(o.reshape(x.shape[0], self.n_embd))
+
+
+class MLP(nn.Module):
+    """c_fc -> activation -> c_proj."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, cfg.n_inner)
+        self.c_proj = nn.Linear(cfg.n_inner, cfg.n_embd)
+        self.act = activation(cfg.activation_function)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(self.act(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+        self.attn = Attention(cfg, layer)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+        self.mlp = MLP(cfg)
+
+    def forward(self, h: torch.Tensor, kv_pool, backend, out_slots: torch.Tensor) -> torch.Tensor:
+        h = h + self.attn(self.ln_1(h), kv_pool, backend, out_slots)
+        return h + self.mlp(self.ln_2(h))
+
+
+class Transformer(nn.Module):
+    """``transformer.*`` of the HF checkpoint: embeddings, blocks, final LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.n_positions, cfg.n_embd)
+        self.h = nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)])
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+
+
+class GPTBigCodeForCausalLM(nn.Module):
+    """The model. ``forward`` gives final hidden states; ``logits`` applies the (tied) LM head.
+
+    The attention scale (1/sqrt(head_dim), or 1 when ``scale_attn_weights`` is false) is the backend's.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.transformer = Transformer(cfg)
+        # Only when the checkpoint unties the head (tie_word_embeddings: false); GPTBigCode ties it.
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_pool, backend,
+                out_slots: torch.Tensor) -> torch.Tensor:
+        """input_ids, positions, out_slots: int64 [T] -> hidden states after ln_f [T, n_embd] (model dtype).
+
+        The caller has validated ids < vocab_size and positions < n_positions, and has planned ``backend``
+        for this batch (``backend.plan(meta)``).
+        """
+        t = self.transformer
+        h = t.wte(input_ids) + t.wpe(positions)  # [T, n_embd]
+        for block in t.h:
+            h = block(h, kv_pool, backend, out_slots)
+        return t.ln_f(h)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, n_embd] -> float32 logits [N, vocab_size]."""
+        w = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, w).float()

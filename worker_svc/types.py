@@ -1,0 +1,79 @@
+"""Plain request/response types of the worker engine (the servicer converts protobuf to and from these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from worker_svc.sampler import SamplingParams
+
+
+class WorkerError(Exception):
+    """A rejected call. ``code`` is a gRPC status name: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ForwardItem:
+    """One request of a forward batch; see ``ForwardItem`` in worker.proto for the field contract."""
+
+    request_id: str
+    input_ids: tuple[int, ...]
+    position_start: int
+    slot_ids: tuple[int, ...]
+    has_prefix: bool = False
+    prefix_slot_ids: tuple[int, ...] = ()
+    prefix_token_ids: tuple[int, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    sample: bool = True
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    return_prompt_logprobs: bool = False
+    prompt_len: int = 0
+
+
+@dataclass(frozen=True)
+class ForwardOutput:
+    """Result for one item. ``next_token_id`` is -1 when ``sampled`` is false.
+
+    ``logprob``: raw log-probability of the sampled token (0.0 unless return_logprob);
+    ``top_logprobs``: (token id, logprob) best first; ``prompt_logprobs``: one per input token it applies
+    to (input_ids[1:], plus input_ids[0] when position_start > 0, in order), with ``prompt_top_logprobs``
+    aligned to it when top_logprobs_num > 0.
+    """
+
+    request_id: str
+    sampled: bool
+    next_token_id: int = -1
+    logprob: float = 0.0
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+    prompt_logprobs: tuple[float, ...] = ()
+    prompt_top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What ``Worker.Info`` reports (field names as in WorkerInfo)."""
+
+    worker_id: str
+    epoch: str
+    model_name: str
+    model_path: str
+    n_layer: int
+    n_head: int
+    kv_heads: int
+    head_dim: int
+    n_embd: int
+    n_positions: int
+    vocab_size: int
+    eos_token_id: int
+    dtype: str
+    kv_bytes_per_token: int
+    capacity_tokens: int
+    page_size: int
+    pool_slots: int
+    device: str
+    attention_backend: str

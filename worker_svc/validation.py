@@ -1,0 +1,101 @@
+"""Checks a whole forward batch before anything runs; the first problem found raises WorkerError.
+
+Nothing is mutated here, and the engine calls this before touching the KV pool or its request table, so
+a rejected batch changes nothing and the worker keeps serving.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from worker_svc.model.config import ModelConfig
+from worker_svc.types import ForwardItem, WorkerError
+
+RESERVED_SLOT = 0
+
+
+def _bad(msg: str) -> WorkerError:
+    return WorkerError("INVALID_ARGUMENT", msg)
+
+
+def _check_slots(rid: str, what: str, slots: Sequence[int], pool_slots: int) -> None:
+    if slots and (min(slots) < 1 or max(slots) >= pool_slots):
+        bad = next(s for s in slots if s < 1 or s >= pool_slots)
+        reason = "is the reserved slot 0" if bad == RESERVED_SLOT else f"is outside the pool [1, {pool_slots - 1}]"
+        raise _bad(f"request {rid!r}: {what} slot id {bad} {reason}")
+
+
+def _check_tokens(rid: str, what: str, ids: Sequence[int], vocab: int) -> None:
+    if ids and (min(ids) < 0 or max(ids) >= vocab):
+        bad = next(t for t in ids if t < 0 or t >= vocab)
+        raise _bad(f"request {rid!r}: {what} token id {bad} is outside the vocabulary [0, {vocab - 1}]")
+
+
+def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str, cfg: ModelConfig,
+                   pool_slots: int, known: Mapping[str, object], stored_hidden: Mapping[str, object]) -> None:
+    """Raises WorkerError for the first invalid item; returns None when the batch may run.
+
+    ``known`` maps request id -> state with ``len(state.slots)`` tokens; ``stored_hidden`` holds the ids
+    whose previous chunk kept its last hidden row (needed for input_ids[0]'s prompt logprob).
+    """
+    if expected_epoch != epoch:
+        raise WorkerError("FAILED_PRECONDITION",
+                          f"expected_epoch {expected_epoch!r} != worker epoch {epoch!r} (worker restarted: re-register the pool)")
+    if not items:
+        raise _bad("empty forward batch")
+    seen_ids: set[str] = set()
+    new_slots: set[int] = set()
+    for it in items:
+        rid = it.request_id
+        if not rid:
+            raise _bad("empty request_id")
+        if rid in seen_ids:
+            raise _bad(f"request {rid!r} appears twice in one batch")
+        seen_ids.add(rid)
+        n = len(it.input_ids)
+        if n == 0:
+            raise _bad(f"request {rid!r}: no input_ids")
+        if len(it.slot_ids) != n:
+            raise _bad(f"request {rid!r}: {len(it.slot_ids)} slot_ids for {n} input_ids")
+        if it.position_start < 0:
+            raise _bad(f"request {rid!r}: position_start {it.position_start} < 0")
+        last = it.position_start + n - 1
+        if last >= cfg.n_positions:
+            raise _bad(f"request {rid!r}: position {last} (position_start {it.position_start} + {n} tokens) "
+                       f">= n_positions {cfg.n_positions}")
+        _check_tokens(rid, "input", it.input_ids, cfg.vocab_size)
+        _check_slots(rid, "new", it.slot_ids, pool_slots)
+        for s in it.slot_ids:
+            if s in new_slots:
+                raise _bad(f"request {rid!r}: slot id {s} is written twice in one batch")
+            new_slots.add(s)
+        if it.has_prefix:
+            if len(it.prefix_slot_ids) != it.position_start:
+                raise _bad(f"request {rid!r}: {len(it.prefix_slot_ids)} prefix_slot_ids but position_start "
+                           f"{it.position_start}")
+            if len(it.prefix_token_ids) != it.position_start:
+                raise _bad(f"request {rid!r}: {len(it.prefix_token_ids)} prefix_token_ids but position_start "
+                           f"{it.position_start}")
+            _check_slots(rid, "prefix", it.prefix_slot_ids, pool_slots)
+            _check_tokens(rid, "prefix", it.prefix_token_ids, cfg.vocab_size)
+            overlap = set(it.prefix_slot_ids) & set(it.slot_ids)
+            if overlap:
+                raise _bad(f"request {rid!r}: new slot ids {sorted(overlap)[:4]} are also prefix slots")
+        else:
+            if rid not in known:
+                raise WorkerError("NOT_FOUND", f"request {rid!r} is not known to this worker and has_prefix is false "
+                                               f"(send has_prefix with its prefix after a retract or restart)")
+            held = len(known[rid].slots)
+            if it.position_start != held:
+                raise _bad(f"request {rid!r}: position_start {it.position_start} but the worker holds {held} "
+                           f"tokens for it")
+        if it.prompt_len < 0:
+            raise _bad(f"request {rid!r}: prompt_len {it.prompt_len} < 0")
+        if not 0 <= it.top_logprobs_num <= cfg.vocab_size:
+            raise _bad(f"request {rid!r}: top_logprobs_num {it.top_logprobs_num} outside [0, {cfg.vocab_size}]")
+        reason = it.sampling.validate()
+        if reason:
+            raise _bad(f"request {rid!r}: {reason}")
+        if it.return_prompt_logprobs and it.position_start > 0 and (it.has_prefix or rid not in stored_hidden):
+            raise _bad(f"request {rid!r}: prompt logprobs from position {it.position_start} need the previous chunk "
+                       f"computed on this worker with return_prompt_logprobs (no cached prefix for echo logprobs)")
