@@ -21,6 +21,7 @@ class OutputStream:
         self.eos = eos_token_id
         self.detok = IncrementalDetokenizer(tokenizer, req.params.skip_special_tokens)
         self.stops = StopStringMatcher(req.params.stop, req.params.no_stop_trim)
+        self._final: scheduler_pb2.GenerateResponse | None = None
 
     def _message(self) -> scheduler_pb2.GenerateResponse:
         req = self.req
@@ -35,11 +36,13 @@ class OutputStream:
         return msg
 
     def on_token(self, token_id: int, logprob: float, top: common_pb2.TopLogprobs | None) -> None:
-        """Appends one sampled token; streams a message; finishes the request when a condition holds."""
+        """Appends one sampled token and streams a message; when a finish condition holds, the request is
+        FINISHED and its last message waits for ``close``."""
         req, p = self.req, self.req.params
         req.output_ids.append(token_id)
         if p.return_logprob:
             req.output_logprobs.append(logprob)
+        if p.top_logprobs_num > 0:
             req.output_top_logprobs.append(top if top is not None else common_pb2.TopLogprobs())
         text = ""
         if (token_id == self.eos and not p.ignore_eos) or token_id in p.stop_token_ids:
@@ -58,14 +61,15 @@ class OutputStream:
         msg.text = text
         if p.return_logprob:
             msg.logprobs.append(logprob)
+        if p.top_logprobs_num > 0:
             msg.top_logprobs.append(req.output_top_logprobs[-1])
         req.sent_tokens = len(req.output_ids)
-        if req.finish is not None:
-            self._finish_fields(msg)
-        req.out.put(msg)
-        if req.finish is not None:
-            req.state = State.FINISHED
-            req.out.put(StreamEnd())
+        if req.finish is None:
+            req.out.put(msg)
+            return
+        self._finish_fields(msg)
+        req.state = State.FINISHED
+        self._final = msg
 
     def _drain(self) -> str:
         """Text still held back by the detokenizer and the stop matcher (a stop may still match in it)."""
@@ -83,7 +87,7 @@ class OutputStream:
         msg.completion_tokens = len(self.req.output_ids)
 
     def finish_without_token(self, reason: Finish) -> None:
-        """Ends the stream with no new token (max_new_tokens 0, abort): one last message, then the end."""
+        """Finishes with no new token (max_new_tokens 0, abort); ``close`` sends the last message."""
         req = self.req
         req.finish = reason
         msg = self._message()
@@ -91,8 +95,21 @@ class OutputStream:
             msg.text = self._drain()
         self._finish_fields(msg)
         req.state = State.FINISHED
-        req.out.put(msg)
-        req.out.put(StreamEnd())
+        self._final = msg
+
+    @property
+    def has_final(self) -> bool:
+        """True when the request finished and its last message was not sent yet."""
+        return self._final is not None
+
+    def close(self) -> None:
+        """Sends the last message of a finished request and ends the stream. The loop calls it after the
+        request's slots were cached or released, so a client that saw the end sees the pool settled."""
+        if self._final is None:
+            raise RuntimeError(f"close() of request {self.req.rid} that has not finished")
+        self.req.out.put(self._final)
+        self.req.out.put(StreamEnd())
+        self._final = None
 
     def fail(self, code: object, message: str) -> None:
         """Ends the stream with an error status (a grpc.StatusCode) and its message."""

@@ -142,6 +142,10 @@ class Scheduler:
         self.worker.release(rids)  # same epoch: drop its slot tables; new epoch: it knows none of them
         self._orphans = []
         for req in reversed(self.running):
+            if req.stream.has_final:  # finished before the outage: deliver it, the new session freed its slots
+                req.stream.close()
+                self._forget(req)
+                continue
             req.requeued()
             self.waiting.appendleft(req)
         self.log.warning("resynced", requeued=len(self.running))
@@ -201,7 +205,9 @@ class Scheduler:
     def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
         self._orphans += [r.rid for r in self.running if r.worker_knows]
         for req in list(self.waiting) + self.running + self._take_inbox():
-            if req.state != State.FINISHED:
+            if req.stream.has_final:
+                req.stream.close()  # it completed; only its release was cut short (the next session frees it)
+            elif req.state != State.FINISHED:
                 req.stream.fail(code, message)
             self._forget(req)
         self.waiting.clear()
@@ -233,6 +239,7 @@ class Scheduler:
         for req in waiting_aborted + running_aborted:
             (self.waiting.remove if req in waiting_aborted else self.running.remove)(req)
             req.stream.finish_without_token(Finish.ABORT)
+            req.stream.close()
             self._forget(req)
             self.log.info("aborted", rid=req.rid, reason=req.abort_reason, output_tokens=len(req.output_ids))
 
@@ -403,6 +410,7 @@ class Scheduler:
         self.worker.release([r.rid for r in finished])
         for req in finished:
             self.running.remove(req)
+            req.stream.close()
             self._forget(req)
             self.log.info("finished", rid=req.rid, reason=req.finish.value, prompt_tokens=len(req.prompt_ids),
                           cached_tokens=req.cached_tokens, output_tokens=len(req.output_ids),

@@ -43,6 +43,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         log = self.log.bind(rid=req.rid)
         if req.params.max_new_tokens == 0 and not req.wants_prompt_logprobs:
             req.stream.finish_without_token(Finish.LENGTH)
+            req.stream.close()
         else:
             try:
                 self.sched.submit(req)
