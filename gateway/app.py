@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway import admin_api, openai_api
+from gateway import admin_api, chat_api, native_api, openai_api
 from gateway.context import GatewayContext
 from gateway.disconnect import ClientDisconnected
 from gateway.errors import ApiError, api_error_handler, validation_error_handler
@@ -54,6 +54,8 @@ def create_app(scheduler_client: SchedulerClient, tokenizer: GatewayTokenizer, s
     app.add_exception_handler(ClientDisconnected, _disconnected_handler)
     app.add_exception_handler(Exception, _unexpected_handler)
     app.include_router(openai_api.router)
+    app.include_router(chat_api.router)
+    app.include_router(native_api.router)
     app.include_router(admin_api.router)
     app.add_middleware(LimitsAndAuth, max_body_bytes=settings.max_body_bytes, api_key=settings.api_key)
     return app

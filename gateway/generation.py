@@ -97,9 +97,34 @@ class GenerationResult:
     matched_stop: str
     completion_tokens: int
 
+    def as_message(self) -> scheduler_pb2.GenerateResponse:
+        """The whole result as one GenerateResponse, so streamed and whole answers share code paths."""
+
+        def tops(entries: tuple[TopEntries, ...]) -> list[common_pb2.TopLogprobs]:
+            return [common_pb2.TopLogprobs(entries=[common_pb2.TokenLogprob(token_id=t, logprob=lp) for t, lp in e])
+                    for e in entries]
+
+        return scheduler_pb2.GenerateResponse(
+            request_id=self.request_id,
+            token_ids=self.token_ids,
+            text=self.text,
+            logprobs=self.logprobs,
+            top_logprobs=tops(self.top_logprobs),
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            prompt_token_ids=self.prompt_token_ids,
+            prompt_logprobs=self.prompt_logprobs,
+            prompt_top_logprobs=tops(self.prompt_top_logprobs),
+            finish_reason=self.finish_reason,
+            matched_stop=self.matched_stop,
+            completion_tokens=self.completion_tokens,
+        )
+
 
 @dataclass
-class _Builder:
+class ResultBuilder:
+    """Accumulates the messages of one Generate call (``add``) into a GenerationResult (``build``)."""
+
     request_id: str = ""
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -203,7 +228,7 @@ class GenerationStream:
 
     async def collect(self) -> GenerationResult:
         """Reads to the end and returns the result. The call is cancelled if this is cancelled."""
-        builder = _Builder()
+        builder = ResultBuilder()
         first = True
         async for msg in self.messages():
             builder.add(msg, first)

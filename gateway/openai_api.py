@@ -145,7 +145,7 @@ async def create_completion(body: CompletionRequest, request: Request):
     choices = []
     for index, (job, result) in enumerate(zip(jobs, results)):
         state = _ChoiceState(ctx, body, job.prompt)
-        text, logprobs = state.piece(_as_message(result))
+        text, logprobs = state.piece(result.as_message())
         choices.append({
             "index": index,
             "text": text,
@@ -153,31 +153,6 @@ async def create_completion(body: CompletionRequest, request: Request):
             "finish_reason": result.finish_reason,
         })
     return JSONResponse({**head, "choices": choices, "usage": usage(results, n), "system_fingerprint": None})
-
-
-def _as_message(result: GenerationResult) -> scheduler_pb2.GenerateResponse:
-    """The whole result as one message, so streamed and non-streamed answers share one code path."""
-    from codeserve.v1 import common_pb2
-
-    def tops(entries):
-        return [common_pb2.TopLogprobs(entries=[common_pb2.TokenLogprob(token_id=t, logprob=lp) for t, lp in e])
-                for e in entries]
-
-    return scheduler_pb2.GenerateResponse(
-        request_id=result.request_id,
-        token_ids=result.token_ids,
-        text=result.text,
-        logprobs=result.logprobs,
-        top_logprobs=tops(result.top_logprobs),
-        prompt_tokens=result.prompt_tokens,
-        cached_tokens=result.cached_tokens,
-        prompt_token_ids=result.prompt_token_ids,
-        prompt_logprobs=result.prompt_logprobs,
-        prompt_top_logprobs=tops(result.prompt_top_logprobs),
-        finish_reason=result.finish_reason,
-        matched_stop=result.matched_stop,
-        completion_tokens=result.completion_tokens,
-    )
 
 
 async def _stream(request: Request, ctx: GatewayContext, body: CompletionRequest, jobs: list[_Job], n: int,

@@ -113,6 +113,7 @@ class NativeGenerateRequest(BaseModel):
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = Field(0, ge=0)
+    return_text_in_logprobs: bool = False
     rid: str | list[str] | None = None
 
 

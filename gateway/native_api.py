@@ -1,0 +1,203 @@
+"""SGLang-native endpoints: POST /generate, /tokenize, /detokenize."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from codeserve.v1 import scheduler_pb2
+from gateway.chat_template import render
+from gateway.context import GatewayContext, get_ctx
+from gateway.disconnect import GuardedStreamingResponse, sse
+from gateway.errors import ApiError, invalid
+from gateway.fanout import collect_all, open_streams
+from gateway.generation import GenerationResult, SamplingRequest, ResultBuilder, merge_streams
+from gateway.prompts import (
+    PromptInput, cap_new_tokens, check_ids, check_logprobs, parse_stop, parse_stop_token_ids, text_prompt,
+)
+from gateway.schemas import DetokenizeRequest, NativeGenerateRequest, NativeSamplingParams, TokenizeRequest
+
+router = APIRouter()
+
+
+def _prompts(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[list[PromptInput], bool]:
+    """The prompts and whether the request is a batch. Raises ApiError 400."""
+    if (body.text is None) == (body.input_ids is None):
+        raise invalid("give exactly one of text and input_ids", "text")
+    if body.text is not None:
+        if isinstance(body.text, str):
+            return [text_prompt(body.text, ctx.tokenizer, ctx.settings, "text")], False
+        texts = body.text
+        if not texts:
+            raise invalid("text is an empty list", "text")
+        if len(texts) > ctx.settings.max_prompts:
+            raise invalid(f"text has {len(texts)} prompts; the limit is {ctx.settings.max_prompts}", "text")
+        return [text_prompt(t, ctx.tokenizer, ctx.settings, f"text[{i}]") for i, t in enumerate(texts)], True
+    ids = body.input_ids
+    if ids and isinstance(ids[0], list):
+        if len(ids) > ctx.settings.max_prompts:
+            raise invalid(f"input_ids has {len(ids)} prompts; the limit is {ctx.settings.max_prompts}", "input_ids")
+        return [PromptInput(None, check_ids(x, ctx.settings, f"input_ids[{i}]")) for i, x in enumerate(ids)], True
+    return [PromptInput(None, check_ids(list(ids), ctx.settings, "input_ids"))], False
+
+
+def _sampling(params: NativeSamplingParams, prompt: PromptInput, body: NativeGenerateRequest,
+              ctx: GatewayContext) -> SamplingRequest:
+    asked = params.max_new_tokens if params.max_new_tokens is not None else ctx.settings.native_default_max_new_tokens
+    return SamplingRequest(
+        max_new_tokens=cap_new_tokens(asked, prompt, ctx.settings),
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        min_p=params.min_p,
+        repetition_penalty=params.repetition_penalty,
+        frequency_penalty=params.frequency_penalty,
+        presence_penalty=params.presence_penalty,
+        seed=params.sampling_seed,
+        stop=parse_stop(params.stop, ctx.settings, "sampling_params.stop"),
+        stop_token_ids=parse_stop_token_ids(params.stop_token_ids, ctx.settings, "sampling_params.stop_token_ids"),
+        ignore_eos=params.ignore_eos,
+        skip_special_tokens=params.skip_special_tokens,
+        no_stop_trim=params.no_stop_trim,
+        return_logprob=body.return_logprob,
+        top_logprobs_num=body.top_logprobs_num if body.return_logprob else 0,
+        return_prompt_logprobs=body.return_logprob and body.logprob_start_len >= 0,
+    )
+
+
+def _requests(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[list[scheduler_pb2.GenerateRequest], bool]:
+    prompts, batch = _prompts(body, ctx)
+    check_logprobs(body.top_logprobs_num, ctx.settings, "top_logprobs_num")
+    params = body.sampling_params if body.sampling_params is not None else NativeSamplingParams()
+    if isinstance(params, list):
+        if len(params) != len(prompts):
+            raise invalid(f"sampling_params has {len(params)} entries for {len(prompts)} inputs", "sampling_params")
+    else:
+        params = [params] * len(prompts)
+    rids = body.rid
+    if rids is None:
+        base = uuid.uuid4().hex
+        rids = [f"{base}-{i}" for i in range(len(prompts))] if batch else [base]
+    elif isinstance(rids, str):
+        rids = [rids] if not batch else [f"{rids}-{i}" for i in range(len(prompts))]
+    elif len(rids) != len(prompts):
+        raise invalid(f"rid has {len(rids)} entries for {len(prompts)} inputs", "rid")
+    requests = [_sampling(p, prompt, body, ctx).to_proto(rid, prompt.ids)
+                for p, prompt, rid in zip(params, prompts, rids)]
+    return requests, batch
+
+
+def _finish_reason(result: GenerationResult, request: scheduler_pb2.GenerateRequest) -> dict | None:
+    if not result.finish_reason:
+        return None
+    if result.finish_reason == "length":
+        return {"type": "length", "length": result.completion_tokens}
+    matched: int | str = result.matched_stop
+    if matched not in request.stop and result.matched_stop.isdigit():
+        matched = int(result.matched_stop)
+    return {"type": result.finish_reason, "matched": matched}
+
+
+def _logprob_triples(ctx: GatewayContext, ids, logprobs, with_text: bool) -> list[list]:
+    return [[lp, token_id, ctx.tokenizer.token_text(token_id) if with_text else None]
+            for lp, token_id in zip(logprobs, ids)]
+
+
+def _output(ctx: GatewayContext, body: NativeGenerateRequest, request: scheduler_pb2.GenerateRequest,
+            result: GenerationResult, started: float, with_text: bool) -> dict:
+    meta = {
+        "id": request.request_id,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens if result.finish_reason else len(result.token_ids),
+        "cached_tokens": result.cached_tokens,
+        "finish_reason": _finish_reason(result, request),
+        "e2e_latency": time.perf_counter() - started,
+    }
+    if body.return_logprob:
+        if len(result.logprobs) != len(result.token_ids):
+            raise ValueError(f"{len(result.token_ids)} tokens but {len(result.logprobs)} logprobs from the scheduler")
+        meta["output_token_logprobs"] = _logprob_triples(ctx, result.token_ids, result.logprobs, with_text)
+        if body.top_logprobs_num:
+            meta["output_top_logprobs"] = [
+                [[lp, t, ctx.tokenizer.token_text(t) if with_text else None] for t, lp in entries]
+                for entries in result.top_logprobs
+            ]
+        if body.logprob_start_len >= 0:
+            ids = list(request.input_ids.ids)
+            lps = [None, *result.prompt_logprobs]
+            start = min(body.logprob_start_len, len(ids))
+            meta["input_token_logprobs"] = _logprob_triples(ctx, ids[start:], lps[start:], with_text)
+            if body.top_logprobs_num:
+                tops = [None, *result.prompt_top_logprobs][start:]
+                meta["input_top_logprobs"] = [
+                    None if e is None else [[lp, t, ctx.tokenizer.token_text(t) if with_text else None] for t, lp in e]
+                    for e in tops
+                ]
+    return {"text": result.text, "output_ids": list(result.token_ids), "meta_info": meta}
+
+
+@router.post("/generate")
+async def generate(body: NativeGenerateRequest, request: Request):
+    """SGLang-native generation; see docs/api.md."""
+    ctx = get_ctx(request)
+    started = time.perf_counter()
+    requests, batch = _requests(body, ctx)
+    with_text = body.return_text_in_logprobs
+    if body.stream:
+        return await _stream(request, ctx, body, requests, batch, started, with_text)
+    results = await collect_all(request, ctx, requests)
+    outputs = [_output(ctx, body, r, res, started, with_text) for r, res in zip(requests, results)]
+    return JSONResponse(outputs if batch else outputs[0])
+
+
+async def _stream(request: Request, ctx: GatewayContext, body: NativeGenerateRequest,
+                  requests: list[scheduler_pb2.GenerateRequest], batch: bool, started: float, with_text: bool):
+    streams, firsts = await open_streams(request, ctx, requests)
+    builders = [ResultBuilder() for _ in requests]
+    seen = [False] * len(requests)
+
+    async def events():
+        try:
+            async for index, msg in merge_streams(streams, firsts):
+                builders[index].add(msg, not seen[index])
+                seen[index] = True
+                output = _output(ctx, body, requests[index], builders[index].build(), started, with_text)
+                if batch:
+                    output["index"] = index
+                yield sse(output)
+        except ApiError as exc:
+            yield sse(exc.body())
+        yield sse("[DONE]")
+
+    def close() -> None:
+        for stream in streams:
+            stream.cancel()
+
+    return GuardedStreamingResponse(events(), close)
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request):
+    """Token ids of ``prompt`` (or of ``messages`` rendered with the chat template)."""
+    ctx = get_ctx(request)
+    ctx.check_model(body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise invalid("give exactly one of prompt and messages", "prompt")
+    text = body.prompt if body.prompt is not None else render(body.messages, body.add_generation_prompt)
+    ids = ctx.tokenizer.encode(text)
+    return {"tokens": ids, "count": len(ids), "max_model_len": ctx.settings.model.n_positions}
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request):
+    """Text of ``tokens`` (no clean-up of tokenization spaces)."""
+    ctx = get_ctx(request)
+    ctx.check_model(body.model)
+    limit = ctx.tokenizer.vocab_size
+    for i, token_id in enumerate(body.tokens):
+        if token_id < 0 or token_id >= limit:
+            raise invalid(f"tokens has id {token_id} at position {i}; the tokenizer knows ids [0, {limit})", "tokens")
+    return {"prompt": ctx.tokenizer.decode(body.tokens, body.skip_special_tokens)}
