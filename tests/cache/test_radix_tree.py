@@ -1,0 +1,125 @@
+"""RadixTree unit tests with concrete values (SGLang RadixCache semantics)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cache_svc.errors import FailedPrecondition, InvalidArgument
+from cache_svc.radix_tree import RadixTree
+
+
+def shape(tree: RadixTree) -> dict:
+    """Nested {tuple(key): children-shape} from the root."""
+    def walk(node):
+        return {tuple(c.key): walk(c) for c in node.children.values()}
+    return walk(tree.root)
+
+
+def released_into(bucket: list):
+    return lambda slots: bucket.extend(slots)
+
+
+def test_insert_123_then_124_match_125_gives_two_and_the_expected_shape() -> None:
+    tree = RadixTree()
+    assert tree.insert("", [1, 2, 3], [11, 12, 13])[0] == 0
+    assert tree.insert("", [1, 2, 4], [21, 22, 24])[0] == 2
+    slots, node = tree.match("", [1, 2, 5])
+    assert slots == [11, 12] and node.key == [1, 2]
+    assert shape(tree) == {(1, 2): {(3,): {}, (4,): {}}}
+    assert tree.evictable_size == 4  # [1,2] + [3] + [4]; the caller frees its duplicates 21, 22
+
+
+def test_duplicate_insert_returns_full_prefix_and_keeps_old_slots() -> None:
+    tree = RadixTree()
+    tree.insert("", [7, 8, 9], [1, 2, 3])
+    already, node = tree.insert("", [7, 8, 9], [4, 5, 6])
+    assert already == 3
+    assert tree.match("", [7, 8, 9])[0] == [1, 2, 3]
+    assert tree.evictable_size == 3 and node.value == [1, 2, 3]
+
+
+def test_split_during_match_changes_no_size_and_copies_lock_ref() -> None:
+    tree = RadixTree()
+    _, leaf = tree.insert("", [1, 2, 3, 4], [10, 11, 12, 13])
+    tree.lock(leaf)
+    assert (tree.evictable_size, tree.protected_size) == (0, 4)
+    slots, upper = tree.match("", [1, 2, 9])
+    assert slots == [10, 11] and upper.key == [1, 2] and leaf.key == [3, 4]
+    assert upper.lock_ref == leaf.lock_ref == 1
+    assert (tree.evictable_size, tree.protected_size) == (0, 4)
+
+
+def test_lock_unlock_deltas_and_nested_locks() -> None:
+    tree = RadixTree()
+    _, a = tree.insert("", [1, 2], [1, 2])
+    _, b = tree.insert("", [1, 2, 3, 4, 5], [1, 2, 3, 4, 5])
+    assert tree.lock(b) == 5          # [1,2] and [3,4,5] both become protected
+    assert tree.lock(a) == 0          # already protected through b
+    assert (a.lock_ref, b.lock_ref) == (2, 1)
+    assert tree.unlock(b) == 3        # [3,4,5] free again, [1,2] still held by a
+    assert tree.unlock(a) == 2
+    assert (tree.evictable_size, tree.protected_size) == (5, 0)
+    with pytest.raises(FailedPrecondition):
+        tree.unlock(a)
+
+
+def test_lru_order_evicts_least_recently_used_leaf_first() -> None:
+    tree = RadixTree()
+    tree.insert("", [1], [1])
+    tree.insert("", [2], [2])
+    tree.insert("", [3], [3])
+    tree.match("", [1])               # touch 1: now 2 is the oldest
+    freed: list[int] = []
+    tree.evict(1, released_into(freed))
+    assert freed == [2]
+    tree.evict(1, released_into(freed))
+    assert freed == [2, 3]
+
+
+def test_cascade_eviction_frees_more_than_asked() -> None:
+    tree = RadixTree()
+    tree.insert("", [1, 2, 3, 4], [1, 2, 3, 4])
+    tree.insert("", [1, 2, 3, 4, 5], [1, 2, 3, 4, 5])   # leaf [5] under [1,2,3,4]
+    freed: list[int] = []
+    released, nodes, _ = tree.evict(2, released_into(freed))
+    assert (released, nodes) == (5, 2) and sorted(freed) == [1, 2, 3, 4, 5]
+    assert tree.evictable_size == 0 and shape(tree) == {}
+
+
+def test_evicting_more_than_exists_frees_what_exists_and_spares_locked() -> None:
+    tree = RadixTree()
+    _, locked = tree.insert("", [1, 2], [1, 2])
+    tree.insert("", [1, 2, 3], [1, 2, 3])
+    tree.insert("", [9], [9])
+    tree.lock(locked)
+    freed: list[int] = []
+    released, nodes, _ = tree.evict(100, released_into(freed))
+    assert released == 2 and sorted(freed) == [3, 9] and nodes == 2
+    assert tree.protected_size == 2 and tree.evictable_size == 0
+    assert tree.evict(0, released_into(freed)) == (0, 0, [])
+
+
+def test_paged_match_is_truncated_to_whole_pages() -> None:
+    tree = RadixTree(page_size=4)
+    tree.insert("", list(range(8)), list(range(4, 12)))
+    assert tree.match("", list(range(7)))[0] == [4, 5, 6, 7]        # 7 tokens -> one whole page
+    assert tree.match("", [0, 1, 2, 3, 4, 5, 9, 9])[0] == [4, 5, 6, 7]  # differs inside page 2
+    assert tree.match("", list(range(8)) + [1])[0] == list(range(4, 12))
+    assert tree.insert("", [0, 1, 2, 3, 4, 5, 6, 99], list(range(16, 24)))[0] == 4
+    with pytest.raises(InvalidArgument):
+        tree.insert("", [1, 2, 3], [1, 2, 3])
+
+
+def test_namespaces_never_share_a_prefix() -> None:
+    tree = RadixTree()
+    tree.insert("lora-a", [1, 2, 3], [1, 2, 3])
+    assert tree.match("lora-b", [1, 2, 3])[0] == []
+    assert tree.insert("lora-b", [1, 2, 3], [4, 5, 6])[0] == 0
+    assert tree.match("lora-a", [1, 2, 3])[0] == [1, 2, 3]
+    assert tree.match("lora-b", [1, 2, 3])[0] == [4, 5, 6]
+    assert tree.match("", [1, 2, 3])[0] == []
+
+
+def test_insert_rejects_differing_lengths() -> None:
+    with pytest.raises(InvalidArgument, match="3 tokens but value has 2"):
+        RadixTree().insert("", [1, 2, 3], [1, 2])
