@@ -136,14 +136,12 @@ def pad_tokenizer_json(text: str, vocab_size: int) -> str:
     """
     data = json.loads(text)
     vocab = data["model"]["vocab"]
-    n = len(vocab) + len(data.get("added_tokens", [])) - len([t for t in data["added_tokens"] if t["content"] in vocab])
     next_id = max(vocab.values()) + 1
     i = 0
     while next_id < vocab_size:
         vocab[f"<unused_{i}>"] = next_id
         next_id += 1
         i += 1
-    del n
     return json.dumps(data, ensure_ascii=False)
 
 
@@ -267,11 +265,16 @@ def _tokenizer_config() -> dict:
 
 
 def write_checkpoint(out: pathlib.Path, shape: str = "default", dtype: str = "float32", seed: int = DEFAULT_SEED,
-                     device: str = "cpu") -> pathlib.Path:
-    """Writes a complete checkpoint into the (existing, empty) directory ``out``; returns ``out``."""
+                     device: str = "cpu", overrides: dict | None = None) -> pathlib.Path:
+    """Writes a complete checkpoint into the (existing, empty) directory ``out``; returns ``out``.
+
+    ``overrides`` replaces config.json entries (e.g. ``{"multi_query": False, "activation_function": "gelu"}``
+    for test variants); the weights follow the resulting shapes.
+    """
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {sorted(DTYPES)}")
     cfg = model_config(shape, dtype=dtype)
+    cfg.update(overrides or {})
     tok_json = build_tokenizer_json(DEFAULT_VOCAB_SIZE)
     if cfg["vocab_size"] != DEFAULT_VOCAB_SIZE:
         tok_json = pad_tokenizer_json(tok_json, cfg["vocab_size"])
