@@ -105,14 +105,18 @@ def check(pool: "Pool") -> list[str]:
 
     # 5. evictable == what evict(inf) would release, measured on a copy
     trial = pool.clone()
-    receipt = trial.evict(float("inf"))
-    released = receipt.freed_tokens + receipt.staged_tokens
-    if released != c.evictable:
-        v.append(f"evictable reports {c.evictable} but evict(inf) released {released}")
-    trial.allocator.apply_staged()
-    if trial.counters().available != c.available + c.staged + c.evictable:
-        v.append(f"after evict(inf) and applying staged frees available is {trial.counters().available}, "
-                 f"not available + staged + evictable = {c.fundable}")
+    try:
+        receipt = trial.evict(float("inf"))
+    except Exception as exc:  # a broken tree is what this reports; the error is the finding, not defaulted
+        v.append(f"evict(inf) on a copy raised {type(exc).__name__}: {exc}")
+    else:
+        released = receipt.freed_tokens + receipt.staged_tokens
+        if released != c.evictable:
+            v.append(f"evictable reports {c.evictable} but evict(inf) released {released}")
+        trial.allocator.apply_staged()
+        if trial.counters().available != c.available + c.staged + c.evictable:
+            v.append(f"after evict(inf) and applying staged frees available is {trial.counters().available}, "
+                     f"not available + staged + evictable = {c.fundable}")
 
     # 6. requests
     for req in pool.requests.values():
