@@ -170,12 +170,16 @@ class CacheCore:
                 return replay
             session = self.sessions.get(session_id)
             pool = self._pool(pool_id)
-            self._check_requests(session, pool_id, [rid for rid, _ in items])
             before = pool.counters()
-            results, relief = pool.allocate(session_id, items)
+            try:
+                results, relief = pool.allocate(session_id, items)
+            except NotFound:
+                # Refine "not in this pool" into the precise cause (dropped by a flush, other pool, unknown).
+                self._check_requests(session, pool_id, [rid for rid, _ in items])
+                raise
+            after = pool.counters()
             asked = sum(n for _, n in items)
-            receipt = Receipt(pool_id, op_id, "allocate", asked, sum(len(r.slot_ids) for r in results),
-                              before, pool.counters())
+            receipt = Receipt(pool_id, op_id, "allocate", asked, asked, before, after)
             outcome = AllocateOutcome(receipt, tuple(results), relief)
             self.ops.record(op_id, fp, outcome)
             return outcome

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,9 @@ class MatchResult:
     slot_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class AllocResult:
-    """Slot ids for the request's next positions, in position order."""
+class AllocResult(NamedTuple):
+    """Slot ids for the request's next positions, in position order. (A NamedTuple: immutable, and cheap to
+    build 256 times per decode step.)"""
 
     request_id: str
     slot_ids: tuple[int, ...]

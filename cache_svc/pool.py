@@ -20,7 +20,7 @@ from cache_svc.items import AllocResult, CacheItem, CacheResult, MatchItem, Matc
 RequestKey = tuple[str, str]  # (session_id, request_id)
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestState:
     """What the pool knows about one request: its locked node (root when none), the prefix that node
     ends (whole pages), the pages it owns (position order, starting at ``prefix_len``) and how many
@@ -151,16 +151,20 @@ class Pool:
         Raises InvalidArgument (negative count, duplicate id), NotFound (unknown request), ResourceExhausted
         (after the relief ladder; no request changed, but relief evictions stay done and are reported).
         """
-        plan: list[tuple[RequestState, int]] = []
+        p = self.page_size
+        plan: list[tuple[RequestState, int, int]] = []
         seen: set[str] = set()
+        need = 0
         for request_id, n in items:
             if n < 0:
                 raise InvalidArgument(f"request {request_id!r}: num_tokens must be >= 0, got {n}")
             if request_id in seen:
                 raise InvalidArgument(f"request {request_id!r} appears twice in one Allocate")
             seen.add(request_id)
-            plan.append((self.request(session_id, request_id), n))
-        need = sum(self.pages_needed(req, n) for req, n in plan)
+            req = self.request(session_id, request_id)
+            k = n if p == 1 else self.pages_needed(req, n)
+            plan.append((req, n, k))
+            need += k
         relief = None
         if need > self.allocator.free_pages:
             relief, applied, freed_by_eviction = self._relieve(need)
@@ -171,13 +175,14 @@ class Pool:
         self.owned_pages += need
         results = []
         offset = 0
-        for req, n in plan:
-            k = self.pages_needed(req, n)
-            req.pages.extend(pages[offset : offset + k])
+        for req, n, k in plan:
+            new = pages[offset : offset + k]
             offset += k
+            req.pages.extend(new)
             start = req.length
             req.length += n
-            results.append(AllocResult(req.request_id, tuple(self.slots_of(req, start, req.length))))
+            slots = tuple(new) if p == 1 else tuple(self.slots_of(req, start, req.length))
+            results.append(AllocResult(req.request_id, slots))
         return results, relief
 
     def _relieve(self, need_pages: int) -> tuple[EvictionReceipt, int, int]:

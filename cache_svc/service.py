@@ -125,8 +125,11 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
     def Allocate(self, request, context):
         items = [(i.request_id, i.num_tokens) for i in request.items]
         out = self.core.allocate(request.op_id, request.session_id, request.pool_id, items)
-        return cache_pb2.AllocateResponse(receipt=receipt_pb(out.receipt), relief=eviction_pb(out.relief), results=[
-            cache_pb2.AllocResult(request_id=r.request_id, slot_ids=r.slot_ids) for r in out.results])
+        resp = cache_pb2.AllocateResponse(receipt=receipt_pb(out.receipt), relief=eviction_pb(out.relief))
+        add = resp.results.add
+        for r in out.results:
+            add(request_id=r.request_id, slot_ids=r.slot_ids)
+        return resp
 
     @_rpc
     def CacheRequests(self, request, context):

@@ -92,14 +92,14 @@ class SessionTable:
 
 
 class OpLog:
-    """First results of mutating operations by op id (bounded, oldest dropped first).
+    """First results of mutating operations by op id (the last ``capacity`` ops; oldest dropped first).
 
     ``lookup(op_id, fingerprint)`` returns the stored result, None when unseen, and raises InvalidArgument
     when the op id was used for a different call. Failed calls are not recorded (they change no request;
     a retry runs again).
     """
 
-    def __init__(self, capacity: int = 100_000) -> None:
+    def __init__(self, capacity: int = 4096) -> None:
         self._entries: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
         self._capacity = capacity
 
