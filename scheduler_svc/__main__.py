@@ -31,6 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queued-requests", type=int, default=1024)
     p.add_argument("--progress-timeout", type=float, default=30.0,
                    help="seconds without a completed batch while work waits or runs before health is NOT_SERVING")
+    p.add_argument("--outage-timeout", type=float, default=30.0,
+                   help="seconds the cache or worker may stay unreachable before queued requests fail with UNAVAILABLE")
     p.add_argument("--owner", default="scheduler-0", help="stable session owner name at the cache service")
     p.add_argument("--lease-seconds", type=float, default=30.0)
     p.add_argument("--connect-timeout", type=float, default=120.0,
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(args.model_path)
     cfg = SchedulerConfig(pool_id=args.pool_id, max_running_requests=args.max_running_requests,
                           chunk_size=args.chunk_size, policy=args.policy, max_queued_requests=args.max_queued_requests,
-                          progress_timeout=args.progress_timeout, owner=args.owner, lease_seconds=args.lease_seconds)
+                          progress_timeout=args.progress_timeout,
+                          outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds)
     from scheduler_svc.worker_client import WorkerClient
 
     sched = Scheduler(CacheClient(args.cache, args.pool_id), WorkerClient(args.worker), cfg, log)

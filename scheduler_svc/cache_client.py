@@ -9,9 +9,8 @@ import grpc
 from grpc_status import rpc_status
 
 from codeserve.v1 import cache_pb2, cache_pb2_grpc
-from common.grpc_server import channel
 from scheduler_svc.errors import AllocationFailed, SessionLost
-from scheduler_svc.rpc import call
+from scheduler_svc.rpc import call, dependency_channel
 
 
 def _op() -> str:
@@ -52,7 +51,7 @@ class CacheClient:
 
     def __init__(self, target: str, pool_id: str, timeout: float = 10.0) -> None:
         self.target, self.pool_id, self.timeout = target, pool_id, timeout
-        self._chan = channel(target)
+        self._chan = dependency_channel(target)
         self._stub = cache_pb2_grpc.CacheStub(self._chan)
         self.session_id = ""
 

@@ -9,8 +9,22 @@ import grpc
 
 from scheduler_svc.errors import DependencyError, DependencyUnavailable
 
+from common.grpc_server import MAX_MESSAGE_BYTES
+
 RETRY_CODES = (grpc.StatusCode.UNAVAILABLE,)
 BACKOFF_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+def dependency_channel(target: str) -> grpc.Channel:
+    """A client channel to a dependency. Reconnect backoff is capped at 1 s (gRPC's default grows to
+    120 s), so a restarted cache or worker is reached again within a second."""
+    return grpc.insecure_channel(target, options=[
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ])
 
 
 def call(service: str, target: str, rpc_name: str, method: Callable[..., Any], request: Any,

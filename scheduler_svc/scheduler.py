@@ -38,6 +38,7 @@ class SchedulerConfig:
     policy: str = "fcfs"
     max_queued_requests: int = 1024
     progress_timeout: float = 30.0
+    outage_timeout: float = 30.0
     owner: str = "scheduler-0"
     lease_seconds: float = 30.0
 
@@ -154,7 +155,7 @@ class Scheduler:
 
     # ---- the loop --------------------------------------------------------------------------------------
     def run(self) -> None:
-        """Runs until ``stop``. Dependency outages: back off and resync; after progress_timeout of outage,
+        """Runs until ``stop``. Dependency outages: back off and resync; after outage_timeout s of outage,
         waiting and running requests fail with UNAVAILABLE naming the service. Any other exception fails
         every request with INTERNAL, marks the loop stopped and is re-raised."""
         try:
@@ -196,7 +197,7 @@ class Scheduler:
             self._down_since = now
         down = now - self._down_since
         self.log.warning("dependency_error", error=str(exc), kind=type(exc).__name__, down_seconds=round(down, 3))
-        if isinstance(exc, DependencyUnavailable) and down > self.cfg.progress_timeout:
+        if isinstance(exc, DependencyUnavailable) and down > self.cfg.outage_timeout:
             self._intake()
             self._fail_all(grpc.StatusCode.UNAVAILABLE,
                            f"{exc} for {down:.0f} s; request not completed (retry later)")

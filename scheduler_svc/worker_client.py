@@ -5,9 +5,8 @@ from __future__ import annotations
 import grpc
 
 from codeserve.v1 import worker_pb2, worker_pb2_grpc
-from common.grpc_server import channel
 from scheduler_svc.errors import WorkerEpochChanged
-from scheduler_svc.rpc import call
+from scheduler_svc.rpc import call, dependency_channel
 
 
 def _epoch(err: grpc.RpcError) -> Exception | None:
@@ -25,7 +24,7 @@ class WorkerClient:
 
     def __init__(self, target: str, timeout: float = 120.0) -> None:
         self.target, self.timeout = target, timeout
-        self._chan = channel(target)
+        self._chan = dependency_channel(target)
         self._stub = worker_pb2_grpc.WorkerStub(self._chan)
         self.epoch = ""
 

@@ -25,7 +25,7 @@ import grpc
 
 from codeserve.v1 import cache_pb2, cache_pb2_grpc, common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from common.grpc_server import channel
-from launcher.config import StackConfig
+from launcher.config import StackConfig, commands
 from launcher.stack import Stack
 
 BACKEND = ("cache", "worker", "scheduler")
@@ -117,13 +117,17 @@ class Backend:
     _channels: list = field(default_factory=list)
 
     @classmethod
-    def start(cls, log_dir: pathlib.Path, timeout: float = 180.0, **overrides) -> "Backend":
-        """Starts the three services on free ports (CPU, fp32 unless overridden); raises StartupError."""
+    def start(cls, log_dir: pathlib.Path, timeout: float = 180.0, scheduler_args: tuple[str, ...] = (),
+              **overrides) -> "Backend":
+        """Starts the three services on free ports (CPU, fp32, 8192 KV tokens unless overridden);
+        ``scheduler_args`` are extra scheduler flags (e.g. ("--outage-timeout", "3")). Raises StartupError."""
         base = StackConfig(http_port=0, cache_port=0, worker_port=0, scheduler_port=0, device="cpu",
                            dtype="float32", kv_tokens=8192)
         stack = Stack(dataclasses.replace(base, **overrides), pathlib.Path(log_dir))
         try:
-            stack.start(timeout=timeout, only=BACKEND)
+            stack.start(timeout=timeout, only=BACKEND[:2])
+            stack.start_one("scheduler", commands(stack.cfg, stack.model_path)["scheduler"] + list(scheduler_args),
+                            timeout)
         except BaseException:
             stack.stop()
             raise
