@@ -78,11 +78,21 @@ async def api_error_handler(_request: Request, exc: ApiError) -> JSONResponse:
     return exc.response()
 
 
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _is_type_tag(part: object) -> bool:
+    # pydantic puts the union member it tried into "loc" (e.g. "list[int]", "NativeSamplingParams").
+    if not isinstance(part, str):
+        return False
+    return "[" in part or part[:1].isupper() or part in _TYPE_TAGS
+
+
 async def validation_error_handler(_request: Request, exc: RequestValidationError) -> JSONResponse:
     """Turns pydantic / JSON errors into a 400 with the OpenAI body; ``param`` names the field."""
     errors = exc.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    loc = [str(part) for part in first.get("loc", ()) if part != "body" and not _is_type_tag(part)]
     param = ".".join(loc) or None
     message = first.get("msg", "invalid request")
     if param:

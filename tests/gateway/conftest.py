@@ -19,7 +19,7 @@ from gateway.tokenizer import GatewayTokenizer
 from tests.gateway.fake_scheduler import FakeScheduler, serve
 from tests.gateway.tokenizer_fixture import build_tokenizer
 
-N_POSITIONS = 64
+N_POSITIONS = 256
 MODEL_NAME = "test-model"
 
 

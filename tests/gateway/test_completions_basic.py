@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.gateway.conftest import MODEL_NAME
+from tests.gateway.conftest import MODEL_NAME, N_POSITIONS
 from tests.gateway.helpers import complete, stream
 
 
@@ -179,4 +179,4 @@ def test_models_endpoint(gateway):
     body = httpx.get(f"{gateway.url}/v1/models").json()
     assert body["object"] == "list"
     assert body["data"][0]["id"] == MODEL_NAME
-    assert body["data"][0]["max_model_len"] == 64
+    assert body["data"][0]["max_model_len"] == N_POSITIONS

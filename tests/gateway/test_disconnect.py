@@ -1,0 +1,74 @@
+"""A client that goes away cancels its gRPC call(s) at the scheduler, streamed or not, while waiting
+for the first token or mid-stream (real uvicorn, real gRPC; the fake records cancelled calls)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import MODEL_NAME, wait_until
+
+
+def _long(stream: bool, n: int = 1) -> dict:
+    return {"model": MODEL_NAME, "prompt": "def f():", "max_tokens": 50, "ignore_eos": True, "stream": stream, "n": n}
+
+
+def test_stream_disconnect_mid_stream_cancels(gateway, fake):
+    fake.token_delay_s = 0.05
+    with httpx.stream("POST", f"{gateway.url}/v1/completions", json=_long(True)) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")
+    assert wait_until(lambda: len(fake.cancelled) == 1), "the gRPC call was not cancelled"
+    assert fake.cancelled == [fake.requests[0].request_id]
+    assert fake.completed == []
+
+
+def test_stream_disconnect_during_a_long_gap_cancels_without_waiting_for_the_next_token(gateway, fake):
+    fake.token_delay_s = 30  # the next token would come much later than the wait below
+    with httpx.stream("POST", f"{gateway.url}/generate",
+                      json={"text": "def f():", "stream": True,
+                            "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}}) as r:
+        assert r.status_code == 200
+        assert next(r.iter_lines()).startswith("data: ")
+    assert wait_until(lambda: len(fake.cancelled) == 1, timeout=10)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_disconnect_while_waiting_for_the_first_token_cancels(gateway, fake, streamed):
+    fake.hang = True  # the request waits in the queue forever
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{gateway.url}/v1/completions", json=_long(streamed, n=2), timeout=httpx.Timeout(5, read=0.5))
+    assert wait_until(lambda: len(fake.cancelled) == 2, timeout=10), fake.cancelled
+    assert sorted(fake.cancelled) == sorted(r.request_id for r in fake.requests)
+
+
+def test_nonstream_disconnect_mid_generation_cancels(gateway, fake):
+    fake.token_delay_s = 0.05
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{gateway.url}/generate", json={"text": ["a", "b"], "sampling_params": {
+            "max_new_tokens": 200, "ignore_eos": True}}, timeout=httpx.Timeout(5, read=0.5))
+    assert wait_until(lambda: len(fake.cancelled) == 2, timeout=10), fake.cancelled
+    assert fake.completed == []
+
+
+def test_openai_client_breaking_out_of_a_stream_cancels(gateway, fake):
+    import openai
+
+    fake.token_delay_s = 0.05
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+    stream = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}],
+                                            max_tokens=100, stream=True, extra_body={"ignore_eos": True})
+    for i, _chunk in enumerate(stream):
+        if i == 2:
+            break
+    stream.close()
+    assert wait_until(lambda: len(fake.cancelled) == 1, timeout=10)
+    assert fake.completed == []
+
+
+def test_completed_requests_are_not_reported_cancelled(gateway, fake):
+    r = httpx.post(f"{gateway.url}/v1/completions", json=_long(False))
+    assert r.status_code == 200
+    assert wait_until(lambda: len(fake.completed) == 1)
+    assert fake.cancelled == []
