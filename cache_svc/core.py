@@ -32,7 +32,8 @@ class CacheCore:
         self.sessions = SessionTable(clock, lease_seconds)
         self.ops = OpLog()
         self.lock = threading.Lock()
-        self.dropped: dict[tuple[str, str], str] = {}  # (session_id, request_id) -> why (pool flush)
+        # (session_id, request_id) -> why it ended (flush, release, finish); bounded, oldest dropped first
+        self.dropped: dict[tuple[str, str], str] = {}
         self.events: dict[str, EventLog] = {}
 
     # ---- helpers -------------------------------------------------------------------------------
@@ -111,9 +112,10 @@ class CacheCore:
             session = self.sessions.live.get(sid)
             if session is not None:
                 session.requests.pop(rid, None)
-            self.dropped[(sid, rid)] = (
-                f"request {rid!r} was released when pool {pool.pool_id!r} was flushed ({why}); requeue it"
-            )
+            self._ended(sid, rid, f"request {rid!r} was released when pool {pool.pool_id!r} was flushed ({why}); requeue it")
+
+    def _ended(self, session_id: str, request_id: str, why: str) -> None:
+        self.dropped[(session_id, request_id)] = why
         while len(self.dropped) > 100_000:
             self.dropped.pop(next(iter(self.dropped)))
 
@@ -199,6 +201,7 @@ class CacheCore:
             for item in items:
                 if item.finished:
                     del session.requests[item.request_id]
+                    self._ended(session_id, item.request_id, f"request {item.request_id!r} already finished (CacheRequests)")
             receipt = Receipt(pool_id, op_id, "cache", sum(len(i.token_ids) for i in items),
                               sum(r.inserted_tokens for r in results), before, pool.counters())
             outcome = CacheOutcome(receipt, tuple(results))
@@ -219,6 +222,7 @@ class CacheCore:
             freed = pool.release(session_id, request_ids)
             for rid in request_ids:
                 del session.requests[rid]
+                self._ended(session_id, rid, f"request {rid!r} was already released (ReleaseRequests)")
             receipt = Receipt(pool_id, op_id, "release", freed, freed, before, pool.counters())
             outcome = ReleaseOutcome(receipt, freed)
             self.ops.record(op_id, fp, outcome)

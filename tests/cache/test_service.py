@@ -200,7 +200,9 @@ def test_error_statuses(stub) -> None:
     code, details = code_of(lambda: cache(stub, sid, "a", [1, 2, 3]))                    # more tokens than slots
     assert code == I and "only 2 slots" in details
     release(stub, sid, ["a"])
-    assert code_of(lambda: release(stub, sid, ["a"]))[0] == N                            # double release
+    code, details = code_of(lambda: release(stub, sid, ["a"]))                          # double release
+    assert code == F and "already released" in details
+    assert code_of(lambda: allocate(stub, sid, [("a", 1)]))[0] == F                      # use after release
     assert code_of(lambda: stub.Evict(cache_pb2.EvictRequest(op_id=op(), pool_id=P, num_tokens=-1)))[0] == I
     assert code_of(lambda: register(stub, pool_id="q", page_size=0))[0] == I
     assert code_of(lambda: register(stub, pool_id="q", capacity=1, page_size=4))[0] == I
