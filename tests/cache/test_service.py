@@ -241,3 +241,28 @@ def test_watch_events_streams_stored_removed_and_flushed(stub) -> None:
         (1, "stored", [7, 8, 9], 3), (2, "removed", [7, 8, 9], 3), (3, "flushed", [], 0)]
     code, _ = code_of(lambda: next(iter(stub.WatchEvents(cache_pb2.WatchEventsRequest(pool_id="zz")))))
     assert code == grpc.StatusCode.NOT_FOUND
+
+
+def test_paged_chunked_prefill_then_decode_through_the_service(stub) -> None:
+    """page_size 4: chunk 1 (6 tokens) cached unfinished keeps the partial page owned; decode fills that
+    page before taking a new one; a second request then hits the cached whole pages."""
+    reg = register(stub, capacity=32, page_size=4)
+    assert reg.page_size == 4 and reg.capacity == 32
+    sid = session(stub)
+    prompt = list(range(100, 110))
+    match(stub, sid, "a", prompt, cap=len(prompt) - 1)
+    chunk1 = list(allocate(stub, sid, [("a", 6)]).results[0].slot_ids)
+    assert all(s >= 4 for s in chunk1) and chunk1[:4] == list(range(chunk1[0], chunk1[0] + 4))
+    c = cache(stub, sid, "a", prompt[:6], finished=False)
+    assert (c.results[0].inserted_tokens, list(c.results[0].prefix_slot_ids)) == (4, chunk1[:4])
+    assert c.receipt.after.protected == 4 and c.receipt.after.owned == 4        # the partial page stays owned
+    chunk2 = list(allocate(stub, sid, [("a", 4)]).results[0].slot_ids)
+    assert chunk2[0] == chunk1[5] + 1                                          # fills the partial page first
+    decode = list(allocate(stub, sid, [("a", 1)]).results[0].slot_ids)
+    assert decode[0] % 4 == 2                                                  # position 10 is offset 2 of page 2
+    done = cache(stub, sid, "a", prompt + [7], finished=True)
+    assert done.results[0].already_cached_tokens == 4 and done.results[0].inserted_tokens == 4
+    assert done.receipt.after.owned == 0 and done.receipt.after.evictable == 8
+    hit = match(stub, sid, "b", prompt + [7, 8], cap=10)
+    assert hit.results[0].cached_tokens == 8
+    assert stub.CheckIntegrity(cache_pb2.CheckIntegrityRequest(pool_id=P)).violations == []
