@@ -76,19 +76,22 @@ class PageAllocator:
         """
         if not pages:
             return
-        staged = set(self._staged)
-        seen: set[int] = set()
-        for page in pages:
-            if page == RESERVED_PAGE or not 0 < page <= self.num_pages:
-                raise InvalidArgument(f"page {page} is reserved or out of range 1..{self.num_pages}")
-            if page in self._free_set or page in staged or page in seen:
-                raise FailedPrecondition(f"double free of page {page}")
-            seen.add(page)
+        batch = set(pages)
+        if min(batch) < 1 or max(batch) > self.num_pages:
+            bad = next(p for p in pages if not 0 < p <= self.num_pages)
+            raise InvalidArgument(f"page {bad} is reserved or out of range 1..{self.num_pages}")
+        if len(batch) != len(pages) or not batch.isdisjoint(self._free_set) or not batch.isdisjoint(self._staged):
+            seen: set[int] = set()
+            staged = set(self._staged)
+            for page in pages:
+                if page in self._free_set or page in seen or page in staged:
+                    raise FailedPrecondition(f"double free of page {page}")
+                seen.add(page)
         if self._group_open:
             self._staged.extend(pages)
         else:
             self._free.extend(pages)
-            self._free_set.update(pages)
+            self._free_set.update(batch)
 
     # ---- free groups ---------------------------------------------------------------------------
     def begin_free_group(self) -> None:
