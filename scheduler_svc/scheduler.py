@@ -280,6 +280,14 @@ class Scheduler:
             cached, slot_ids, counters = self._lock_prefix(req)
             extend = len(req.all_ids) - cached
             decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
+            if not decision.admit and pool_idle and ledger.admitted == 0:
+                self.cache.release_requests([req.rid])
+                self.waiting.remove(req)
+                req.stream.fail(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"request {req.rid} needs {extend} KV slots now but an idle pool funds only "
+                                f"{decision.fundable} (capacity {counters.capacity})")
+                self._forget(req)
+                continue
             if not decision.admit:
                 self.cache.release_requests([req.rid])
                 self.log.debug("admission_deferred", rid=req.rid, cost=decision.cost, fundable=decision.fundable,

@@ -62,7 +62,8 @@ def build_request(request: scheduler_pb2.GenerateRequest, tokenizer: Tokenizer, 
     """A Req for a valid request. ``capacity`` is the KV pool size in tokens. Raises InvalidRequest.
 
     prompt_len >= n_positions is rejected; prompt_len + max_new_tokens > n_positions caps generation at
-    the context limit (finish_reason "length")."""
+    the context limit (finish_reason "length"). Generation is likewise capped so that prompt and output fit
+    the KV pool (``capacity``): a request alone in the pool can always run to its end."""
     ids = prompt_ids(request, tokenizer, info.vocab_size)
     n_pos = info.n_positions
     if len(ids) >= n_pos:
@@ -83,7 +84,7 @@ def build_request(request: scheduler_pb2.GenerateRequest, tokenizer: Tokenizer, 
     sampling = common_pb2.SamplingParams()
     sampling.CopyFrom(request.sampling)
     params = Params(
-        max_new_tokens=min(request.max_new_tokens, n_pos - len(ids)), asked_max_new_tokens=request.max_new_tokens,
+        max_new_tokens=min(request.max_new_tokens, n_pos - len(ids), capacity - len(ids)), asked_max_new_tokens=request.max_new_tokens,
         sampling=sampling, stop=tuple(request.stop), stop_token_ids=frozenset(request.stop_token_ids),
         ignore_eos=request.ignore_eos, skip_special_tokens=request.skip_special_tokens,
         return_logprob=request.return_logprob, top_logprobs_num=request.top_logprobs_num,

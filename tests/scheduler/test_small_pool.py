@@ -18,7 +18,7 @@ CHUNK = 64
 @pytest.fixture(scope="module")
 def small(tmp_path_factory, model_path):
     with Backend.start(tmp_path_factory.mktemp("small-pool-logs"), model_path=model_path, kv_tokens=CAPACITY,
-                       chunk_size=CHUNK, max_running_requests=16) as be:
+                       chunk_size=CHUNK, max_running_requests=16, policy="lpm") as be:
         yield be
 
 

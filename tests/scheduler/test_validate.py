@@ -60,3 +60,8 @@ def test_text_is_tokenized_with_the_checkpoint_tokenizer_and_ids_pass_through(to
     r = build_request(req(text="def main():", max_new_tokens=3, request_id="x"), tok, INFO, capacity=1000)
     assert r.prompt_ids == tok.encode("def main():").ids and r.rid == "x"
     assert build_request(req(input_ids=ids(2)), tok, INFO, 1000).rid  # an id is made when empty
+
+
+def test_generation_is_capped_so_a_lone_request_fits_the_pool(tok):
+    r = build_request(req(input_ids=ids(10), max_new_tokens=16), tok, INFO, capacity=20)
+    assert r.params.max_new_tokens == 10
