@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     loop = threading.Thread(target=sched.run, name="scheduler-loop", daemon=True)
     loop.start()
     servicer = SchedulerServicer(sched, tokenizer, log)
+    # Each Generate stream holds a server thread while it waits or runs: one per queued or running request.
     server = grpc_server.start(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
-                               [SERVICE_NAME], args.listen, max_workers=max(32, 2 * args.max_queued_requests // 8))
+                               [SERVICE_NAME], args.listen, max_workers=args.max_queued_requests + args.max_running_requests + 16)
     names = ["", SERVICE_NAME]
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy)

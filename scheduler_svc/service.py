@@ -53,7 +53,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             except ValueError as exc:
                 context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
-            context.add_callback(lambda: self.sched.abort(req.rid, "client disconnected"))
+            if not context.add_callback(lambda: self.sched.abort(req.rid, "client disconnected")):
+                self.sched.abort(req.rid, "client disconnected")  # it left before the callback was in place
         log.info("generate", prompt_tokens=len(req.prompt_ids), max_new_tokens=req.params.max_new_tokens)
         while True:
             item = req.out.get()
