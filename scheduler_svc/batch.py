@@ -32,12 +32,13 @@ def forward_item(e: Entry) -> worker_pb2.ForwardItem:
     """The worker's view of an entry. When the worker does not know the request yet (first chunk of an
     admission), the item carries the locked prefix (slots and token ids, length ``start``).
     Raises ValueError when the entry is inconsistent (slots vs tokens, prefix vs position)."""
-    req, ids = e.req, e.req.all_ids
-    if len(e.slot_ids) != e.n or e.n <= 0 or e.start + e.n > len(ids):
-        raise ValueError(f"{req.rid}: entry start={e.start} n={e.n} slots={len(e.slot_ids)} tokens={len(ids)}")
+    req = e.req
+    total = len(req.prompt_ids) + len(req.output_ids)
+    if len(e.slot_ids) != e.n or e.n <= 0 or e.start + e.n > total:
+        raise ValueError(f"{req.rid}: entry start={e.start} n={e.n} slots={len(e.slot_ids)} tokens={total}")
     p = req.params
     item = worker_pb2.ForwardItem(
-        request_id=req.rid, input_ids=ids[e.start:e.start + e.n], position_start=e.start, slot_ids=e.slot_ids,
+        request_id=req.rid, input_ids=req.ids_between(e.start, e.start + e.n), position_start=e.start, slot_ids=e.slot_ids,
         sampling=p.sampling, sample=e.sample, return_logprob=p.return_logprob and e.sample,
         top_logprobs_num=p.top_logprobs_num,
         return_prompt_logprobs=req.wants_prompt_logprobs, prompt_len=len(req.prompt_ids))
@@ -46,5 +47,5 @@ def forward_item(e: Entry) -> worker_pb2.ForwardItem:
             raise ValueError(f"{req.rid}: prefix of {len(req.prefix_slot_ids)} slots for position {e.start}")
         item.has_prefix = True
         item.prefix_slot_ids.extend(req.prefix_slot_ids)
-        item.prefix_token_ids.extend(ids[:e.start])
+        item.prefix_token_ids.extend(req.ids_between(0, e.start))
     return item

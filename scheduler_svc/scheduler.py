@@ -253,17 +253,27 @@ class Scheduler:
                 n = min(req.pending_tokens, budget)
                 plan.append((req, n))
                 budget -= n
-        admitted = self._admit(budget) if budget > 0 and self.waiting else []
-        plan += admitted
+        continuing = list(plan)
+        plan += self._admit(budget) if budget > 0 and self.waiting else []
         if not plan:
             return None
         try:
             reply = self.cache.allocate([(r.rid, n) for r, n in plan])
         except AllocationFailed as exc:
-            self.log.warning("extend_allocation_failed", error=str(exc), requests=len(plan))
-            for req, _ in reversed(plan):
+            # New admissions go back first (released: nothing of theirs was written); continuing chunks retry.
+            self.log.warning("extend_allocation_failed", error=str(exc), requests=len(plan), continuing=len(continuing))
+            for req, _ in reversed(plan[len(continuing):]):
                 self._requeue(req, cache_prefix=False)
-            return None
+            plan = continuing
+            try:
+                reply = self.cache.allocate([(r.rid, n) for r, n in plan]) if plan else None
+            except AllocationFailed as again:
+                self.log.warning("extend_allocation_failed", error=str(again), requests=len(plan), continuing=len(plan))
+                for req, _ in reversed(plan):
+                    self._requeue(req, cache_prefix=True)
+                reply = None
+            if reply is None:
+                return None
         slots = self._slots_by_request(reply, plan)
         return Batch("extend", tuple(
             Entry(r, r.kv_len, n, slots[r.rid], sample=n == r.pending_tokens and r.remaining_new_tokens > 0)
@@ -312,6 +322,8 @@ class Scheduler:
         key = [] if req.wants_prompt_logprobs or len(ids) < 2 else ids
         reply = self.cache.match([cache_pb2.MatchItem(request_id=req.rid, namespace=req.params.namespace,
                                                       token_ids=key, lock=True, max_match_tokens=max(len(key) - 1, 0))])
+        if not reply.receipt.HasField("after"):
+            raise RuntimeError(f"Match receipt without counters for {req.rid}: no budget is not a budget of 0")
         result = {r.request_id: r for r in reply.results}[req.rid]
         if len(result.slot_ids) != result.cached_tokens or result.cached_tokens >= max(len(key), 1):
             raise RuntimeError(f"Match receipt for {req.rid}: {result.cached_tokens} cached tokens, "
@@ -384,6 +396,9 @@ class Scheduler:
     # ---- results ---------------------------------------------------------------------------------------
     def _process(self, batch: Batch, reply) -> None:
         results = {r.request_id: r for r in reply.results}
+        missing = [e.req.rid for e in batch.entries if e.req.rid not in results]
+        if missing:
+            raise RuntimeError(f"Forward answered no result for requests {missing}")
         finished: list[Req] = []
         for e in batch.entries:
             req, res = e.req, results[e.req.rid]
