@@ -18,8 +18,8 @@ PROMPT = [11, 12, 13, 14, 15, 16, 17, 18]
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, model_path):
     be = Backend.start(tmp_path_factory.mktemp("tiny-logs"), model_path=model_path, kv_tokens=4096,
-                       max_running_requests=1, max_queued_requests=2, progress_timeout=2.0,
-                       scheduler_args=("--outage-timeout", "6"))
+                       max_running_requests=1, max_queued_requests=2, progress_timeout=2.0, lease_seconds=2.0,
+                       scheduler_args=("--outage-timeout", "6", "--lease-seconds", "2"))
     yield be
     codes = be.stop()
     assert codes["scheduler"] == 0, be.stack.log_tail("scheduler")  # SIGTERM drains and exits 0
@@ -75,6 +75,20 @@ def test_health_reports_no_progress_while_the_worker_is_stopped(tiny, model_path
     thread.join(60)
     assert out["r"].token_ids == hf.greedy(model_path, PROMPT, 40, eos=None)[0]
     wait_for(lambda: health(tiny) == health_pb2.HealthCheckResponse.SERVING, 10, "SERVING again")
+
+
+def test_scheduler_paused_past_its_lease_resyncs_and_finishes_unchanged(tiny, model_path):
+    stream = start_stream(tiny, "paused-1", 120)
+    got = list(next(stream).token_ids)
+    sched = tiny.stack.procs["scheduler"]
+    sched.send_signal(signal.SIGSTOP)
+    time.sleep(4)  # the cache expires the 2 s lease and releases the session's locks and slots
+    sched.send_signal(signal.SIGCONT)
+    for msg in stream:
+        got += msg.token_ids
+    assert got == hf.greedy(model_path, PROMPT, 120, eos=None)[0]
+    assert "expired" in tiny.stack.log_tail("scheduler", 100000)
+    tiny.idle_check()
 
 
 def test_worker_restart_mid_generation_requeues_and_recomputes_the_same_output(tiny, model_path):
