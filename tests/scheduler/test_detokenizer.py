@@ -64,3 +64,17 @@ def test_incomplete_character_at_the_end_is_flushed_as_replacement(tok):
     assert detok.push(ids[:-1]) == ""
     assert detok.flush() == tok.decode(ids[:-1])
     assert REPLACEMENT in tok.decode(ids[:-1])
+
+
+def test_any_token_sequence_streams_to_its_full_decode(tok):
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(ids=st.lists(st.integers(min_value=0, max_value=tok.get_vocab_size() - 1), max_size=40),
+           step=st.integers(min_value=1, max_value=4), skip=st.booleans())
+    def check(ids, step, skip):
+        deltas = stream(tok, ids, skip=skip, step=step)
+        assert "".join(deltas) == tok.decode(ids, skip_special_tokens=skip)
+        assert all(REPLACEMENT not in d or REPLACEMENT in tok.decode(ids, skip_special_tokens=skip) for d in deltas)
+
+    check()
