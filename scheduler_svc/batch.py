@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codeserve.v1 import worker_pb2
+from codeserve.v1 import cache_pb2, worker_pb2
 from scheduler_svc.request import Req
 
 
@@ -49,3 +49,14 @@ def forward_item(e: Entry) -> worker_pb2.ForwardItem:
         item.prefix_slot_ids.extend(req.prefix_slot_ids)
         item.prefix_token_ids.extend(req.ids_between(0, e.start))
     return item
+
+
+def slots_by_request(reply: cache_pb2.AllocateResponse, plan: list[tuple[Req, int]]) -> dict[str, tuple[int, ...]]:
+    """Slots per request id from an Allocate receipt; raises RuntimeError when it delivered other counts
+    than ``plan`` (request, tokens) asked: decisions are made on what was delivered."""
+    slots = {r.request_id: tuple(r.slot_ids) for r in reply.results}
+    for req, n in plan:
+        if len(slots.get(req.rid, ())) != n:
+            raise RuntimeError(f"Allocate receipt gave {len(slots.get(req.rid, ()))} slots to {req.rid}, "
+                               f"asked {n} (receipt {reply.receipt})")
+    return slots

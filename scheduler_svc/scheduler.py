@@ -12,20 +12,13 @@ import grpc
 
 from codeserve.v1 import cache_pb2
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
-from scheduler_svc.batch import Batch, Entry, forward_item
+from scheduler_svc.batch import Batch, Entry, forward_item, slots_by_request
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.errors import AllocationFailed, DependencyUnavailable, SessionLost, WorkerEpochChanged
+from scheduler_svc.intake import Intake
 from scheduler_svc.policy import order_waiting, retract_victim
 from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.worker_client import WorkerClient
-
-
-class QueueFull(RuntimeError):
-    """The waiting queue holds --max-queued-requests requests."""
-
-
-class SchedulerStopped(RuntimeError):
-    """The loop is not running (draining, stopped, or failed); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -52,73 +45,51 @@ class Scheduler:
 
     def __init__(self, cache: CacheClient, worker: WorkerClient, cfg: SchedulerConfig, log) -> None:
         self.cache, self.worker, self.cfg, self.log = cache, worker, cfg, log
+        self.intake = Intake(cfg.max_queued_requests)
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.ratio = NewTokenRatio()
-        self._lock = threading.Lock()
-        self._inbox: list[Req] = []
-        self._live: dict[str, Req] = {}
-        self._wake = threading.Event()
         self._stop = threading.Event()
         self._needs_resync = False
         self._orphans: list[str] = []
         self._down_since: float | None = None
         self._last_renew = 0.0
-        self.stopped_reason = ""
         self.info = None
         self.capacity = 0
         self.last_batch_at = time.monotonic()
-        self._progress_mark = time.monotonic()
+        self.snapshot = (0, 0, 0)  # (running, waiting, waiting tokens), published by the loop every round
         self.stats = dict(batches=0, prefix_query=0, prefix_hit=0, prompt_tokens=0, generation_tokens=0,
                           retractions=0)
 
     # ---- thread-safe API -------------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
-        """Queues a validated request. Raises QueueFull or SchedulerStopped."""
-        with self._lock:
-            if self.stopped_reason:
-                raise SchedulerStopped(self.stopped_reason)
-            if len(self._inbox) + len(self.waiting) >= self.cfg.max_queued_requests:
-                raise QueueFull(f"waiting queue is full ({self.cfg.max_queued_requests} requests)")
-            if req.rid in self._live:
-                raise ValueError(f"request id {req.rid!r} is already in use")
-            if not self._live:
-                self._progress_mark = time.monotonic()
-            self._live[req.rid] = req
-            self._inbox.append(req)
-        self._wake.set()
+        """Queues a validated request. Raises QueueFull, SchedulerStopped, ValueError (id in use)."""
+        self.intake.submit(req, self.snapshot[1])
 
     def abort(self, rid: str, reason: str = "aborted by client") -> bool:
-        """Marks a live request aborted; the loop frees it within one step. Returns False when unknown."""
-        with self._lock:
-            req = self._live.get(rid)
-        if req is None:
-            return False
-        req.abort_reason = reason
-        req.abort_requested = True
-        self._wake.set()
-        return True
+        """Flags a live request for abort; the loop frees it within one step. False when unknown."""
+        return self.intake.abort(rid, reason)
+
+    @property
+    def stopped_reason(self) -> str:
+        return self.intake.stopped_reason
 
     def progress_ok(self) -> bool:
         """False when the loop stopped, or work waits or runs and no batch completed within progress_timeout."""
         if self.stopped_reason:
             return False
-        with self._lock:
-            busy = bool(self._live)
-        return not busy or time.monotonic() - max(self.last_batch_at, self._progress_mark) <= self.cfg.progress_timeout
+        since = time.monotonic() - max(self.last_batch_at, self.intake.busy_since)
+        return not self.intake.busy() or since <= self.cfg.progress_timeout
 
     def queue_lengths(self) -> tuple[int, int, int]:
-        """(running, waiting, waiting prompt tokens)."""
-        with self._lock:
-            waiting = list(self.waiting) + list(self._inbox)
-            running = len(self.running)
-        return running, len(waiting), sum(len(r.all_ids) for r in waiting)
+        """(running, waiting, waiting prompt tokens), new requests not yet taken by the loop included."""
+        running, waiting, tokens = self.snapshot
+        new, new_tokens = self.intake.inbox_stats()
+        return running, waiting + new, tokens + new_tokens
 
     def stop(self, reason: str) -> None:
-        with self._lock:
-            self.stopped_reason = self.stopped_reason or reason
+        self.intake.stop(reason)
         self._stop.set()
-        self._wake.set()
 
     # ---- start-up and resync ---------------------------------------------------------------------------
     def connect(self) -> None:
@@ -152,6 +123,7 @@ class Scheduler:
         self.log.warning("resynced", requeued=len(self.running))
         self.running = []
         self._needs_resync = False
+        self._publish()
 
     # ---- the loop --------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -169,8 +141,8 @@ class Scheduler:
                     self._on_dependency_error(exc)
                     continue
                 if not worked:
-                    self._wake.wait(0.2)
-                    self._wake.clear()
+                    self.intake.wake.wait(0.2)
+                    self.intake.wake.clear()
         except BaseException as exc:
             self.stop(f"scheduler loop failed: {type(exc).__name__}: {exc}")
             self.log.exception("loop_failed")
@@ -184,10 +156,12 @@ class Scheduler:
         self._apply_aborts()
         self._renew_session()
         batch = self._extend_batch() or self._decode_batch()
+        self._publish()
         if batch is None:
             return False
         reply = self.worker.forward([forward_item(e) for e in batch.entries])
         self._process(batch, reply)
+        self._publish()
         return True
 
     def _on_dependency_error(self, exc: Exception) -> None:
@@ -205,7 +179,7 @@ class Scheduler:
 
     def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
         self._orphans += [r.rid for r in self.running if r.worker_knows]
-        for req in list(self.waiting) + self.running + self._take_inbox():
+        for req in list(self.waiting) + self.running + self.intake.take():
             if req.stream.has_final:
                 req.stream.close()  # it completed; only its release was cut short (the next session frees it)
             elif req.state != State.FINISHED:
@@ -213,18 +187,17 @@ class Scheduler:
             self._forget(req)
         self.waiting.clear()
         self.running = []
-
-    def _take_inbox(self) -> list[Req]:
-        with self._lock:
-            new, self._inbox = self._inbox, []
-        return new
+        self._publish()
 
     def _intake(self) -> None:
-        self.waiting.extend(self._take_inbox())
+        self.waiting.extend(self.intake.take())
 
     def _forget(self, req: Req) -> None:
-        with self._lock:
-            self._live.pop(req.rid, None)
+        self.intake.forget(req)
+
+    def _publish(self) -> None:
+        self.snapshot = (len(self.running), len(self.waiting), sum(len(r.prompt_ids) + len(r.output_ids)
+                                                                    for r in self.waiting))
 
     def _renew_session(self) -> None:
         if time.monotonic() - self._last_renew >= self.cfg.lease_seconds / 3:
@@ -274,7 +247,7 @@ class Scheduler:
                 reply = None
             if reply is None:
                 return None
-        slots = self._slots_by_request(reply, plan)
+        slots = slots_by_request(reply, plan)
         return Batch("extend", tuple(
             Entry(r, r.kv_len, n, slots[r.rid], sample=n == r.pending_tokens and r.remaining_new_tokens > 0)
             for r, n in plan))
@@ -356,7 +329,7 @@ class Scheduler:
                     continue
                 self._requeue(victim, cache_prefix=True)
                 continue
-            slots = self._slots_by_request(reply, [(r, 1) for r in decoding])
+            slots = slots_by_request(reply, [(r, 1) for r in decoding])
             self.ratio.on_decode_step()
             return Batch("decode", tuple(Entry(r, r.kv_len, 1, slots[r.rid], True) for r in decoding))
         return None
@@ -382,16 +355,6 @@ class Scheduler:
         if req.worker_knows:
             self.worker.release([req.rid])
         self.running.remove(req)
-
-    @staticmethod
-    def _slots_by_request(reply: cache_pb2.AllocateResponse, plan: list[tuple[Req, int]]) -> dict[str, tuple[int, ...]]:
-        """Slots per request from the Allocate receipt; raises RuntimeError when it delivered other counts."""
-        slots = {r.request_id: tuple(r.slot_ids) for r in reply.results}
-        for req, n in plan:
-            if len(slots.get(req.rid, ())) != n:
-                raise RuntimeError(f"Allocate receipt gave {len(slots.get(req.rid, ()))} slots to {req.rid}, "
-                                   f"asked {n} (receipt {reply.receipt})")
-        return slots
 
     # ---- results ---------------------------------------------------------------------------------------
     def _process(self, batch: Batch, reply) -> None:

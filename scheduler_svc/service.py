@@ -12,7 +12,8 @@ from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import Finish, StreamEnd
-from scheduler_svc.scheduler import QueueFull, Scheduler, SchedulerStopped
+from scheduler_svc.intake import QueueFull, SchedulerStopped
+from scheduler_svc.scheduler import Scheduler
 from scheduler_svc.validate import InvalidRequest, build_request
 
 SERVICE_NAME = "codeserve.v1.Scheduler"

@@ -1,0 +1,84 @@
+"""The thread-safe side of the scheduler: new requests, live requests by id, abort flags, stop state."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from scheduler_svc.request import Req
+
+
+class QueueFull(RuntimeError):
+    """The waiting queue holds --max-queued-requests requests."""
+
+
+class SchedulerStopped(RuntimeError):
+    """The loop is not running (draining, stopped, or failed); the message says why."""
+
+
+class Intake:
+    """Servicer threads ``submit`` and ``abort``; the loop thread ``take``s new requests and ``forget``s
+    ended ones. ``wake`` is set whenever the loop has something new to look at."""
+
+    def __init__(self, max_queued: int) -> None:
+        self.max_queued = max_queued
+        self.wake = threading.Event()
+        self._lock = threading.Lock()
+        self._inbox: list[Req] = []
+        self._live: dict[str, Req] = {}
+        self.stopped_reason = ""
+        self.busy_since = time.monotonic()   # when work arrived at an idle scheduler
+
+    def submit(self, req: Req, waiting_now: int) -> None:
+        """Queues a validated request; ``waiting_now`` is the loop's waiting queue length (tokens not counted).
+        Raises QueueFull, SchedulerStopped, or ValueError when the request id is in use."""
+        with self._lock:
+            if self.stopped_reason:
+                raise SchedulerStopped(self.stopped_reason)
+            if len(self._inbox) + waiting_now >= self.max_queued:
+                raise QueueFull(f"waiting queue is full ({self.max_queued} requests)")
+            if req.rid in self._live:
+                raise ValueError(f"request id {req.rid!r} is already in use")
+            if not self._live:
+                self.busy_since = time.monotonic()
+            self._live[req.rid] = req
+            self._inbox.append(req)
+        self.wake.set()
+
+    def abort(self, rid: str, reason: str) -> bool:
+        """Flags a live request for abort (the loop frees it within one step). False when unknown or ended."""
+        with self._lock:
+            req = self._live.get(rid)
+        if req is None:
+            return False
+        req.abort_reason = reason
+        req.abort_requested = True
+        self.wake.set()
+        return True
+
+    def take(self) -> list[Req]:
+        """New requests since the last call, in arrival order."""
+        with self._lock:
+            new, self._inbox = self._inbox, []
+        return new
+
+    def inbox_stats(self) -> tuple[int, int]:
+        """(requests not yet taken, their prompt tokens)."""
+        with self._lock:
+            return len(self._inbox), sum(len(r.prompt_ids) for r in self._inbox)
+
+    def forget(self, req: Req) -> None:
+        """The request ended: its id may be used again and it no longer counts as work."""
+        with self._lock:
+            self._live.pop(req.rid, None)
+
+    def busy(self) -> bool:
+        """True while any request is queued or running."""
+        with self._lock:
+            return bool(self._live)
+
+    def stop(self, reason: str) -> None:
+        """Refuses new requests from now on (the first reason is kept)."""
+        with self._lock:
+            self.stopped_reason = self.stopped_reason or reason
+        self.wake.set()
