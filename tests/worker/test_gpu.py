@@ -72,34 +72,67 @@ def _gpu_engine(path, dtype, attention):
     return eng
 
 
-def test_flashinfer_and_torch_backends_agree_on_a_batch(model_dir, prompts):
+def _prefix_agreement(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+# Measured on the H200 (default model, one code prompt, vs fp32): bf16 logprobs differ by ~0.12 with either
+# backend (bf16 rounding of the residual stream, not the kernel), fp16 by ~0.017; bf16 flashinfer and bf16
+# torch produced the same 24 greedy tokens, and fp16 flashinfer the same as fp32.
+LOGPROB_TOL = {torch.bfloat16: 0.3, torch.float16: 0.05}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_flashinfer_and_torch_backends_agree_on_a_batch(model_dir, prompts, dtype):
     outs = {}
     for attention in ("flashinfer", "torch"):
-        eng = _gpu_engine(model_dir, torch.bfloat16, attention)
+        eng = _gpu_engine(model_dir, dtype, attention)
         reqs = [Req(f"r{i}", p, 16) for i, p in enumerate(prompts)]
-        Driver(eng, chunk=8).run(reqs)
+        Driver(eng, chunk=8).run(reqs)  # chunked extend and decode share batches
         outs[attention] = [(r.out, r.logprobs) for r in reqs]
-    agree = 0
+    agree = total = 0
     for (a, la), (b, lb) in zip(outs["flashinfer"], outs["torch"]):
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
-        agree += n
-        # up to the first difference, logprobs agree closely; a difference must be a near-tie
-        assert all(abs(x - y) < 0.05 for x, y in zip(la[:n], lb[:n]))
-    assert agree >= 0.8 * sum(len(a) for a, _ in outs["torch"])
+        n = _prefix_agreement(a, b)
+        agree, total = agree + n, total + len(b)
+        diffs = [abs(x - y) for x, y in zip(la[:n], lb[:n])]
+        assert max(diffs, default=0.0) < LOGPROB_TOL[dtype], diffs
+    print(f"{dtype}: flashinfer vs torch greedy prefix agreement {agree}/{total}")
+    assert agree >= 0.8 * total
+
+
+def _near_tie_gap(hf_model, prompt: list[int], ref: list[int], ours: list[int], n: int) -> float:
+    """HF's logprob margin of its own greedy token over ours at the first position where they differ."""
+    with torch.no_grad():
+        lp = torch.log_softmax(hf_model(torch.tensor([prompt + ref[:n]])).logits[0, -1].float(), -1)
+    return float(lp[ref[n]] - lp[ours[n]])
+
+
+# a divergence from HF fp32 is allowed only where HF's top choice beats ours by less than this (a near-tie)
+NEAR_TIE = {"fp16-flashinfer": 0.05, "bf16-flashinfer": 0.3}
 
 
 def test_default_model_greedy_matches_hf(model_dir, hf_model, prompts):
-    # fp32 on the GPU with the torch backend: exact; bf16 with flashinfer: equal up to near-ties
-    eng32 = _gpu_engine(model_dir, torch.float32, "torch")
-    eng16 = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
-    total = same16 = 0
+    # fp32 on the GPU with the torch backend: exact. fp16 / bf16 with flashinfer: equal up to near-ties
+    # (after a near-tie the continuations differ legitimately, so each comparison stops there).
+    engines = {"fp32-torch": _gpu_engine(model_dir, torch.float32, "torch"),
+               "fp16-flashinfer": _gpu_engine(model_dir, torch.float16, "flashinfer"),
+               "bf16-flashinfer": _gpu_engine(model_dir, torch.bfloat16, "flashinfer")}
+    agree = {k: 0 for k in engines}
+    total = 0
     for i, p in enumerate(prompts):
         ref, ref_lps = hf_greedy(hf_model, p, 24)
-        (r32,) = Driver(eng32).run([Req(f"a{i}", p, 24)])
-        assert r32.out == ref
-        assert max(abs(a - b) for a, b in zip(r32.logprobs, ref_lps)) < 1e-3
-        (r16,) = Driver(eng16).run([Req(f"b{i}", p, 24)])
-        n = next((k for k, (x, y) in enumerate(zip(r16.out, ref)) if x != y), len(ref))
-        same16 += n
         total += len(ref)
-    assert same16 >= 0.8 * total
+        for name, eng in engines.items():
+            (r,) = Driver(eng).run([Req(f"{name}-{i}", p, 24)])
+            n = _prefix_agreement(r.out, ref)
+            agree[name] += n
+            if name == "fp32-torch":
+                assert r.out == ref
+                assert max(abs(a - b) for a, b in zip(r.logprobs, ref_lps)) < 1e-3
+                continue
+            assert max((abs(a - b) for a, b in zip(r.logprobs[:n], ref_lps[:n])), default=0.0) < LOGPROB_TOL[
+                torch.float16 if name.startswith("fp16") else torch.bfloat16]
+            if n < min(len(ref), len(r.out)):
+                gap = _near_tie_gap(hf_model, p, ref, r.out, n)
+                assert gap < NEAR_TIE[name], (name, i, n, gap)
+    print("greedy prefix agreement with HF fp32:", {k: f"{v}/{total}" for k, v in agree.items()})

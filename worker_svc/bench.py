@@ -1,0 +1,176 @@
+"""Forward-step benchmark of the worker engine (not a test: numbers, no assertions).
+
+    python -m worker_svc.bench [--model-path DIR | --shape starcoderbase-1b] [--device cpu|cuda]
+                               [--dtype float32|bfloat16|...] [--attention auto|torch|flashinfer]
+                               [--batches 1,32,256] [--context 1024] [--prefill 1024] [--json-out FILE]
+
+Cases: decode steps at each batch size with every request holding ``--context`` tokens, and one prefill of
+``--prefill`` tokens. For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
+bytes read per step) / step time, over the device-to-device copy bandwidth measured in the same run.
+The KV contents are random (timing does not depend on them); request state is set up with ``has_prefix``.
+With ``--shape`` the random weights are generated on the device (nothing is written to disk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import uuid
+
+import torch
+
+from worker_svc.build import make_backend, resolve_device, resolve_dtype
+from worker_svc.engine import Engine
+from worker_svc.kv_pool import KVPool, geometry
+from worker_svc.model.config import ModelConfig
+from worker_svc.model.default import model_config, random_weights
+from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
+from worker_svc.model.loader import load_model
+from worker_svc.types import ForwardItem
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device: torch.device, nbytes: int) -> float:
+    """Bytes per second of a device-to-device copy (read + write counted)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    sync(device)
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return 2 * nbytes / min(times)
+
+
+def random_model(shape: str, dtype: torch.dtype, device: torch.device) -> tuple[ModelConfig, GPTBigCodeForCausalLM]:
+    cfg = ModelConfig.from_dict(model_config(shape, dtype=str(dtype).removeprefix("torch.")))
+    with torch.device("meta"):
+        model = GPTBigCodeForCausalLM(cfg)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, t in random_weights(model_config(shape), seed=0, dtype=dtype, device=str(device)):
+            params[name].copy_(t)
+    return cfg, model.eval()
+
+
+def time_steps(fn, device: torch.device, warmup: int, iters: int) -> float:
+    """Median seconds of ``fn()``."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-path")
+    ap.add_argument("--shape", help="random weights of a real shape (see worker_svc.model.default.SHAPES)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--attention", default="auto")
+    ap.add_argument("--batches", default="1,32,256")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--prefill", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--json-out")
+    args = ap.parse_args(argv)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    if args.shape:
+        cfg, model = random_model(args.shape, dtype, device)
+    else:
+        if not args.model_path:
+            from worker_svc.model.default import ensure_default_model
+            args.model_path = str(ensure_default_model())
+        cfg, model = load_model(args.model_path, dtype=dtype, device=device)
+    batches = [int(b) for b in args.batches.split(",")]
+    ctx = args.context
+    kv_tokens = max(batches) * (ctx + args.iters + 8) + args.prefill + 16
+    pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
+    for t in pool.k + pool.v:
+        t.normal_()
+    backend = make_backend(args.attention, cfg, dtype, device)
+    eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
+    eng.warmup()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    bw = copy_bandwidth(device, 1 << 30 if device.type == "cuda" else 1 << 27)
+    results = []
+    print(f"# model {cfg.name} ({weight_bytes / 1e9:.2f} GB weights) dtype {str(dtype)[6:]} device {device} "
+          f"attention {backend.name}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
+    g = torch.Generator().manual_seed(0)
+    for b in batches:
+        eng.requests.clear()
+        slot = iter(range(1, pool.pool_slots))
+        reqs = []
+        for i in range(b):
+            prefix = [next(slot) for _ in range(ctx - 1)]
+            toks = torch.randint(1, cfg.vocab_size, (ctx,), generator=g).tolist()
+            reqs.append([f"r{i}", prefix, toks])
+        # the first step registers every request (has_prefix), then decode steps follow
+        state = {"first": True}
+
+        def step():
+            items = []
+            for rid, slots, toks in reqs:
+                new = next(slot)
+                if state["first"]:
+                    items.append(ForwardItem(request_id=rid, input_ids=(toks[-1],), position_start=len(slots),
+                                             slot_ids=(new,), has_prefix=True, prefix_slot_ids=tuple(slots),
+                                             prefix_token_ids=tuple(toks[:len(slots)])))
+                else:
+                    items.append(ForwardItem(request_id=rid, input_ids=(toks[-1],), position_start=len(slots),
+                                             slot_ids=(new,)))
+                slots.append(new)
+                toks.append(toks[-1])
+            state["first"] = False
+            eng.forward(items, eng.epoch)
+
+        step()
+        secs = time_steps(step, device, warmup=1, iters=args.iters)
+        kv_read = b * (ctx + args.iters) * cfg.kv_bytes_per_token(pool.k[0].element_size())
+        frac = (weight_bytes + kv_read) / secs / bw
+        rec = {"case": "decode", "batch": b, "context": ctx, "step_ms": secs * 1e3, "tokens_per_s": b / secs,
+               "bytes_per_step": weight_bytes + kv_read, "bandwidth_fraction": frac}
+        results.append(rec)
+        print(f"decode batch {b:4d} ctx {ctx}: {secs * 1e3:8.2f} ms/step  {b / secs:10.1f} tok/s  "
+              f"{frac * 100:5.1f}% of copy bandwidth", flush=True)
+    eng.requests.clear()
+    n = args.prefill
+    toks = torch.randint(1, cfg.vocab_size, (n,), generator=g).tolist()
+    slots = tuple(range(1, n + 1))
+
+    def prefill():
+        eng.forward([ForwardItem(request_id="p", input_ids=tuple(toks), position_start=0, slot_ids=slots,
+                                 has_prefix=True)], eng.epoch)
+        eng.release(["p"])
+
+    secs = time_steps(prefill, device, warmup=1, iters=max(3, args.iters // 2))
+    flops = 2 * (weight_bytes / pool.k[0].element_size()) * n
+    results.append({"case": "prefill", "tokens": n, "step_ms": secs * 1e3, "tokens_per_s": n / secs,
+                    "approx_tflops": flops / secs / 1e12})
+    print(f"prefill {n} tokens: {secs * 1e3:8.2f} ms  {n / secs:10.1f} tok/s  ~{flops / secs / 1e12:.1f} TFLOP/s "
+          f"(2 * params * tokens)", flush=True)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
+                       "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
