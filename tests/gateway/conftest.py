@@ -94,9 +94,18 @@ def start_gateway(fake_server, tokenizer):
         gw.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_gateway(fake_server, tokenizer):
+    client = SchedulerClient(f"127.0.0.1:{fake_server[1].port}", retry_after_s=1, unary_timeout_s=2.0)
+    gw = Gateway(create_app(client, tokenizer, make_settings()))
+    yield gw
+    gw.stop()
+
+
 @pytest.fixture
-def gateway(start_gateway, fake) -> Gateway:
-    return start_gateway()
+def gateway(shared_gateway, fake) -> Gateway:
+    """The gateway with default settings (shared by tests; the fake is reset for each test)."""
+    return shared_gateway
 
 
 def wait_until(predicate, timeout: float = 5.0) -> bool:

@@ -13,7 +13,6 @@ the real scheduler is tested in its own suite and end to end). Behaviour:
 from __future__ import annotations
 
 import threading
-import time
 
 import grpc
 
@@ -58,14 +57,14 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             self.requests.append(request)
         rid = request.request_id
         finished = threading.Event()
+        ended = threading.Event()  # set when the RPC terminates (finished or cancelled)
         context.add_callback(lambda: None if finished.is_set() else self._record_cancel(rid))
+        context.add_callback(ended.set)
         self.started.set()
         if self.error is not None:
             finished.set()
             context.abort(self.error[0], self.error[1])
         if self.hang:
-            ended = threading.Event()
-            context.add_callback(ended.set)
             ended.wait(60)
             return
         ids = list(request.input_ids.ids) if request.HasField("input_ids") else self.tokenizer.encode(request.text)
@@ -76,16 +75,17 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             finished.set()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"prompt has {len(ids)} tokens; n_positions is {self.n_positions}")
-        yield from self._generate(request, ids, context)
-        finished.set()
-        with self.lock:
-            self.completed.append(rid)
+        yield from self._generate(request, ids, context, ended)
+        if context.is_active():  # _generate returns early when the call was cancelled
+            finished.set()
+            with self.lock:
+                self.completed.append(rid)
 
     def _record_cancel(self, rid: str) -> None:
         with self.lock:
             self.cancelled.append(rid)
 
-    def _generate(self, request, ids, context):
+    def _generate(self, request, ids, context, ended: threading.Event):
         first = scheduler_pb2.GenerateResponse(
             request_id=request.request_id, prompt_tokens=len(ids), cached_tokens=min(self.cached_tokens, len(ids) - 1),
             prompt_token_ids=ids,
@@ -145,7 +145,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             yield msg
             msg = scheduler_pb2.GenerateResponse(request_id=request.request_id)
             if self.token_delay_s:
-                time.sleep(self.token_delay_s)
+                ended.wait(self.token_delay_s)
             if not context.is_active():
                 return
         if finish == "length":

@@ -147,8 +147,8 @@ def test_one_failing_choice_fails_the_request_and_cancels_the_rest(gateway, fake
 def test_scheduler_abort_finish_is_503(gateway, fake, monkeypatch):
     original = fake._generate
 
-    def aborting(request, ids, context):
-        for msg in original(request, ids, context):
+    def aborting(request, ids, context, ended):
+        for msg in original(request, ids, context, ended):
             if msg.finish_reason:
                 msg.finish_reason = "abort"
             yield msg

@@ -1,0 +1,114 @@
+"""/health, /health_generate, /server_info, /flush_cache and /metrics."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.gateway.conftest import MODEL_NAME
+from tests.gateway.helpers import complete
+from tests.gateway.test_errors import assert_error
+
+
+def test_health_is_liveness_only(start_gateway, fake):
+    gw = start_gateway(target="127.0.0.1:1")
+    assert httpx.get(f"{gw.url}/health").json() == {"status": "ok"}
+
+
+def test_health_generate_does_a_one_token_round_trip(gateway, fake):
+    r = httpx.get(f"{gateway.url}/health_generate")
+    assert r.status_code == 200, r.text
+    assert r.json()["tokens"] == 1
+    sent = fake.requests[-1]
+    assert sent.max_new_tokens == 1 and len(sent.input_ids.ids) > 0
+
+
+def test_health_generate_503_when_scheduler_is_down(start_gateway, fake):
+    gw = start_gateway(target="127.0.0.1:1")
+    r = httpx.get(f"{gw.url}/health_generate", timeout=30)
+    assert_error(r, 503)
+    assert r.headers["Retry-After"] == "1"
+
+
+def test_health_generate_503_when_scheduler_is_stuck(start_gateway, fake):
+    gw = start_gateway(health_timeout_s=0.5)
+    fake.hang = True
+    r = httpx.get(f"{gw.url}/health_generate", timeout=30)
+    assert_error(r, 503, "0.5")
+    fake.hang = False
+    assert httpx.get(f"{gw.url}/health_generate", timeout=30).status_code == 200
+
+
+def test_health_generate_503_when_scheduler_not_serving(gateway, fake_server, fake):
+    fake_server[1].set_serving(False)
+    assert_error(httpx.get(f"{gateway.url}/health_generate"), 503, "NOT_SERVING")
+    assert fake.requests == []  # no generation was attempted
+
+
+def test_health_generate_503_when_generation_fails(gateway, fake):
+    import grpc
+
+    fake.error = (grpc.StatusCode.INTERNAL, "worker died")
+    assert_error(httpx.get(f"{gateway.url}/health_generate"), 503, "worker died")
+
+
+def test_server_info(gateway, fake):
+    body = httpx.get(f"{gateway.url}/server_info").json()
+    assert body["model_name"] == MODEL_NAME
+    assert body["n_positions"] == fake.n_positions
+    assert body["max_running_requests"] == 8 and body["chunk_size"] == 32 and body["page_size"] == 1
+    assert body["pools"] == [{"pool_id": "default", "capacity": 1000, "available": 600, "evictable": 150,
+                              "protected": 50, "staged": 0, "owned": 200}]
+    assert body["load"]["running"] == 3 and body["load"]["waiting"] == 2
+    assert body["gateway_limits"]["max_n"] == 16
+
+
+def test_server_info_503_when_scheduler_down(start_gateway, fake):
+    gw = start_gateway(target="127.0.0.1:1")
+    assert_error(httpx.get(f"{gw.url}/server_info", timeout=30), 503)
+
+
+def test_flush_cache(gateway, fake):
+    r = httpx.post(f"{gateway.url}/flush_cache")
+    assert r.json() == {"freed_tokens": 150}
+    assert fake.flushes == 1
+
+
+def _samples(text: str) -> dict[str, float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = sample.name + "".join(f"|{k}={v}" for k, v in sorted(sample.labels.items()) if k != "model_name")
+            out[key] = sample.value
+    return out
+
+
+def test_metrics_names_and_values(start_gateway, fake):
+    gateway = start_gateway()  # fresh counters
+    complete(gateway, prompt="def f():", max_tokens=3)
+    complete(gateway, prompt="def f():", max_tokens=200)  # ends at EOS: finished_reason stop
+    text = httpx.get(f"{gateway.url}/metrics").text
+    s = _samples(text)
+    assert s["vllm:num_requests_running"] == 3
+    assert s["vllm:num_requests_waiting"] == 2
+    assert abs(s["vllm:kv_cache_usage_perc"] - (1000 - 600 - 150) / 1000) < 1e-9
+    assert s["vllm:prefix_cache_queries_total"] == 500
+    assert s["vllm:prefix_cache_hits_total"] == 120
+    assert s["vllm:prompt_tokens_total"] == 500
+    assert s["vllm:generation_tokens_total"] == 321
+    assert s["vllm:time_to_first_token_seconds_count"] == 2
+    assert s["vllm:e2e_request_latency_seconds_count"] == 2
+    assert s["vllm:inter_token_latency_seconds_count"] >= 2
+    assert s["vllm:request_success_total|finished_reason=length"] == 1
+    assert s["vllm:request_success_total|finished_reason=stop"] == 1
+    assert s["codeserve:scheduler_up"] == 1
+    assert f'model_name="{MODEL_NAME}"' in text
+
+
+def test_metrics_when_scheduler_is_down_report_it_instead_of_zeros(start_gateway, fake):
+    gw = start_gateway(target="127.0.0.1:1")
+    r = httpx.get(f"{gw.url}/metrics", timeout=30)
+    assert r.status_code == 200
+    s = _samples(r.text)
+    assert s["codeserve:scheduler_up"] == 0
+    assert "vllm:num_requests_running" not in s and "vllm:kv_cache_usage_perc" not in s
