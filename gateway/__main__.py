@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import signal
+import socket
 
 import uvicorn
 
@@ -49,12 +51,34 @@ def main(argv: list[str] | None = None) -> None:
     )
     tokenizer = GatewayTokenizer.from_file(model_dir)
     app = create_app(SchedulerClient(args.scheduler, settings.retry_after_s), tokenizer, settings)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                            timeout_graceful_shutdown=5)
+    sock = bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
-    log.info("serving", host=args.host, port=args.port, scheduler=args.scheduler, model=settings.model_name,
-             auth=settings.api_key is not None)
-    server.run()
+    log.info("serving", host=args.host, port=port, url=f"http://{args.host}:{port}", scheduler=args.scheduler,
+             model=settings.model_name, auth=settings.api_key is not None)
+    # uvicorn handles SIGINT/SIGTERM (graceful shutdown) and re-raises the signal to the handler that was
+    # installed before it; a no-op one there makes a requested shutdown exit 0.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    server.run(sockets=[sock])
+    log.info("stopped")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0 = a free port). Raises RuntimeError naming the
+    address when it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise RuntimeError(f"cannot bind {host}:{port}: {exc} (is another process holding it?)") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 if __name__ == "__main__":

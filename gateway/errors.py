@@ -1,7 +1,7 @@
 """API errors: the OpenAI error body, and the mapping from scheduler gRPC status codes to HTTP.
 
 Body: ``{"error": {"message": str, "type": str, "param": str | null, "code": int | str | null}}``.
-Mapping: INVALID_ARGUMENT / OUT_OF_RANGE -> 400; NOT_FOUND -> 404; RESOURCE_EXHAUSTED -> 429 with
+Mapping: INVALID_ARGUMENT / OUT_OF_RANGE -> 400; NOT_FOUND -> 404; ALREADY_EXISTS (request id in use) -> 409; RESOURCE_EXHAUSTED -> 429 with
 Retry-After; UNAVAILABLE / DEADLINE_EXCEEDED / FAILED_PRECONDITION / ABORTED -> 503 with Retry-After;
 anything else -> 500 (a server fault, never the client's input).
 """
@@ -56,6 +56,7 @@ _GRPC_TO_HTTP: dict[grpc.StatusCode, tuple[int, str, bool]] = {
     grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error", False),
     grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_request_error", False),
     grpc.StatusCode.NOT_FOUND: (404, "not_found_error", False),
+    grpc.StatusCode.ALREADY_EXISTS: (409, "invalid_request_error", False),
     grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error", True),
     grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable", True),
     grpc.StatusCode.DEADLINE_EXCEEDED: (503, "service_unavailable", True),

@@ -110,6 +110,7 @@ def test_unknown_path_is_404_with_error_body(gateway):
 @pytest.mark.parametrize("code,status,retry", [
     (grpc.StatusCode.INVALID_ARGUMENT, 400, False),
     (grpc.StatusCode.OUT_OF_RANGE, 400, False),
+    (grpc.StatusCode.ALREADY_EXISTS, 409, False),
     (grpc.StatusCode.RESOURCE_EXHAUSTED, 429, True),
     (grpc.StatusCode.UNAVAILABLE, 503, True),
     (grpc.StatusCode.DEADLINE_EXCEEDED, 503, True),
