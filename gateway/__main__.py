@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024)
     parser.add_argument("--max-n", type=int, default=16)
     parser.add_argument("--health-timeout", type=float, default=10.0, help="seconds for /health_generate")
+    parser.add_argument("--request-timeout", type=float, default=None,
+                        help="seconds a generation may take before it fails with 503 (default: no limit)")
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         max_body_bytes=args.max_body_bytes,
         max_n=args.max_n,
         health_timeout_s=args.health_timeout,
+        request_timeout_s=args.request_timeout,
     )
     tokenizer = GatewayTokenizer.from_file(model_dir)
     app = create_app(SchedulerClient(args.scheduler, settings.retry_after_s), tokenizer, settings)

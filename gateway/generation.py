@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Iterable, TypeVar
 
 import grpc
+import structlog
 
 from codeserve.v1 import common_pb2, scheduler_pb2
 from gateway.errors import ApiError
@@ -19,6 +20,7 @@ from gateway.metrics import RequestObserver
 from gateway.scheduler_client import SchedulerClient
 
 T = TypeVar("T")
+log = structlog.get_logger()
 
 TopEntries = tuple[tuple[int, float], ...]  # (token_id, logprob) pairs, best first
 
@@ -188,14 +190,18 @@ class GenerationStream:
         request: scheduler_pb2.GenerateRequest,
         observer: RequestObserver,
         retry_after_s: int,
+        timeout_s: float | None = None,
     ) -> None:
         self.request_id = request.request_id
         self._client = client
         self._observer = observer
         self._retry_after_s = retry_after_s
-        self._call = client.start_generate(request)
+        self._timeout_s = timeout_s
+        self._call = client.start_generate(request, timeout_s)
         self._finished = False
-        self.first_seen = False
+        self._prompt_tokens = 0
+        self._cached_tokens = 0
+        self._first = True
 
     async def next(self) -> scheduler_pb2.GenerateResponse | None:
         if self._finished:
@@ -204,15 +210,26 @@ class GenerationStream:
             msg = await self._call.read()
         except grpc.aio.AioRpcError as exc:
             self._finished = True
-            raise self._client.error(exc) from exc
+            error = self._client.error(exc)
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and self._timeout_s is not None:
+                error.message = f"request did not finish within the gateway's request timeout ({self._timeout_s} s)"
+            log.warning("request_failed", rid=self.request_id, grpc_code=exc.code().name, status=error.status,
+                        error=error.message)
+            raise error from exc
         if msg is grpc.aio.EOF:
             self._finished = True
             raise ApiError(500, f"scheduler stream for {self.request_id} ended without a finish_reason",
                            "internal_error")
+        if self._first:
+            self._first = False
+            self._prompt_tokens, self._cached_tokens = msg.prompt_tokens, msg.cached_tokens
         self._observer.on_tokens(len(msg.token_ids))
         if msg.finish_reason:
             self._finished = True
             self._observer.on_finish(msg.finish_reason)
+            log.info("request_finished", rid=self.request_id, prompt_tokens=self._prompt_tokens,
+                     cached_tokens=self._cached_tokens, completion_tokens=msg.completion_tokens,
+                     finish_reason=msg.finish_reason, matched_stop=msg.matched_stop)
             if msg.finish_reason == "abort":
                 raise ApiError(503, f"request {self.request_id} was aborted by the scheduler",
                                "service_unavailable", retry_after_s=self._retry_after_s)

@@ -49,5 +49,6 @@ class GatewaySettings:
     max_logprobs: int = 20
     retry_after_s: int = 1
     health_timeout_s: float = 10.0
+    request_timeout_s: float | None = None  # deadline of each Generate call (None: no deadline)
     default_max_tokens: int = 16
     native_default_max_new_tokens: int = 128

@@ -157,3 +157,15 @@ def test_scheduler_abort_finish_is_503(gateway, fake, monkeypatch):
     monkeypatch.setattr(fake, "_generate", aborting)
     r = complete(gateway, prompt="x", max_tokens=2)
     assert_error(r, 503, "aborted")
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_request_timeout_is_503_and_cancels(start_gateway, fake, streamed):
+    from tests.gateway.conftest import wait_until
+
+    gw = start_gateway(request_timeout_s=0.3)
+    fake.hang = True
+    r = httpx.post(f"{gw.url}/v1/completions", json={"prompt": "x", "stream": streamed}, timeout=30)
+    assert_error(r, 503, "request timeout (0.3 s)")
+    assert r.headers["Retry-After"] == "1"
+    assert wait_until(lambda: len(fake.cancelled) == 1)
