@@ -12,8 +12,8 @@ from fastapi.responses import JSONResponse
 from codeserve.v1 import scheduler_pb2
 from gateway.chat_template import DEFAULT_STOPS, render
 from gateway.context import GatewayContext, get_ctx
-from gateway.disconnect import GuardedStreamingResponse, sse
-from gateway.errors import ApiError, invalid
+from gateway.disconnect import GuardedStreamingResponse, error_event, sse
+from gateway.errors import invalid
 from gateway.fanout import collect_all, open_streams
 from gateway.generation import merge_streams
 from gateway.openai_api import sampling_request, usage
@@ -110,8 +110,8 @@ async def _stream(request: Request, ctx: GatewayContext, body: ChatCompletionReq
                 yield sse({**chunk_head, "choices": [], "usage": {
                     "prompt_tokens": prompt_tokens, "completion_tokens": total, "total_tokens": prompt_tokens + total,
                     "prompt_tokens_details": {"cached_tokens": cached}}})
-        except ApiError as exc:
-            yield sse(exc.body())
+        except Exception as exc:  # reported to the client as an error event, then the stream ends
+            yield sse(error_event(exc))
         yield sse("[DONE]")
 
     def close() -> None:

@@ -6,11 +6,15 @@ import asyncio
 import json
 from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
+import structlog
 from fastapi import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from gateway.errors import ApiError
+
 T = TypeVar("T")
+log = structlog.get_logger()
 
 
 class ClientDisconnected(Exception):
@@ -55,6 +59,15 @@ class GuardedStreamingResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._on_close()
+
+
+def error_event(exc: Exception) -> dict:
+    """The error event that ends a stream that already answered 200: the OpenAI error body of an
+    ApiError, or a 500 internal_error naming any other exception (which is logged)."""
+    if isinstance(exc, ApiError):
+        return exc.body()
+    log.error("stream_failed", error=repr(exc), exc_info=exc)
+    return ApiError(500, f"internal error: {exc}", "internal_error").body()
 
 
 def sse(payload: dict | str) -> str:

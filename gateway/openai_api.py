@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse
 
 from codeserve.v1 import scheduler_pb2
 from gateway.context import GatewayContext, get_ctx
-from gateway.disconnect import GuardedStreamingResponse, sse
-from gateway.errors import ApiError, invalid
+from gateway.disconnect import GuardedStreamingResponse, error_event, sse
+from gateway.errors import invalid
 from gateway.fanout import collect_all, open_streams
 from gateway.generation import GenerationResult, SamplingRequest, merge_streams
 from gateway.logprobs import LegacyLogprobs, legacy_logprobs, merge, prompt_logprob_lists
@@ -191,8 +191,8 @@ async def _stream(request: Request, ctx: GatewayContext, body: CompletionRequest
                     "total_tokens": prompt_total + completion_total,
                     "prompt_tokens_details": {"cached_tokens": sum(cached_tokens[::n])},
                 }})
-        except ApiError as exc:
-            yield sse(exc.body())
+        except Exception as exc:  # reported to the client as an error event, then the stream ends
+            yield sse(error_event(exc))
         yield sse("[DONE]")
 
     def close() -> None:

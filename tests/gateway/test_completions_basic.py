@@ -180,3 +180,47 @@ def test_models_endpoint(gateway):
     assert body["object"] == "list"
     assert body["data"][0]["id"] == MODEL_NAME
     assert body["data"][0]["max_model_len"] == N_POSITIONS
+
+
+def test_a4_stop_that_matches_at_once_gives_empty_text(gateway, fake):
+    fake.continuation = "\nfoo bar"
+    payload = {"model": MODEL_NAME, "prompt": "def f():", "max_tokens": 10, "stop": ["\n"]}
+    whole = complete(gateway, **payload).json()
+    assert whole["choices"][0]["text"] == ""
+    assert whole["choices"][0]["finish_reason"] == "stop"
+    status, events = stream(gateway, "/v1/completions", {**payload, "stream": True})
+    assert status == 200
+    assert [e["choices"][0]["text"] for e in events[:-1]] == [""]
+    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a4_code_stop_string_never_streams_a_fragment(gateway, fake):
+    fake.continuation = "    return 1\n\ndef g():\n    pass\n"
+    payload = {"model": MODEL_NAME, "prompt": "def f():\n", "max_tokens": 30, "stop": ["\ndef "]}
+    whole = complete(gateway, **payload).json()["choices"][0]["text"]
+    assert whole == "    return 1\n"
+    status, events = stream(gateway, "/v1/completions", {**payload, "stream": True})
+    pieces = [e["choices"][0]["text"] for e in events[:-1]]
+    assert "".join(pieces) == whole
+    assert not any("def" in p for p in pieces)
+
+
+def test_error_after_streaming_began_is_an_error_event_then_done(gateway, fake, monkeypatch):
+    import grpc
+
+    original = fake._generate
+
+    def failing(request, ids, context, ended):
+        for i, msg in enumerate(original(request, ids, context, ended)):
+            if i == 2:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "worker lost")
+            yield msg
+
+    monkeypatch.setattr(fake, "_generate", failing)
+    status, events = stream(gateway, "/v1/completions", {"model": MODEL_NAME, "prompt": "x", "max_tokens": 10,
+                                                         "stream": True})
+    assert status == 200
+    assert events[-1] == "[DONE]"
+    assert events[-2] == {"error": {"message": "worker lost", "type": "service_unavailable", "param": None,
+                                    "code": 503}}
+    assert len(events) == 4  # two chunks, the error, [DONE]
