@@ -41,6 +41,8 @@ def _chat_logprobs(ctx: GatewayContext, msg: scheduler_pb2.GenerateResponse, top
 
 
 def _requests(body: ChatCompletionRequest, ctx: GatewayContext, chat_id: str) -> list[scheduler_pb2.GenerateRequest]:
+    if (problem := body.unsupported()) is not None:
+        raise invalid(problem[1], problem[0])
     if body.top_logprobs is not None and not body.logprobs:
         raise invalid("top_logprobs needs logprobs: true", "top_logprobs")
     check_logprobs(body.top_logprobs, ctx.settings, "top_logprobs")

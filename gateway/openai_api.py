@@ -113,9 +113,8 @@ def _prompt_logprobs(ctx: GatewayContext, prompt: PromptInput, logprobs, tops, c
 
 
 def _jobs(body: CompletionRequest, ctx: GatewayContext, completion_id: str) -> tuple[list[_Job], int]:
-    if body.suffix is not None:
-        raise invalid("suffix is not supported; put the fill-in-the-middle markers in the prompt "
-                      "(<fim_prefix>...<fim_suffix>...<fim_middle>)", "suffix")
+    if (problem := body.unsupported()) is not None:
+        raise invalid(problem[1], problem[0])
     prompts = parse_completion_prompt(body.prompt, ctx.tokenizer, ctx.settings)
     check_n(body.n, len(prompts), ctx.settings)
     check_logprobs(body.logprobs, ctx.settings)

@@ -40,6 +40,19 @@ class SamplingFields(BaseModel):
     repetition_penalty: float = Field(1.0, gt=0.0)
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    logit_bias: dict[str, float] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """(field, reason) of the first field set to something this server does not do, else None.
+        Asking for a feature we would silently ignore gets a 400 instead."""
+        if self.logit_bias:
+            return "logit_bias", "logit_bias is not supported"
+        if self.response_format is not None and self.response_format.get("type", "text") != "text":
+            return "response_format", "only response_format {\"type\": \"text\"} is supported"
+        if self.stream_options is not None and not self.stream:
+            return "stream_options", "stream_options is only allowed with stream: true"
+        return None
 
 
 class CompletionRequest(SamplingFields):
@@ -51,6 +64,16 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     logprobs: int | None = Field(None, ge=0)
     suffix: str | None = None
+    best_of: int | None = Field(None, ge=1)
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """See SamplingFields.unsupported; also ``suffix`` and ``best_of`` other than n."""
+        if self.suffix is not None:
+            return "suffix", ("suffix is not supported; put the fill-in-the-middle markers in the prompt "
+                              "(<fim_prefix>...<fim_suffix>...<fim_middle>)")
+        if self.best_of is not None and self.best_of != self.n:
+            return "best_of", "best_of other than n is not supported"
+        return super().unsupported()
 
 
 class ContentPart(BaseModel):
@@ -78,6 +101,16 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0)
     add_generation_prompt: bool = True
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """See SamplingFields.unsupported; also tools (no tool calling)."""
+        if self.tools:
+            return "tools", "tool calling is not supported"
+        if self.tool_choice not in (None, "none"):
+            return "tool_choice", "tool calling is not supported"
+        return super().unsupported()
 
 
 class NativeSamplingParams(BaseModel):

@@ -86,6 +86,10 @@ def test_a5_generation_capped_at_context_limit(gateway, fake):
     ({"prompt": "x", "stop_token_ids": [100000]}, "stop_token_ids"),
     ({"prompt": "x", "presence_penalty": 3}, "presence_penalty"),
     ({"prompt": "x", "suffix": "y"}, "suffix"),
+    ({"prompt": "x", "best_of": 3}, "best_of"),
+    ({"prompt": "x", "logit_bias": {"5": 100}}, "logit_bias"),
+    ({"prompt": "x", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ({}, "prompt"),
 ])
 def test_invalid_fields_are_400_naming_the_field(gateway, fake, payload, param):
