@@ -20,7 +20,7 @@ class SchedulerClient:
     ``start_generate`` returns the raw grpc.aio call; gateway.generation wraps it.
     """
 
-    def __init__(self, target: str, retry_after_s: int = 1, unary_timeout_s: float = 10.0) -> None:
+    def __init__(self, target: str, retry_after_s: int = 1, unary_timeout_s: float = 5.0) -> None:
         self.target = target
         self._retry_after_s = retry_after_s
         self._unary_timeout_s = unary_timeout_s
@@ -34,6 +34,11 @@ class SchedulerClient:
                 options=[
                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    # Reconnect within a second of the scheduler coming (back) up, instead of gRPC's
+                    # default exponential backoff of up to 120 s during which every request fails.
+                    ("grpc.initial_reconnect_backoff_ms", 100),
+                    ("grpc.min_reconnect_backoff_ms", 100),
+                    ("grpc.max_reconnect_backoff_ms", 1000),
                 ],
             )
             self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)

@@ -173,3 +173,31 @@ def test_request_timeout_is_503_and_cancels(start_gateway, fake, streamed):
     assert_error(r, 503, "request timeout (0.3 s)")
     assert r.headers["Retry-After"] == "1"
     assert wait_until(lambda: len(fake.cancelled) == 1)
+
+
+def test_gateway_recovers_within_a_second_or_two_when_the_scheduler_comes_back(start_gateway, fake):
+    import socket
+    import time
+
+    from codeserve.v1 import scheduler_pb2_grpc
+    from common.grpc_server import start
+    from tests.gateway.conftest import wait_until
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gw = start_gateway(target=f"127.0.0.1:{port}")
+    payload = {"model": MODEL_NAME, "prompt": "x", "max_tokens": 1}
+    # Fail for 12 s: with gRPC's default reconnect backoff (1 s growing 1.6x) the next attempt would then be
+    # ~4 s away (this test fails that way); the gateway caps the backoff at 1 s.
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        assert httpx.post(f"{gw.url}/v1/completions", json=payload, timeout=30).status_code == 503
+        time.sleep(0.2)
+    server = start(lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(fake, srv),
+                   ["codeserve.v1.Scheduler"], f"127.0.0.1:{port}")
+    try:
+        assert wait_until(lambda: httpx.post(f"{gw.url}/v1/completions", json=payload, timeout=30).status_code == 200,
+                          timeout=2.5)
+    finally:
+        server.server.stop(0)
