@@ -85,7 +85,16 @@ def _pool(pool: scheduler_pb2.PoolCounters) -> dict:
     }
 
 
+@router.get("/get_model_info")
+async def get_model_info(request: Request):
+    """SGLang's model info: the served name and the tokenizer/model facts the gateway uses."""
+    ctx = get_ctx(request)
+    return {"model_path": ctx.settings.model_name, "tokenizer_path": ctx.settings.model_name, "is_generation": True,
+            "max_model_len": ctx.settings.model.n_positions, "vocab_size": ctx.settings.model.vocab_size}
+
+
 @router.get("/server_info")
+@router.get("/get_server_info")
 async def server_info(request: Request):
     """Model, limits, scheduler load and per-pool counters (from ServerInfo and GetLoad)."""
     ctx = get_ctx(request)
@@ -124,7 +133,7 @@ async def server_info(request: Request):
     }
 
 
-@router.post("/flush_cache")
+@router.api_route("/flush_cache", methods=["GET", "POST"])
 async def flush_cache(request: Request):
     """Evicts every unlocked cached prefix; returns how many tokens were freed."""
     reply = await get_ctx(request).client.flush_cache()

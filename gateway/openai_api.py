@@ -201,14 +201,25 @@ async def _stream(request: Request, ctx: GatewayContext, body: CompletionRequest
     return GuardedStreamingResponse(events(), close)
 
 
-@router.get("/v1/models")
-async def list_models(request: Request):
-    """The one served model."""
-    ctx = get_ctx(request)
-    return {"object": "list", "data": [{
+def _model_card(ctx: GatewayContext) -> dict:
+    return {
         "id": ctx.settings.model_name,
         "object": "model",
         "created": 0,
         "owned_by": "codeserve",
         "max_model_len": ctx.settings.model.n_positions,
-    }]}
+    }
+
+
+@router.get("/v1/models")
+async def list_models(request: Request):
+    """The one served model."""
+    return {"object": "list", "data": [_model_card(get_ctx(request))]}
+
+
+@router.get("/v1/models/{model:path}")
+async def retrieve_model(model: str, request: Request):
+    """The served model's card; 404 for any other name."""
+    ctx = get_ctx(request)
+    ctx.check_model(model)
+    return _model_card(ctx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gateway.conftest import MODEL_NAME
@@ -112,3 +113,19 @@ def test_metrics_when_scheduler_is_down_report_it_instead_of_zeros(start_gateway
     s = _samples(r.text)
     assert s["codeserve:scheduler_up"] == 0
     assert "vllm:num_requests_running" not in s and "vllm:kv_cache_usage_perc" not in s
+
+
+def test_sglang_aliases(gateway, fake):
+    assert httpx.get(f"{gateway.url}/get_server_info").json()["pools"][0]["capacity"] == 1000
+    info = httpx.get(f"{gateway.url}/get_model_info").json()
+    assert info["model_path"] == MODEL_NAME and info["is_generation"] is True
+    assert httpx.get(f"{gateway.url}/flush_cache").json() == {"freed_tokens": 150}
+
+
+def test_retrieve_model(gateway):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    assert client.models.retrieve(MODEL_NAME).id == MODEL_NAME
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("other")
