@@ -14,7 +14,8 @@ from gateway.context import GatewayContext, get_ctx
 from gateway.disconnect import GuardedStreamingResponse, error_event, sse
 from gateway.errors import invalid
 from gateway.fanout import collect_all, open_streams
-from gateway.generation import GenerationResult, SamplingRequest, ResultBuilder, merge_streams
+from gateway.generation import GenerationResult, ResultBuilder, SamplingRequest, merge_streams
+from gateway.logprobs import prompt_logprob_lists
 from gateway.prompts import (
     PromptInput, cap_new_tokens, check_ids, check_logprobs, parse_stop, parse_stop_token_ids, text_prompt,
 )
@@ -102,6 +103,8 @@ def _finish_reason(result: GenerationResult, request: scheduler_pb2.GenerateRequ
 
 
 def _logprob_triples(ctx: GatewayContext, ids, logprobs, with_text: bool) -> list[list]:
+    if len(ids) != len(logprobs):
+        raise ValueError(f"{len(ids)} tokens but {len(logprobs)} logprobs from the scheduler")
     return [[lp, token_id, ctx.tokenizer.token_text(token_id) if with_text else None]
             for lp, token_id in zip(logprobs, ids)]
 
@@ -127,11 +130,11 @@ def _output(ctx: GatewayContext, body: NativeGenerateRequest, request: scheduler
             ]
         if body.logprob_start_len >= 0:
             ids = list(request.input_ids.ids)
-            lps = [None, *result.prompt_logprobs]
+            lps, tops = prompt_logprob_lists(tuple(ids), result.prompt_logprobs, result.prompt_top_logprobs)
             start = min(body.logprob_start_len, len(ids))
             meta["input_token_logprobs"] = _logprob_triples(ctx, ids[start:], lps[start:], with_text)
             if body.top_logprobs_num:
-                tops = [None, *result.prompt_top_logprobs][start:]
+                tops = tops[start:]
                 meta["input_top_logprobs"] = [
                     None if e is None else [[lp, t, ctx.tokenizer.token_text(t) if with_text else None] for t, lp in e]
                     for e in tops
