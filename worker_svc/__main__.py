@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--attention", default="auto", choices=["auto", "torch", "flashinfer"])
     ap.add_argument("--worker-id", default="worker-0")
     ap.add_argument("--seed", type=int, default=0, help="seed of the generator for unseeded sampling")
+    ap.add_argument("--cuda-graph-max-batch", type=int, default=256,
+                    help="decode batches up to this size replay CUDA graphs (flashinfer on CUDA only; 0 = off)")
     return ap.parse_args(argv)
 
 
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     log = logs.configure("worker")
     opts = WorkerOptions(model_path=args.model_path, device=args.device, dtype=args.dtype, kv_tokens=args.kv_tokens,
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
-                         worker_id=args.worker_id, seed=args.seed)
+                         worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()

@@ -21,7 +21,7 @@ import uuid
 
 import torch
 
-from worker_svc.build import make_backend, resolve_device, resolve_dtype
+from worker_svc.build import make_backend, make_graphs, resolve_device, resolve_dtype
 from worker_svc.engine import Engine
 from worker_svc.kv_pool import KVPool, geometry
 from worker_svc.model.config import ModelConfig
@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--prefill", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--cuda-graph-max-batch", type=int, default=256, help="0 = eager decode")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
@@ -108,11 +109,12 @@ def main(argv: list[str] | None = None) -> None:
     backend = make_backend(args.attention, cfg, dtype, device)
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
+    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bw = copy_bandwidth(device, 1 << 30 if device.type == "cuda" else 1 << 27)
     results = []
     print(f"# model {cfg.name} ({weight_bytes / 1e9:.2f} GB weights) dtype {str(dtype)[6:]} device {device} "
-          f"attention {backend.name}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
+          f"attention {backend.name} cuda graphs {eng.graphs is not None}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
     g = torch.Generator().manual_seed(0)
     for b in batches:
         eng.requests.clear()
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
-                       "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
+                       "cuda_graphs": eng.graphs is not None, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

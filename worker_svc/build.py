@@ -34,6 +34,7 @@ class WorkerOptions:
     attention: str = "auto"
     worker_id: str = "worker-0"
     seed: int = 0
+    cuda_graph_max_batch: int = 256  # decode batches up to this size replay CUDA graphs (flashinfer only); 0 = off
 
 
 def resolve_device(name: str) -> torch.device:
@@ -104,4 +105,14 @@ def build_engine(opts: WorkerOptions) -> Engine:
     engine = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, worker_id=opts.worker_id,
                     model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed)
     engine.warmup()
+    engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend)
     return engine
+
+
+def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend):
+    """Captured decode graphs when the backend is flashinfer and ``max_batch`` > 0, else None."""
+    if max_batch <= 0 or backend.name != "flashinfer":
+        return None
+    from worker_svc.cuda_graph import DecodeGraphs
+
+    return DecodeGraphs(cfg, model, pool, backend.sm_scale, max_batch=max_batch)

@@ -21,10 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
-from worker_svc.forward_batch import build_layout
+from worker_svc.forward_batch import build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
@@ -35,11 +36,38 @@ from worker_svc.validation import validate_batch
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
+class SlotTable:
+    """A request's slot table: a growable int32 array (``view()`` is the live prefix, no copy)."""
+
+    def __init__(self, slots=()):
+        self._buf = np.asarray(slots, dtype=np.int32).copy()
+        self._n = len(self._buf)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self):
+        return iter(self.view().tolist())
+
+    def view(self) -> np.ndarray:
+        return self._buf[: self._n]
+
+    def extend(self, slots) -> None:
+        new = np.asarray(slots, dtype=np.int32)
+        need = self._n + len(new)
+        if need > len(self._buf):
+            grown = np.empty(max(need, 2 * len(self._buf), 16), dtype=np.int32)
+            grown[: self._n] = self._buf[: self._n]
+            self._buf = grown
+        self._buf[self._n:need] = new
+        self._n = need
+
+
 @dataclass
 class RequestState:
     """Worker-side state of one request: ``slots[i]`` holds the K/V of ``tokens[i]`` (position i)."""
 
-    slots: list[int]
+    slots: SlotTable
     tokens: list[int]
     prompt_len: int
     last_hidden: torch.Tensor | None = field(default=None, repr=False)  # [n_embd], for prompt logprobs
@@ -57,8 +85,10 @@ class Engine:
     """Runs forward batches for one model on one device. See the module docstring for the contract."""
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
-                 *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0):
+                 *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None):
+        """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it."""
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
+        self.graphs = graphs
         self.epoch, self.worker_id, self.model_path = epoch, worker_id, model_path
         self.device = kv_pool.device
         self.requests: dict[str, RequestState] = {}
@@ -114,22 +144,28 @@ class Engine:
 
     def _run(self, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
         dev = self.device
-        tables = [(list(it.prefix_slot_ids) if it.has_prefix else self.requests[it.request_id].slots) + list(it.slot_ids)
-                  for it in items]
-        layout = build_layout([it.position_start for it in items], [len(it.input_ids) for it in items], tables)
+        prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
+                    else self.requests[it.request_id].slots.view() for it in items]
+        layout = layout_from_parts(prefixes, [it.slot_ids for it in items])
         input_ids = torch.tensor([t for it in items for t in it.input_ids], dtype=torch.long).to(dev)
-        positions = torch.from_numpy(layout.positions).to(dev)
-        out_slots = torch.from_numpy(layout.out_slots).to(dev)
-        self.backend.plan(AttentionMeta.from_layout(layout, dev))
-        hidden = self.model(input_ids, positions, self.kv_pool, self.backend, out_slots)  # [T, n_embd]
-
-        # Sampling rows: the last new token of each item that samples.
         qo = layout.qo_indptr.tolist()
         sample_items = [b for b, it in enumerate(items) if it.sample]
+        hidden = None  # [T, n_embd], eager path only
+        if self.graphs is not None and self.graphs.fits(layout) and not any(it.return_prompt_logprobs for it in items):
+            all_logits = self.graphs.run(layout, input_ids)  # [B, vocab] float32, one row per item
+            row_logits = lambda rows: all_logits[rows]  # noqa: E731
+        else:
+            positions = torch.from_numpy(layout.positions).to(dev)
+            out_slots = torch.from_numpy(layout.out_slots).to(dev)
+            self.backend.plan(AttentionMeta.from_layout(layout, dev))
+            hidden = self.model(input_ids, positions, self.kv_pool, self.backend, out_slots)
+            row_logits = lambda rows: self.model.logits(hidden[rows])  # noqa: E731
+
+        # Sampling rows: the last new token of each item that samples.
         results: dict[int, object] = {}
         if sample_items:
             rows_idx = torch.tensor([qo[b + 1] - 1 for b in sample_items], dtype=torch.long, device=dev)
-            logits = self.model.logits(hidden[rows_idx])  # [S, vocab] float32
+            logits = row_logits(rows_idx)  # [S, vocab] float32
             rows = []
             for b in sample_items:
                 it = items[b]
@@ -191,7 +227,7 @@ class Engine:
     def _commit(self, items: Sequence[ForwardItem], hidden: torch.Tensor, qo: list[int]) -> None:
         for b, it in enumerate(items):
             if it.has_prefix:
-                state = RequestState(slots=list(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
+                state = RequestState(slots=SlotTable(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
                                      prompt_len=self._prompt_len(it))
                 self.requests[it.request_id] = state
             else:

@@ -71,26 +71,38 @@ def build_layout(prefix_lens: Sequence[int], new_lens: Sequence[int], tables: Se
     if not (len(prefix_lens) == len(new_lens) == len(tables)):
         raise ValueError("prefix_lens, new_lens and tables differ in length")
     for b, (p, n, t) in enumerate(zip(prefix_lens, new_lens, tables)):
-        if n < 1:
-            raise ValueError(f"request {b}: no new tokens")
         if len(t) != p + n:
             raise ValueError(f"request {b}: slot table has {len(t)} entries, expected prefix {p} + new {n}")
+    return layout_from_parts([np.asarray(t[:p], dtype=np.int32) for p, t in zip(prefix_lens, tables)],
+                             [t[p:] for p, t in zip(prefix_lens, tables)])
+
+
+def layout_from_parts(prefix_tables: Sequence[np.ndarray], new_slots: Sequence[Sequence[int]]) -> BatchLayout:
+    """The layout from each request's cached slot table (int32 array, its prefix) and its new tokens' slots.
+
+    Same result as ``build_layout``; avoids per-token Python work for long prefixes. Raises ValueError if a
+    request has no new tokens.
+    """
+    prefix_lens = [len(t) for t in prefix_tables]
+    new_lens = [len(s) for s in new_slots]
+    if any(n < 1 for n in new_lens):
+        raise ValueError(f"request {new_lens.index(min(new_lens))}: no new tokens")
     kv_lens = [p + n for p, n in zip(prefix_lens, new_lens)]
     qo_ptr = indptr(new_lens)
-    kv_ptr = indptr(kv_lens)
-    total_kv = int(kv_ptr[-1])
-    kv_indices = np.fromiter(itertools.chain.from_iterable(tables), dtype=np.int32, count=total_kv)
-    new_slot_idx = np.concatenate([np.arange(kv_ptr[b] + p, kv_ptr[b + 1]) for b, p in enumerate(prefix_lens)]) \
-        if tables else np.zeros(0, dtype=np.int64)
-    out_slots = kv_indices[new_slot_idx].astype(np.int64)
+    out_slots = np.fromiter(itertools.chain.from_iterable(new_slots), dtype=np.int64, count=int(qo_ptr[-1]))
+    parts: list[np.ndarray] = []
+    for b, t in enumerate(prefix_tables):
+        parts.append(t)
+        parts.append(out_slots[qo_ptr[b]:qo_ptr[b + 1]].astype(np.int32))
+    is_decode = all(n == 1 for n in new_lens)
     return BatchLayout(
-        positions=positions(prefix_lens, new_lens),
+        positions=np.asarray(prefix_lens, dtype=np.int64) if is_decode else positions(prefix_lens, new_lens),
         out_slots=out_slots,
         qo_indptr=qo_ptr,
-        kv_indptr=kv_ptr,
-        kv_indices=kv_indices,
+        kv_indptr=indptr(kv_lens),
+        kv_indices=np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32),
         last_rows=(qo_ptr[1:].astype(np.int64) - 1),
-        qo_lens=tuple(int(n) for n in new_lens),
-        kv_lens=tuple(int(k) for k in kv_lens),
-        is_decode=all(n == 1 for n in new_lens),
+        qo_lens=tuple(new_lens),
+        kv_lens=tuple(kv_lens),
+        is_decode=is_decode,
     )

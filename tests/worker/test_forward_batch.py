@@ -52,3 +52,15 @@ def test_layout_invariants(reqs):
         assert lay.kv_indices[lay.kv_indptr[b]:lay.kv_indptr[b + 1]].tolist() == tables[b]
         assert lay.last_rows[b] == lay.qo_indptr[b + 1] - 1
     assert lay.kv_indices.dtype == np.int32 and lay.positions.dtype == np.int64
+
+
+def test_cuda_graph_padding_uses_reserved_slot_only():
+    from worker_svc.cuda_graph import buckets, pad_layout
+
+    assert buckets(256) == [1, 2, 4, 8, 16, 32, 64, 128, 256] and buckets(48)[-2:] == [32, 48] and buckets(1) == [1]
+    lay = pad_layout(build_layout([2, 0], [1, 1], [[5, 6, 7], [9]]), 4)
+    assert lay.positions.tolist() == [2, 0, 0, 0] and lay.out_slots.tolist() == [7, 9, 0, 0]
+    assert lay.kv_indptr.tolist() == [0, 3, 4, 5, 6] and lay.kv_indices.tolist() == [5, 6, 7, 9, 0, 0]
+    assert lay.is_decode and lay.batch_size == 4
+    with pytest.raises(ValueError):
+        pad_layout(build_layout([0], [2], [[1, 2]]), 4)  # not a decode batch

@@ -33,7 +33,11 @@ class FlashInferAttention(AttentionBackend):
     name = "flashinfer"
 
     def __init__(self, n_head: int, kv_heads: int, head_dim: int, sm_scale: float, dtype: torch.dtype,
-                 device: torch.device | str):
+                 device: torch.device | str, graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                 workspace: torch.Tensor | None = None):
+        """``graph_buffers`` (kv_indptr [B+1], kv_indices [N], kv_last_page_len [B], int32 on the device)
+        makes a decode-only backend for CUDA-graph capture at batch size B: ``plan`` writes into them.
+        ``workspace``: a float workspace to share with other backends (one runs at a time)."""
         super().__init__(n_head, kv_heads, head_dim, sm_scale)
         device = torch.device(device)
         if device.type != "cuda":
@@ -43,10 +47,18 @@ class FlashInferAttention(AttentionBackend):
         import flashinfer  # lazy: absent on CPU machines
 
         self.dtype = dtype
-        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.workspace = workspace if workspace is not None else torch.empty(WORKSPACE_BYTES, dtype=torch.uint8,
+                                                                               device=device)
+        self._wrapper = None
+        if graph_buffers is not None:
+            indptr, indices, last = graph_buffers
+            self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=True, paged_kv_indptr_buffer=indptr,
+                paged_kv_indices_buffer=indices, paged_kv_last_page_len_buffer=last)
+            self.prefill = None
+            return
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=True)
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
-        self._wrapper = None
 
     def plan(self, meta: AttentionMeta) -> None:
         if meta.is_decode:
@@ -57,6 +69,8 @@ class FlashInferAttention(AttentionBackend):
             )
             self._wrapper = self.decode
         else:
+            if self.prefill is None:
+                raise RuntimeError("this flashinfer backend is decode-only (CUDA graph)")
             self.prefill.plan(
                 meta.qo_indptr_cpu, meta.kv_indptr_cpu, meta.kv_indices, meta.kv_last_page_len,
                 self.n_head, self.kv_heads, self.head_dim, 1,
