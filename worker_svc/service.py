@@ -67,6 +67,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             if self.log is not None:
                 self.log.warning("forward_rejected", code=e.code, reason=e.message)
             context.abort(grpc.StatusCode[e.code], e.message)
+        except Exception as e:  # a fault of ours (e.g. device out of memory): reported as INTERNAL, never hidden
+            if self.log is not None:
+                self.log.exception("forward_failed", error=repr(e))
+            context.abort(grpc.StatusCode.INTERNAL, f"forward failed: {type(e).__name__}: {e}")
         return worker_pb2.ForwardResponse(results=[result_to_proto(o) for o in res.outputs],
                                           forward_seconds=res.forward_seconds)
 

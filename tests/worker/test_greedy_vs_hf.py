@@ -79,3 +79,54 @@ def test_prompt_logprobs_match_hf(model_dir, hf_model, prompts):
             assert tops[0][1] >= lp - 1e-6 and len(tops) == 3
     assert len(got) == len(want)
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4
+
+
+@pytest.mark.parametrize("text", ["def main():", "def fibonacci(n):\n"])
+def test_case_k1_prompts_32_tokens(model_dir, hf_model, tokenizer, text):
+    # K1: a wrong K/V head count loads and produces fluent garbage; ids and logprobs must equal HF
+    p = tokenizer(text)["input_ids"]
+    ref_ids, ref_lps = hf_greedy(hf_model, p, 32)
+    (r,) = Driver(make_engine(model_dir)).run([Req("k1", p, 32)])
+    assert r.out == ref_ids
+    assert max(abs(a - b) for a, b in zip(r.logprobs, ref_lps)) < 1e-4
+
+
+def test_case_k2_fim_64_tokens(model_dir, hf_model, tokenizer):
+    text = ("<fim_prefix>def quick_sort(arr):\n    if len(arr) <= 1:\n        return arr\n    <fim_suffix>\n"
+            "    return quick_sort(left) + mid + quick_sort(right)\n<fim_middle>")
+    p = tokenizer(text)["input_ids"]
+    ref_ids, _ = hf_greedy(hf_model, p, 64)  # stops at <|endoftext|> (id 0) like the driver
+    (r,) = Driver(make_engine(model_dir), chunk=16).run([Req("k2", p, 64)])
+    assert r.out == ref_ids
+    assert len(r.out) == 64 or r.out[-1] == 0
+    out_text = tokenizer.decode(r.out, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    assert "<fim_" not in out_text and "<|endoftext|>" not in out_text
+
+
+def test_unexpected_engine_fault_is_internal_with_reason(model_dir):
+    import grpc
+
+    from codeserve.v1 import worker_pb2, worker_pb2_grpc
+    from common import grpc_server
+    from worker_svc.service import SERVICE_NAME, add_to_server
+
+    eng = make_engine(model_dir, epoch="e")
+
+    def broken(*a, **k):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    eng.model.logits = broken  # instance attribute on the shared model, removed in finally
+    running = grpc_server.start(lambda s: add_to_server(eng, s), [SERVICE_NAME], "127.0.0.1:0")
+    try:
+        with grpc_server.channel(f"127.0.0.1:{running.port}") as ch:
+            stub = worker_pb2_grpc.WorkerStub(ch)
+            item = worker_pb2.ForwardItem(request_id="x", input_ids=[1, 2], position_start=0, slot_ids=[1, 2],
+                                          has_prefix=True, sample=True)
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Forward(worker_pb2.ForwardRequest(expected_epoch="e", items=[item]))
+            assert e.value.code() == grpc.StatusCode.INTERNAL and "simulated" in e.value.details()
+            assert "x" not in eng.requests  # nothing committed
+            assert stub.Info(worker_pb2.InfoRequest()).epoch == "e"
+    finally:
+        del eng.model.logits
+        running.server.stop(0)
