@@ -34,6 +34,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--health-timeout", type=float, default=10.0, help="seconds for /health_generate")
     parser.add_argument("--request-timeout", type=float, default=None,
                         help="seconds a generation may take before it fails with 503 (default: no limit)")
+    parser.add_argument("--probe-interval", type=float, default=0.5,
+                        help="seconds between scheduler health probes (0 = off); see --probe-timeout")
+    parser.add_argument("--probe-timeout", type=float, default=2.0,
+                        help="a scheduler that does not answer a health probe within this many seconds is "
+                             "unreachable: /ready 503, new requests 503 at once, requests in flight end with 503")
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
@@ -51,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         max_n=args.max_n,
         health_timeout_s=args.health_timeout,
         request_timeout_s=args.request_timeout,
+        probe_interval_s=args.probe_interval,
+        probe_timeout_s=args.probe_timeout,
     )
     tokenizer = GatewayTokenizer.from_file(model_dir)
     app = create_app(SchedulerClient(args.scheduler, settings.retry_after_s), tokenizer, settings)

@@ -25,6 +25,24 @@ async def health():
     return {"status": "ok"}
 
 
+@router.get("/ready")
+async def ready(request: Request):
+    """Cheap readiness: the scheduler answers grpc.health.v1 with SERVING within ``probe_timeout_s``.
+    200 ``{"status": "ok"}``, or 503 with Retry-After naming why (unreachable, NOT_SERVING)."""
+    ctx = get_ctx(request)
+    retry = ctx.settings.retry_after_s
+    try:
+        status = await ctx.client.probe(ctx.settings.probe_timeout_s)
+    except grpc.aio.AioRpcError as exc:
+        raise ApiError(503, f"scheduler at {ctx.client.target} did not answer its health check within "
+                            f"{ctx.settings.probe_timeout_s} s: {exc.code().name}", "service_unavailable",
+                       retry_after_s=retry) from exc
+    if status != health_pb2.HealthCheckResponse.SERVING:
+        raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}",
+                       "service_unavailable", retry_after_s=retry)
+    return {"status": "ok"}
+
+
 @router.get("/health_generate")
 async def health_generate(request: Request):
     """Readiness and progress: the scheduler's gRPC health must be SERVING and a real one-token

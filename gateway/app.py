@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
+import asyncio
+from contextlib import asynccontextmanager, suppress
 
 import structlog
 from fastapi import FastAPI, Request
@@ -16,6 +17,7 @@ from gateway.disconnect import ClientDisconnected
 from gateway.errors import ApiError, api_error_handler, validation_error_handler
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import LimitsAndAuth
+from gateway.readiness import SchedulerWatch
 from gateway.scheduler_client import SchedulerClient
 from gateway.settings import GatewaySettings
 from gateway.tokenizer import GatewayTokenizer
@@ -43,7 +45,15 @@ def create_app(scheduler_client: SchedulerClient, tokenizer: GatewayTokenizer, s
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        watch = None
+        if settings.probe_interval_s > 0:
+            watch = asyncio.create_task(SchedulerWatch(scheduler_client, settings.probe_interval_s,
+                                                       settings.probe_timeout_s, settings.retry_after_s).run())
         yield
+        if watch is not None:
+            watch.cancel()
+            with suppress(asyncio.CancelledError):
+                await watch
         await scheduler_client.close()
 
     app = FastAPI(title="codeserve gateway", lifespan=lifespan, docs_url=None, redoc_url=None)

@@ -21,6 +21,7 @@ from gateway.scheduler_client import SchedulerClient
 
 T = TypeVar("T")
 log = structlog.get_logger()
+SETTLE_TIMEOUT_S = 5.0  # how long the scheduler may take to end a call after its last message
 
 TopEntries = tuple[tuple[int, float], ...]  # (token_id, logprob) pairs, best first
 
@@ -198,16 +199,26 @@ class GenerationStream:
         self._retry_after_s = retry_after_s
         self._timeout_s = timeout_s
         self._call = client.start_generate(request, timeout_s)
+        self._abandoned: ApiError | None = None
+        client.streams.add(self)
         self._finished = False
         self._prompt_tokens = 0
         self._cached_tokens = 0
         self._first = True
 
     async def next(self) -> scheduler_pb2.GenerateResponse | None:
+        if self._abandoned is not None and not self._finished:
+            self._finished = True
+            raise self._abandoned
         if self._finished:
             return None
         try:
             msg = await self._call.read()
+        except asyncio.CancelledError:
+            if self._abandoned is None:
+                raise
+            self._finished = True
+            raise self._abandoned from None
         except grpc.aio.AioRpcError as exc:
             self._finished = True
             error = self._client.error(exc)
@@ -236,11 +247,23 @@ class GenerationStream:
         return msg
 
     async def messages(self) -> AsyncIterator[scheduler_pb2.GenerateResponse]:
-        """All remaining messages; the gRPC call is cancelled when the iteration stops early."""
+        """All remaining messages. When the iteration stops early (error, consumer gone, cancellation)
+        the gRPC call is cancelled; after the last message it waits for the call's status, so a
+        finished request is never reported to the scheduler as cancelled."""
         try:
             while (msg := await self.next()) is not None:
                 yield msg
-        finally:
+        except BaseException:
+            self.cancel()
+            raise
+        await self._settle()
+
+    async def _settle(self) -> None:
+        # The scheduler ends the call right after the last message; cancel if it does not.
+        try:
+            await asyncio.wait_for(self._call.code(), SETTLE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.warning("stream_not_closed", rid=self.request_id, waited_s=SETTLE_TIMEOUT_S)
             self.cancel()
 
     async def collect(self) -> GenerationResult:
@@ -255,6 +278,15 @@ class GenerationStream:
     def cancel(self) -> None:
         """Cancels the gRPC call (no-op when it already finished)."""
         self._call.cancel()
+        self._client.streams.discard(self)
+
+    def abandon(self, error: ApiError) -> None:
+        """Gives up on the call (the scheduler does not answer): cancels it; the pending or next ``next()``
+        raises ``error``."""
+        if not self._finished:
+            self._abandoned = error
+            log.warning("request_abandoned", rid=self.request_id, error=error.message)
+        self.cancel()
 
 
 async def gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:

@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.errors import ApiError
 
 # Paths that never need the API key: probes and metrics scraping.
-OPEN_PATHS = frozenset({"/health", "/health_generate", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
 
 
 class LimitsAndAuth:

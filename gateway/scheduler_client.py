@@ -5,6 +5,8 @@ The channel is created lazily on first use so that it binds to the event loop th
 
 from __future__ import annotations
 
+import weakref
+
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -17,7 +19,9 @@ class SchedulerClient:
     """Talks to one scheduler at ``target`` ("host:port").
 
     Unary methods raise ApiError (mapped from the gRPC status, see gateway.errors) on failure.
-    ``start_generate`` returns the raw grpc.aio call; gateway.generation wraps it.
+    ``start_generate`` returns the raw grpc.aio call; gateway.generation wraps it. ``down`` is the reason the
+    scheduler is considered unreachable (set by gateway.readiness.SchedulerWatch; None = reachable);
+    ``streams`` are the generations in flight (gateway.generation.GenerationStream registers itself).
     """
 
     def __init__(self, target: str, retry_after_s: int = 1, unary_timeout_s: float = 5.0) -> None:
@@ -26,6 +30,8 @@ class SchedulerClient:
         self._unary_timeout_s = unary_timeout_s
         self._channel: grpc.aio.Channel | None = None
         self._stub: scheduler_pb2_grpc.SchedulerStub | None = None
+        self.down: str | None = None
+        self.streams: weakref.WeakSet = weakref.WeakSet()
 
     def _scheduler(self) -> scheduler_pb2_grpc.SchedulerStub:
         if self._stub is None:
@@ -51,9 +57,12 @@ class SchedulerClient:
     def start_generate(
         self, request: scheduler_pb2.GenerateRequest, timeout_s: float | None = None
     ) -> grpc.aio.UnaryStreamCall:
-        """Starts a server-streaming Generate call. Cancelling the returned call aborts the request
-        at the scheduler."""
-        return self._scheduler().Generate(request, timeout=timeout_s)
+        """Starts a server-streaming Generate call (never waiting for a connection: wait_for_ready=False).
+        Cancelling the returned call aborts the request at the scheduler. Raises ApiError 503 at once while
+        the scheduler is known to be unreachable (``down``)."""
+        if self.down is not None:
+            raise ApiError(503, self.down, "service_unavailable", retry_after_s=self._retry_after_s)
+        return self._scheduler().Generate(request, timeout=timeout_s, wait_for_ready=False)
 
     async def _unary(self, method: str, request):
         try:
@@ -76,6 +85,14 @@ class SchedulerClient:
     async def abort(self, request_id: str) -> scheduler_pb2.AbortResponse:
         """Aborts one request by id. Raises ApiError."""
         return await self._unary("Abort", scheduler_pb2.AbortRequest(request_id=request_id))
+
+    async def probe(self, timeout_s: float) -> int:
+        """grpc.health.v1 Check("") with a deadline of ``timeout_s``; returns the ServingStatus value.
+        Raises grpc.aio.AioRpcError (UNAVAILABLE / DEADLINE_EXCEEDED when the scheduler does not answer)."""
+        self._scheduler()
+        reply = await health_pb2_grpc.HealthStub(self._channel).Check(health_pb2.HealthCheckRequest(service=""),
+                                                                      timeout=timeout_s, wait_for_ready=False)
+        return reply.status
 
     async def health_status(self) -> int:
         """grpc.health.v1 status of the scheduler (a HealthCheckResponse.ServingStatus value).

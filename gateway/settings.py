@@ -50,5 +50,7 @@ class GatewaySettings:
     retry_after_s: int = 1
     health_timeout_s: float = 10.0
     request_timeout_s: float | None = None  # deadline of each Generate call (None: no deadline)
+    probe_interval_s: float = 0.5  # scheduler health probe period (gateway.readiness; 0 = no probe)
+    probe_timeout_s: float = 2.0   # its deadline; no answer within it = scheduler unreachable (503 at once)
     default_max_tokens: int = 16
     native_default_max_new_tokens: int = 128
