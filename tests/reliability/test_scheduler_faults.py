@@ -1,0 +1,105 @@
+"""R1 at the HTTP level: the scheduler killed (SIGKILL) or frozen (SIGSTOP) under steady load. The gateway's
+readiness probes go non-200 within their timeouts, requests fail fast with 503 + Retry-After instead of hanging,
+in-flight ones end with an explicit error, the cache releases the old session's locks and slots (lease expiry /
+session replacement), and service returns after a restart / SIGCONT with outputs equal to HF greedy."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.reliability.client import Load, generate
+from tests.reliability.conftest import prompts
+from tests.reliability.system import wait_for
+
+PROMPTS = prompts(4, 12, seed=1)
+NEW = 24
+HEALTH_TIMEOUT = 3.0
+PROBE_TIMEOUT = 1.0
+
+
+@pytest.fixture(scope="module")
+def sys_(systems):
+    return systems(kv_tokens=4096, max_running_requests=8, lease_seconds=2.0, progress_timeout=3.0,
+                   scheduler_args=("--lease-seconds", "2"),
+                   gateway_args=("--health-timeout", str(HEALTH_TIMEOUT), "--probe-timeout", str(PROBE_TIMEOUT),
+                                 "--probe-interval", "0.25"))
+
+
+def check_outcomes(outcomes, oracle, fault_at: float, back_at: float, bound: float) -> dict:
+    """Every call either completed with HF's output or got an explicit error; none took longer than ``bound`` s.
+    Returns counts."""
+    counts = {"ok": 0, "error": 0, "ok_after": 0}
+    for started, out in outcomes:
+        assert out.seconds < bound, f"a call took {out.seconds:.1f} s: {out}"
+        if out.ok:
+            assert out.ids == oracle(out.prompt, out.max_new)
+            counts["ok"] += 1
+            counts["ok_after"] += started > back_at
+        else:
+            assert out.status == 503 or out.status == 200 and out.error, out
+            assert out.error, out
+            if out.status == 503:
+                assert out.retry_after is not None, out
+            counts["error"] += 1
+    return counts
+
+
+def steady(load: Load, n: int = 4) -> None:
+    wait_for(lambda: sum(o.ok for _, o in load.outcomes) >= n, 60, f"{n} calls served")
+
+
+def test_scheduler_sigstop_fails_fast_releases_its_session_and_recovers_on_sigcont(sys_, settled, oracle):
+    settled(sys_)
+    assert sys_.status("/ready") == 200 and sys_.status("/health_generate") == 200
+    with Load(sys_.url, PROMPTS, NEW, clients=3, timeout=30) as load:
+        steady(load)
+        t0 = time.monotonic()
+        sys_.kill("scheduler", signal.SIGSTOP)
+        wait_for(lambda: sys_.status("/ready", timeout=5) != 200, PROBE_TIMEOUT + 2, "/ready non-200")
+        ready_down = time.monotonic() - t0
+        r = sys_.http.get("/health_generate", timeout=HEALTH_TIMEOUT + 5)
+        assert r.status_code == 503 and r.headers.get("retry-after")
+        fresh = generate(sys_.url, PROMPTS[0], 4, stream=False, timeout=20)
+        assert fresh.status == 503 and fresh.retry_after and fresh.seconds < 1.0, fresh
+        time.sleep(max(0.0, t0 + 3.5 - time.monotonic()))  # past the 2 s lease
+        c = sys_.counters()  # this call makes the cache expire the frozen scheduler's session
+        assert (c.owned, c.protected, c.available + c.evictable) == (0, 0, c.capacity), c
+        assert sys_.integrity() == []
+        t1 = time.monotonic()
+        sys_.kill("scheduler", signal.SIGCONT)
+        wait_for(lambda: sys_.status("/ready") == 200, 10, "/ready 200 after SIGCONT")
+        recovered = time.monotonic() - t1
+        wait_for(lambda: any(o.ok and s > t1 for s, o in load.outcomes), 30, "served again after SIGCONT")
+    counts = check_outcomes(load.outcomes, oracle, t0, t1, bound=15)
+    assert counts["error"] >= 1 and counts["ok_after"] >= 1, counts
+    print(f"\nSIGSTOP scheduler: /ready non-200 after {ready_down:.2f} s, /ready 200 {recovered:.2f} s after "
+          f"SIGCONT, {counts}")
+
+
+def test_scheduler_sigkill_fails_fast_and_a_restart_replaces_its_session(sys_, settled, oracle):
+    settled(sys_)
+    with Load(sys_.url, PROMPTS, NEW, clients=3, timeout=30) as load:
+        steady(load)
+        t0 = time.monotonic()
+        sys_.kill("scheduler")
+        wait_for(lambda: sys_.status("/ready", timeout=5) != 200, PROBE_TIMEOUT + 2, "/ready non-200")
+        ready_down = time.monotonic() - t0
+        assert sys_.http.get("/health_generate", timeout=HEALTH_TIMEOUT + 5).status_code == 503
+        fresh = generate(sys_.url, PROMPTS[0], 4, stream=False, timeout=20)
+        assert fresh.status == 503 and fresh.retry_after and fresh.seconds < 1.0, fresh
+        c = sys_.counters()  # the dead scheduler's requests are still held (lease of 2 s not over yet) ...
+        held = c.owned + c.protected
+        t1 = time.monotonic()
+        restart_s = sys_.restart("scheduler")
+        wait_for(lambda: sys_.status("/ready") == 200, 10, "/ready 200 after restart")
+        recovered = time.monotonic() - t1
+        wait_for(lambda: any(o.ok and s > t1 for s, o in load.outcomes), 30, "served again after restart")
+    log = sys_.be.stack.log_tail("scheduler", 200)
+    assert '"replaced": "' in log or "expired" in log  # ... and the new session released them
+    counts = check_outcomes(load.outcomes, oracle, t0, t1, bound=15)
+    assert counts["error"] >= 1 and counts["ok_after"] >= 1, counts
+    print(f"\nSIGKILL scheduler: /ready non-200 after {ready_down:.2f} s, {held} slots held by the dead session, "
+          f"restart {restart_s:.2f} s, /ready 200 {recovered:.2f} s after restart, {counts}")
