@@ -70,14 +70,9 @@ def test_code_whitespace_round_trips(tokenizer):
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(min_size=0, max_size=60))
-def test_any_utf8_round_trips(raw_tokenizer_for_hypothesis, s):
-    enc = raw_tokenizer_for_hypothesis.encode(s, add_special_tokens=False)
-    assert raw_tokenizer_for_hypothesis.decode(enc.ids, skip_special_tokens=False) == s
-
-
-@pytest.fixture(scope="module")
-def raw_tokenizer_for_hypothesis(raw_tokenizer):
-    return raw_tokenizer
+def test_any_utf8_round_trips(raw_tokenizer, s):
+    enc = raw_tokenizer.encode(s, add_special_tokens=False)
+    assert raw_tokenizer.decode(enc.ids, skip_special_tokens=False) == s
 
 
 def test_concurrent_creation_is_atomic(tmp_path):
