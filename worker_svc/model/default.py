@@ -316,6 +316,9 @@ def ensure_default_model(path: str | os.PathLike | None = None, shape: str = "de
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         write_checkpoint(tmp, shape=shape, dtype=dtype, device=device)
+        for f in tmp.iterdir():  # mkdtemp makes 0700; readers may run as other users (containers)
+            f.chmod(0o644)
+        tmp.chmod(0o755)
         try:
             os.rename(tmp, target)  # atomic; replaces an empty directory
         except OSError:
