@@ -38,6 +38,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             self.completed: list[str] = []
             self.aborted: list[str] = []
             self.error: tuple[grpc.StatusCode, str] | None = None
+            self.error_if = None  # callable(GenerateRequest) -> (code, details) | None
             self.hang = False
             self.token_delay_s = 0.0
             self.cached_tokens = 0
@@ -58,12 +59,15 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         rid = request.request_id
         finished = threading.Event()
         ended = threading.Event()  # set when the RPC terminates (finished or cancelled)
-        context.add_callback(lambda: None if finished.is_set() else self._record_cancel(rid))
+        if not context.add_callback(lambda: None if finished.is_set() else self._record_cancel(rid)):
+            self._record_cancel(rid)  # the call ended before the callback could be registered
+            return
         context.add_callback(ended.set)
         self.started.set()
-        if self.error is not None:
+        error = self.error or (self.error_if(request) if self.error_if is not None else None)
+        if error is not None:
             finished.set()
-            context.abort(self.error[0], self.error[1])
+            context.abort(error[0], error[1])
         if self.hang:
             ended.wait(60)
             return

@@ -67,8 +67,10 @@ def test_openai_client_breaking_out_of_a_stream_cancels(gateway, fake):
     assert fake.completed == []
 
 
-def test_completed_requests_are_not_reported_cancelled(gateway, fake):
-    r = httpx.post(f"{gateway.url}/v1/completions", json=_long(False))
-    assert r.status_code == 200
-    assert wait_until(lambda: len(fake.completed) == 1)
+@pytest.mark.parametrize("streamed", [False, True])
+def test_completed_requests_are_not_reported_cancelled(gateway, fake, streamed):
+    for _ in range(5):
+        r = httpx.post(f"{gateway.url}/v1/completions", json=_long(streamed, n=2))
+        assert r.status_code == 200
+    assert wait_until(lambda: len(fake.completed) == 10)
     assert fake.cancelled == []

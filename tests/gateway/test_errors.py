@@ -143,10 +143,20 @@ def test_scheduler_down_is_503_with_retry_after(start_gateway, fake):
     assert status == 503
 
 
-def test_one_failing_choice_fails_the_request_and_cancels_the_rest(gateway, fake):
-    fake.error = (grpc.StatusCode.INVALID_ARGUMENT, "bad")
-    r = complete(gateway, prompt=["a", "b", "c"], max_tokens=2)
-    assert_error(r, 400, "bad")
+@pytest.mark.parametrize("streamed", [False, True])
+def test_one_failing_call_fails_the_request_and_cancels_the_others(gateway, fake, tokenizer, streamed):
+    from tests.gateway.conftest import wait_until
+
+    bad = tokenizer.encode("b")
+    fake.error_if = lambda req: (grpc.StatusCode.INVALID_ARGUMENT, "bad prompt b") if list(
+        req.input_ids.ids) == bad else None
+    fake.hang = True  # the other calls would wait forever
+    r = httpx.post(f"{gateway.url}/v1/completions", json={"prompt": ["a", "b", "c"], "stream": streamed}, timeout=30)
+    assert_error(r, 400, "bad prompt b")
+    # The other calls were cancelled (those that reached the scheduler are recorded there).
+    assert wait_until(lambda: set(fake.cancelled) >= {req.request_id for req in fake.requests
+                                                      if list(req.input_ids.ids) != bad}), fake.cancelled
+    assert fake.completed == []
 
 
 def test_scheduler_abort_finish_is_503(gateway, fake, monkeypatch):
