@@ -51,7 +51,8 @@ class GuardedStreamingResponse(StreamingResponse):
     so the gRPC calls behind it are always cancelled, even if the body iterator never started."""
 
     def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None], **kwargs) -> None:
-        super().__init__(content, media_type="text/event-stream", **kwargs)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering of events
+        super().__init__(content, media_type="text/event-stream", headers=headers, **kwargs)
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

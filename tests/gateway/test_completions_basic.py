@@ -139,6 +139,13 @@ def test_stream_include_usage(gateway, fake, tokenizer):
     assert finishes == {0: "length", 1: "length", 2: "length", 3: "length"}
 
 
+def test_stream_headers(gateway, fake):
+    with httpx.stream("POST", f"{gateway.url}/v1/completions", json={"prompt": "x", "stream": True}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["cache-control"] == "no-cache"
+        r.read()
+
+
 def test_stream_without_include_usage_has_no_usage_chunk(gateway, fake):
     status, events = stream(gateway, "/v1/completions",
                             {"model": MODEL_NAME, "prompt": "x", "max_tokens": 2, "stream": True})
