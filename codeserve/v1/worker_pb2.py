@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from codeserve.v1 import common_pb2 as codeserve_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63odeserve/v1/worker.proto\x12\x0c\x63odeserve.v1\x1a\x19\x63odeserve/v1/common.proto\"\r\n\x0bInfoRequest\"\x80\x03\n\nWorkerInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\x12\n\nmodel_name\x18\x03 \x01(\t\x12\x12\n\nmodel_path\x18\x04 \x01(\t\x12\x0f\n\x07n_layer\x18\x05 \x01(\x05\x12\x0e\n\x06n_head\x18\x06 \x01(\x05\x12\x10\n\x08kv_heads\x18\x07 \x01(\x05\x12\x10\n\x08head_dim\x18\x08 \x01(\x05\x12\x0e\n\x06n_embd\x18\t \x01(\x05\x12\x13\n\x0bn_positions\x18\n \x01(\x05\x12\x12\n\nvocab_size\x18\x0b \x01(\x05\x12\x14\n\x0c\x65os_token_id\x18\x0c \x01(\x05\x12\r\n\x05\x64type\x18\r \x01(\t\x12\x1a\n\x12kv_bytes_per_token\x18\x0e \x01(\x03\x12\x17\n\x0f\x63\x61pacity_tokens\x18\x0f \x01(\x03\x12\x11\n\tpage_size\x18\x10 \x01(\x05\x12\x12\n\npool_slots\x18\x11 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x12 \x01(\t\x12\x19\n\x11\x61ttention_backend\x18\x13 \x01(\t\"\xcb\x02\n\x0b\x46orwardItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\x05\x12\x16\n\x0eposition_start\x18\x03 \x01(\x05\x12\x10\n\x08slot_ids\x18\x04 \x03(\x05\x12\x12\n\nhas_prefix\x18\x05 \x01(\x08\x12\x17\n\x0fprefix_slot_ids\x18\x06 \x03(\x05\x12\x18\n\x10prefix_token_ids\x18\x07 \x03(\x05\x12.\n\x08sampling\x18\x08 \x01(\x0b\x32\x1c.codeserve.v1.SamplingParams\x12\x0e\n\x06sample\x18\t \x01(\x08\x12\x16\n\x0ereturn_logprob\x18\n \x01(\x08\x12\x18\n\x10top_logprobs_num\x18\x0b \x01(\x05\x12\x1e\n\x16return_prompt_logprobs\x18\x0c \x01(\x08\x12\x12\n\nprompt_len\x18\r \x01(\x05\"R\n\x0e\x46orwardRequest\x12\x16\n\x0e\x65xpected_epoch\x18\x01 \x01(\t\x12(\n\x05items\x18\x02 \x03(\x0b\x32\x19.codeserve.v1.ForwardItem\"\xde\x01\n\rForwardResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07sampled\x18\x02 \x01(\x08\x12\x15\n\rnext_token_id\x18\x03 \x01(\x05\x12\x0f\n\x07logprob\x18\x04 \x01(\x02\x12/\n\x0ctop_logprobs\x18\x05 \x01(\x0b\x32\x19.codeserve.v1.TopLogprobs\x12\x17\n\x0fprompt_logprobs\x18\x06 \x03(\x02\x12\x36\n\x13prompt_top_logprobs\x18\x07 \x03(\x0b\x32\x19.codeserve.v1.TopLogprobs\"X\n\x0f\x46orwardResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.codeserve.v1.ForwardResult\x12\x17\n\x0f\x66orward_seconds\x18\x02 \x01(\x01\"%\n\x0eReleaseRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x05\x32\xd5\x01\n\x06Worker\x12;\n\x04Info\x12\x19.codeserve.v1.InfoRequest\x1a\x18.codeserve.v1.WorkerInfo\x12\x46\n\x07\x46orward\x12\x1c.codeserve.v1.ForwardRequest\x1a\x1d.codeserve.v1.ForwardResponse\x12\x46\n\x07Release\x12\x1c.codeserve.v1.ReleaseRequest\x1a\x1d.codeserve.v1.ReleaseResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63odeserve/v1/worker.proto\x12\x0c\x63odeserve.v1\x1a\x19\x63odeserve/v1/common.proto\"\r\n\x0bInfoRequest\"\x80\x03\n\nWorkerInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\t\x12\x12\n\nmodel_name\x18\x03 \x01(\t\x12\x12\n\nmodel_path\x18\x04 \x01(\t\x12\x0f\n\x07n_layer\x18\x05 \x01(\x05\x12\x0e\n\x06n_head\x18\x06 \x01(\x05\x12\x10\n\x08kv_heads\x18\x07 \x01(\x05\x12\x10\n\x08head_dim\x18\x08 \x01(\x05\x12\x0e\n\x06n_embd\x18\t \x01(\x05\x12\x13\n\x0bn_positions\x18\n \x01(\x05\x12\x12\n\nvocab_size\x18\x0b \x01(\x05\x12\x14\n\x0c\x65os_token_id\x18\x0c \x01(\x05\x12\r\n\x05\x64type\x18\r \x01(\t\x12\x1a\n\x12kv_bytes_per_token\x18\x0e \x01(\x03\x12\x17\n\x0f\x63\x61pacity_tokens\x18\x0f \x01(\x03\x12\x11\n\tpage_size\x18\x10 \x01(\x05\x12\x12\n\npool_slots\x18\x11 \x01(\x03\x12\x0e\n\x06\x64\x65vice\x18\x12 \x01(\t\x12\x19\n\x11\x61ttention_backend\x18\x13 \x01(\t\"\xf9\x02\n\x0b\x46orwardItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\tinput_ids\x18\x02 \x03(\x05\x12\x16\n\x0eposition_start\x18\x03 \x01(\x05\x12\x10\n\x08slot_ids\x18\x04 \x03(\x05\x12\x12\n\nhas_prefix\x18\x05 \x01(\x08\x12\x17\n\x0fprefix_slot_ids\x18\x06 \x03(\x05\x12\x18\n\x10prefix_token_ids\x18\x07 \x03(\x05\x12.\n\x08sampling\x18\x08 \x01(\x0b\x32\x1c.codeserve.v1.SamplingParams\x12\x0e\n\x06sample\x18\t \x01(\x08\x12\x16\n\x0ereturn_logprob\x18\n \x01(\x08\x12\x18\n\x10top_logprobs_num\x18\x0b \x01(\x05\x12\x1e\n\x16return_prompt_logprobs\x18\x0c \x01(\x08\x12\x12\n\nprompt_len\x18\r \x01(\x05\x12\x14\n\x0c\x64\x65\x63ode_steps\x18\x0e \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x0f \x03(\x05\"R\n\x0e\x46orwardRequest\x12\x16\n\x0e\x65xpected_epoch\x18\x01 \x01(\t\x12(\n\x05items\x18\x02 \x03(\x0b\x32\x19.codeserve.v1.ForwardItem\"\x88\x02\n\rForwardResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07sampled\x18\x02 \x01(\x08\x12\x15\n\rnext_token_id\x18\x03 \x01(\x05\x12\x0f\n\x07logprob\x18\x04 \x01(\x02\x12/\n\x0ctop_logprobs\x18\x05 \x01(\x0b\x32\x19.codeserve.v1.TopLogprobs\x12\x17\n\x0fprompt_logprobs\x18\x06 \x03(\x02\x12\x36\n\x13prompt_top_logprobs\x18\x07 \x03(\x0b\x32\x19.codeserve.v1.TopLogprobs\x12\x16\n\x0enext_token_ids\x18\x08 \x03(\x05\x12\x10\n\x08logprobs\x18\t \x03(\x02\"X\n\x0f\x46orwardResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.codeserve.v1.ForwardResult\x12\x17\n\x0f\x66orward_seconds\x18\x02 \x01(\x01\"%\n\x0eReleaseRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x05\x32\xd5\x01\n\x06Worker\x12;\n\x04Info\x12\x19.codeserve.v1.InfoRequest\x1a\x18.codeserve.v1.WorkerInfo\x12\x46\n\x07\x46orward\x12\x1c.codeserve.v1.ForwardRequest\x1a\x1d.codeserve.v1.ForwardResponse\x12\x46\n\x07Release\x12\x1c.codeserve.v1.ReleaseRequest\x1a\x1d.codeserve.v1.ReleaseResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,17 +37,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKERINFO']._serialized_start=86
   _globals['_WORKERINFO']._serialized_end=470
   _globals['_FORWARDITEM']._serialized_start=473
-  _globals['_FORWARDITEM']._serialized_end=804
-  _globals['_FORWARDREQUEST']._serialized_start=806
-  _globals['_FORWARDREQUEST']._serialized_end=888
-  _globals['_FORWARDRESULT']._serialized_start=891
-  _globals['_FORWARDRESULT']._serialized_end=1113
-  _globals['_FORWARDRESPONSE']._serialized_start=1115
-  _globals['_FORWARDRESPONSE']._serialized_end=1203
-  _globals['_RELEASEREQUEST']._serialized_start=1205
-  _globals['_RELEASEREQUEST']._serialized_end=1242
-  _globals['_RELEASERESPONSE']._serialized_start=1244
-  _globals['_RELEASERESPONSE']._serialized_end=1279
-  _globals['_WORKER']._serialized_start=1282
-  _globals['_WORKER']._serialized_end=1495
+  _globals['_FORWARDITEM']._serialized_end=850
+  _globals['_FORWARDREQUEST']._serialized_start=852
+  _globals['_FORWARDREQUEST']._serialized_end=934
+  _globals['_FORWARDRESULT']._serialized_start=937
+  _globals['_FORWARDRESULT']._serialized_end=1201
+  _globals['_FORWARDRESPONSE']._serialized_start=1203
+  _globals['_FORWARDRESPONSE']._serialized_end=1291
+  _globals['_RELEASEREQUEST']._serialized_start=1293
+  _globals['_RELEASEREQUEST']._serialized_end=1330
+  _globals['_RELEASERESPONSE']._serialized_start=1332
+  _globals['_RELEASERESPONSE']._serialized_end=1367
+  _globals['_WORKER']._serialized_start=1370
+  _globals['_WORKER']._serialized_end=1583
 # @@protoc_insertion_point(module_scope)
