@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import pathlib
 import signal
@@ -13,6 +14,7 @@ import uvicorn
 
 from common.logs import configure
 from gateway.app import create_app
+from gateway.errors import ApiError
 from gateway.scheduler_client import SchedulerClient
 from gateway.settings import GatewaySettings, ModelFacts
 from gateway.tokenizer import GatewayTokenizer
@@ -39,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--probe-timeout", type=float, default=2.0,
                         help="a scheduler that does not answer a health probe within this many seconds is "
                              "unreachable: /ready 503, new requests 503 at once, requests in flight end with 503")
+    parser.add_argument("--drain-seconds", type=float, default=5.0,
+                        help="on SIGTERM: seconds requests in flight may take to finish; those still running "
+                             "1 s before the end get a 503 (an error event when streaming)")
     parser.add_argument("--log-level", default="info")
     return parser.parse_args(argv)
 
@@ -60,11 +65,13 @@ def main(argv: list[str] | None = None) -> None:
         probe_timeout_s=args.probe_timeout,
     )
     tokenizer = GatewayTokenizer.from_file(model_dir)
-    app = create_app(SchedulerClient(args.scheduler, settings.retry_after_s), tokenizer, settings)
+    client = SchedulerClient(args.scheduler, settings.retry_after_s)
+    app = create_app(client, tokenizer, settings)
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
+                            timeout_graceful_shutdown=args.drain_seconds)
+    server = DrainingServer(config, client, settings.retry_after_s)
     log.info("serving", host=args.host, port=port, url=f"http://{args.host}:{port}", scheduler=args.scheduler,
              model=settings.model_name, auth=settings.api_key is not None)
     # uvicorn handles SIGINT/SIGTERM (graceful shutdown) and re-raises the signal to the handler that was
@@ -73,6 +80,29 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(sig, lambda *_: None)
     server.run(sockets=[sock])
     log.info("stopped")
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn with an explicit end for the requests that outlive the drain: 1 s before the graceful-shutdown
+    timeout, the generations still in flight are abandoned with 503 "gateway is shutting down", so a stream ends
+    with an error event and [DONE] (instead of a cut connection) and a whole answer is a 503."""
+
+    def __init__(self, config: uvicorn.Config, client: SchedulerClient, retry_after_s: int) -> None:
+        super().__init__(config)
+        self.client, self.retry_after_s = client, retry_after_s
+
+    async def shutdown(self, sockets=None) -> None:
+        async def abandon_later() -> None:
+            await asyncio.sleep(max(0.0, (self.config.timeout_graceful_shutdown or 0) - 1.0))
+            for stream in list(self.client.streams):
+                stream.abandon(ApiError(503, "gateway is shutting down; retry the request", "service_unavailable",
+                                        retry_after_s=self.retry_after_s))
+
+        task = asyncio.ensure_future(abandon_later())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            task.cancel()
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -37,6 +37,7 @@ async def ready(request: Request):
         raise ApiError(503, f"scheduler at {ctx.client.target} did not answer its health check within "
                             f"{ctx.settings.probe_timeout_s} s: {exc.code().name}", "service_unavailable",
                        retry_after_s=retry) from exc
+    ctx.client.down = None  # it answered: new requests need not wait for the next background probe
     if status != health_pb2.HealthCheckResponse.SERVING:
         raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}",
                        "service_unavailable", retry_after_s=retry)
