@@ -1,0 +1,103 @@
+"""SIGTERM to each service under load drains: readiness turns non-200 at once, work in flight finishes within
+the grace period (or, for a dependency, once it is back), what remains gets an explicit error, and the process
+exits 0. Each service is then restarted and the system serves again."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.reliability.client import Load, generate
+from tests.reliability.conftest import prompts
+from tests.reliability.system import wait_for
+
+PROMPTS = prompts(4, 16, seed=3)
+DRAIN = 3.0
+
+
+@pytest.fixture(scope="module")
+def sys_(systems):
+    return systems(kv_tokens=8192, max_running_requests=8, progress_timeout=5.0,
+                   scheduler_args=("--drain-seconds", str(DRAIN), "--outage-timeout", "20"),
+                   gateway_args=("--probe-interval", "0.25", "--probe-timeout", "1"))
+
+
+def terminate(sys_, name: str) -> tuple[int, float]:
+    """SIGTERM; returns (exit code, seconds to exit)."""
+    t0 = time.monotonic()
+    sys_.kill(name, signal.SIGTERM)
+    return sys_.exit_code(name), time.monotonic() - t0
+
+
+def in_background(fn, *args, **kw) -> tuple[threading.Thread, list]:
+    box: list = []
+    thread = threading.Thread(target=lambda: box.append(fn(*args, **kw)), daemon=True)
+    thread.start()
+    return thread, box
+
+
+@pytest.mark.parametrize("name", ["cache", "worker"])
+def test_sigterm_to_a_dependency_exits_0_and_requests_complete_after_it_returns(sys_, settled, oracle, name):
+    settled(sys_)
+    with Load(sys_.url, PROMPTS, 24, clients=3, timeout=60) as load:
+        wait_for(lambda: sum(o.ok for _, o in load.outcomes) >= 3, 60, "steady load")
+        t0 = time.monotonic()
+        code, seconds = terminate(sys_, name)
+        assert code == 0, sys_.be.stack.log_tail(name)
+        sys_.restart(name)
+        t1 = time.monotonic()
+        wait_for(lambda: any(o.ok and s > t1 for s, o in load.outcomes), 30, "served again")
+    for _, out in load.outcomes:
+        assert out.ok and out.ids == oracle(out.prompt, out.max_new), out  # nothing lost: requeued and recomputed
+    spanning = sum(1 for s, o in load.outcomes if s < t0 < s + o.seconds)
+    print(f"\nSIGTERM {name}: exit 0 after {seconds:.2f} s; {spanning} calls in flight completed = HF after restart")
+
+
+def test_sigterm_to_the_scheduler_drains_in_flight_work_and_fails_the_rest_explicitly(sys_, settled, oracle):
+    settled(sys_)
+    short_t, short = in_background(generate, sys_.url, PROMPTS[0], 40, stream=True, timeout=30)
+    long_t, long = in_background(generate, sys_.url, PROMPTS[1], 3000, stream=True, timeout=30)
+    wait_for(lambda: sys_.be.load().running == 2, 10, "both running")
+    t0 = time.monotonic()
+    sys_.be.stack.procs["scheduler"].send_signal(signal.SIGTERM)
+    wait_for(lambda: sys_.status("/ready") != 200, 2, "/ready non-200 after SIGTERM")
+    ready_down = time.monotonic() - t0
+    refused = generate(sys_.url, PROMPTS[2], 4, stream=False, timeout=10)
+    assert refused.status == 503 and refused.retry_after, refused
+    sys_.be.stack.procs["scheduler"].wait(DRAIN + 10)
+    exited = time.monotonic() - t0
+    assert sys_.exit_code("scheduler") == 0, sys_.be.stack.log_tail("scheduler")
+    short_t.join(10)
+    long_t.join(10)
+    assert short[0].ok and short[0].ids == oracle(PROMPTS[0], 40), short  # finished within the grace period
+    assert not long[0].ok and "shutting down" in long[0].error, long      # the rest: an explicit error
+    sys_.restart("scheduler")
+    wait_for(lambda: sys_.status("/ready") == 200, 10, "/ready 200 after restart")
+    assert generate(sys_.url, PROMPTS[0], 8, stream=False).ok
+    print(f"\nSIGTERM scheduler: /ready non-200 after {ready_down:.2f} s, refused new work with 503 "
+          f"({refused.error!r}), exit 0 after {exited:.2f} s (drain {DRAIN} s); long request: {long[0].error!r}")
+
+
+def test_sigterm_to_the_gateway_finishes_in_flight_requests_and_exits_0(sys_, settled, oracle):
+    settled(sys_)
+    short_t, short = in_background(generate, sys_.url, PROMPTS[0], 40, stream=True, timeout=30)
+    long_t, long = in_background(generate, sys_.url, PROMPTS[1], 3000, stream=True, timeout=30)
+    wait_for(lambda: sys_.be.load().running == 2, 10, "both running")
+    t0 = time.monotonic()
+    sys_.be.stack.procs["gateway"].send_signal(signal.SIGTERM)
+    wait_for(lambda: sys_.status("/ready") != 200, 2, "/ready non-200 after SIGTERM")
+    ready_down = time.monotonic() - t0
+    sys_.be.stack.procs["gateway"].wait(15)
+    exited = time.monotonic() - t0
+    assert sys_.exit_code("gateway") == 0, sys_.be.stack.log_tail("gateway")
+    short_t.join(10)
+    long_t.join(10)
+    assert short[0].ok and short[0].ids == oracle(PROMPTS[0], 40), short
+    assert long[0].status == 200 and "gateway is shutting down" in long[0].error, long  # an error event
+    sys_.restart("gateway")
+    assert generate(sys_.url, PROMPTS[0], 8, stream=False).ok
+    print(f"\nSIGTERM gateway: /ready non-200 after {ready_down:.2f} s, exit 0 after {exited:.2f} s; long request "
+          f"ended with {long[0].error!r}")
