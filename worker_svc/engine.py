@@ -29,6 +29,7 @@ from worker_svc.forward_batch import build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
+from worker_svc.multistep import run_multistep
 from worker_svc.sampler import SampleRow, sample
 from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput
 from worker_svc.validation import validate_batch
@@ -119,7 +120,7 @@ class Engine:
             stored = {rid for rid, s in self.requests.items() if s.last_hidden is not None}
             validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
             t0 = time.perf_counter()
-            outputs = self._run(items)
+            outputs = run_multistep(self, items) if any(it.decode_steps > 1 for it in items) else self._run(items)
             return ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0)
 
     def warmup(self) -> None:
@@ -223,6 +224,19 @@ class Engine:
             v, i = lp.topk(it.top_logprobs_num, dim=-1)
             tops = tuple(tuple(zip(ii, vv)) for ii, vv in zip(i.tolist(), v.tolist()))
         return chosen, tops
+
+    def commit_written(self, it: ForwardItem, slots, tokens) -> None:
+        """Records that ``tokens`` (K/V written at ``slots``, same length) follow the request's history
+        (creating its state from the item's prefix when ``has_prefix``). Multi-step decode uses this."""
+        if it.has_prefix:
+            self.requests[it.request_id] = RequestState(slots=SlotTable(it.prefix_slot_ids),
+                                                        tokens=list(it.prefix_token_ids), prompt_len=self._prompt_len(it))
+        state = self.requests[it.request_id]
+        if it.prompt_len > 0:
+            state.prompt_len = it.prompt_len
+        state.slots.extend(slots)
+        state.tokens.extend(tokens)
+        state.last_hidden = None
 
     def _commit(self, items: Sequence[ForwardItem], hidden: torch.Tensor, qo: list[int]) -> None:
         for b, it in enumerate(items):

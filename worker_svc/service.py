@@ -34,6 +34,8 @@ def item_from_proto(m: worker_pb2.ForwardItem) -> ForwardItem:
         prefix_token_ids=tuple(m.prefix_token_ids), sampling=sampling_from_proto(m.sampling), sample=m.sample,
         return_logprob=m.return_logprob, top_logprobs_num=m.top_logprobs_num,
         return_prompt_logprobs=m.return_prompt_logprobs, prompt_len=m.prompt_len,
+        decode_steps=max(m.decode_steps, 1) if m.decode_steps >= 0 else m.decode_steps,
+        stop_token_ids=tuple(m.stop_token_ids),
     )
 
 
@@ -47,6 +49,7 @@ def result_to_proto(o: ForwardOutput) -> worker_pb2.ForwardResult:
         request_id=o.request_id, sampled=o.sampled, next_token_id=o.next_token_id, logprob=o.logprob,
         top_logprobs=_top(o.top_logprobs), prompt_logprobs=list(o.prompt_logprobs),
         prompt_top_logprobs=[_top(p) for p in o.prompt_top_logprobs],
+        next_token_ids=list(o.next_token_ids), logprobs=list(o.logprobs),
     )
 
 

@@ -33,6 +33,8 @@ class ForwardItem:
     top_logprobs_num: int = 0
     return_prompt_logprobs: bool = False
     prompt_len: int = 0
+    decode_steps: int = 1  # > 1: multi-step decode (``multistep.py``); slot_ids holds decode_steps slots
+    stop_token_ids: tuple[int, ...] = ()  # multi-step: sampling one of these ends the item's steps
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,9 @@ class ForwardOutput:
     ``logprob``: raw log-probability of the sampled token (0.0 unless return_logprob);
     ``top_logprobs``: (token id, logprob) best first; ``prompt_logprobs``: one per input token it applies
     to (input_ids[1:], plus input_ids[0] when position_start > 0, in order), with ``prompt_top_logprobs``
-    aligned to it when top_logprobs_num > 0.
+    aligned to it when top_logprobs_num > 0. Multi-step decode: ``next_token_ids`` every sampled token in
+    order (``next_token_id`` is the last), ``logprobs`` theirs (with return_logprob); K/V was written for
+    ``len(next_token_ids)`` tokens.
     """
 
     request_id: str
@@ -52,6 +56,8 @@ class ForwardOutput:
     top_logprobs: tuple[tuple[int, float], ...] = ()
     prompt_logprobs: tuple[float, ...] = ()
     prompt_top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+    next_token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

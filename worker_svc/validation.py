@@ -31,6 +31,18 @@ def _check_tokens(rid: str, what: str, ids: Sequence[int], vocab: int) -> None:
         raise _bad(f"request {rid!r}: {what} token id {bad} is outside the vocabulary [0, {vocab - 1}]")
 
 
+def _check_multistep(it: ForwardItem, vocab: int) -> None:
+    """An item of a batch with multi-step decode: a sampling decode item without per-step host work."""
+    rid = it.request_id
+    if len(it.input_ids) != 1 or not it.sample:
+        raise _bad(f"request {rid!r}: a multi-step decode batch takes decode items only (1 input id, sample=true), "
+                   f"got {len(it.input_ids)} input ids, sample={it.sample}")
+    if it.return_prompt_logprobs or it.top_logprobs_num > 0 or it.sampling.has_penalties:
+        raise _bad(f"request {rid!r}: multi-step decode does not take prompt logprobs, top_logprobs_num or "
+                   f"penalties (send decode_steps 1)")
+    _check_tokens(rid, "stop", it.stop_token_ids, vocab)
+
+
 def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str, cfg: ModelConfig,
                    pool_slots: int, known: Mapping[str, object], stored_hidden: Mapping[str, object]) -> None:
     """Raises WorkerError for the first invalid item; returns None when the batch may run.
@@ -45,6 +57,7 @@ def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str
         raise _bad("empty forward batch")
     seen_ids: set[str] = set()
     new_slots: set[int] = set()
+    multi = any(it.decode_steps > 1 for it in items)
     for it in items:
         rid = it.request_id
         if not rid:
@@ -55,13 +68,20 @@ def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str
         n = len(it.input_ids)
         if n == 0:
             raise _bad(f"request {rid!r}: no input_ids")
-        if len(it.slot_ids) != n:
-            raise _bad(f"request {rid!r}: {len(it.slot_ids)} slot_ids for {n} input_ids")
+        steps = it.decode_steps
+        if steps < 1:
+            raise _bad(f"request {rid!r}: decode_steps {steps} < 0")
+        if multi:
+            _check_multistep(it, cfg.vocab_size)
+        n_slots = steps if steps > 1 else n
+        if len(it.slot_ids) != n_slots:
+            what = f"{steps} decode steps" if steps > 1 else f"{n} input_ids"
+            raise _bad(f"request {rid!r}: {len(it.slot_ids)} slot_ids for {what}")
         if it.position_start < 0:
             raise _bad(f"request {rid!r}: position_start {it.position_start} < 0")
-        last = it.position_start + n - 1
+        last = it.position_start + n_slots - 1
         if last >= cfg.n_positions:
-            raise _bad(f"request {rid!r}: position {last} (position_start {it.position_start} + {n} tokens) "
+            raise _bad(f"request {rid!r}: position {last} (position_start {it.position_start} + {n_slots} tokens) "
                        f">= n_positions {cfg.n_positions}")
         _check_tokens(rid, "input", it.input_ids, cfg.vocab_size)
         _check_slots(rid, "new", it.slot_ids, pool_slots)

@@ -1,0 +1,104 @@
+"""Multi-step decode: up to K decode steps in one Forward, with no host round trip between steps.
+
+A batch whose items carry ``decode_steps`` (k_b >= 1, K = max k_b) runs K steps. Step j runs the rows with
+k_b > j (rows are ordered by k_b, largest first, so the active rows are a prefix and the next step's input
+ids are a slice of a device tensor): row b writes the K/V of its input at ``slot_ids[j]`` (position
+``position_start + j``) and samples its next token on the device, which is the input of step j + 1. On
+CUDA with ``DecodeGraphs`` each step replays the captured graph of its bucket. The sampled ids (and
+logprobs) of all steps are read back once, at the end.
+
+A row that samples one of its ``stop_token_ids`` at step i keeps running to k_b (its later K/V goes to
+its own slots, which stay unused), but only tokens up to and including the stop token are returned and
+committed: K/V counts as written for ``len(next_token_ids)`` tokens. The scheduler sends the stop ids
+(EOS unless ignore_eos, and the request's stop token ids); stop strings and max_new_tokens are its job.
+
+Sampling is the same as ``sampler.sample`` for the parameters allowed here (no penalties, no top-N):
+greedy rows take the argmax of the same logits, seeded rows draw with the generator seeded from
+(seed, absolute position), so output does not depend on how many steps one Forward runs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from worker_svc.attention.base import AttentionMeta
+from worker_svc.forward_batch import layout_from_parts
+from worker_svc.sampler import filter_probs, mix
+from worker_svc.types import ForwardItem, ForwardOutput
+
+
+def sample_on_device(logits: torch.Tensor, items: Sequence[ForwardItem], positions: Sequence[int],
+                     generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row without reading anything back. logits [N, V] float32; ``positions[i]``: absolute
+    position of the token row i samples (for seeded draws). Returns int64 [N] on logits' device."""
+    chosen = logits.argmax(dim=-1)
+    sampled = [i for i, it in enumerate(items) if not it.sampling.greedy]
+    if sampled:
+        dev = logits.device
+        idx = torch.tensor(sampled, device=dev)
+        ps = [items[i].sampling for i in sampled]
+        probs = filter_probs(
+            logits[idx],
+            torch.tensor([p.temperature for p in ps], dtype=torch.float32, device=dev),
+            torch.tensor([p.top_k for p in ps], dtype=torch.long, device=dev),
+            torch.tensor([p.top_p for p in ps], dtype=torch.float32, device=dev),
+            torch.tensor([p.min_p for p in ps], dtype=torch.float32, device=dev),
+        )
+        noise = torch.empty((len(sampled), logits.shape[-1]), dtype=torch.float32, device=dev)
+        for j, i in enumerate(sampled):
+            seed = items[i].sampling.seed
+            gen = generator if seed is None else torch.Generator(device=dev).manual_seed(mix(seed, positions[i]))
+            noise[j].exponential_(generator=gen)
+        chosen[idx] = (probs / noise).argmax(dim=-1)
+    return chosen
+
+
+def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
+    """Runs a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller
+    holds its lock) and commits each request's written tokens. Returns outputs in item order."""
+    dev = engine.device
+    order = sorted(range(len(items)), key=lambda b: -items[b].decode_steps)  # active rows = a prefix
+    its = [items[b] for b in order]
+    ks = [it.decode_steps for it in its]
+    steps = ks[0]
+    tables = []  # per row: prefix slots + all its new slots (views give each step's table, no copies)
+    for it in its:
+        prefix = (np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
+                  else engine.requests[it.request_id].slots.view())
+        tables.append((np.concatenate([prefix, np.asarray(it.slot_ids, dtype=np.int32)]), len(prefix)))
+    cur = torch.tensor([it.input_ids[0] for it in its], dtype=torch.long).to(dev)  # [B] inputs of this step
+    want_lp = any(it.return_logprob for it in its)
+    toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
+    lps = torch.zeros((steps, len(its)), dtype=torch.float32, device=dev) if want_lp else None
+    for j in range(steps):
+        n = sum(k > j for k in ks)
+        layout = layout_from_parts([t[: p + j] for t, p in tables[:n]], [t[p + j: p + j + 1] for t, p in tables[:n]])
+        ids = cur[:n]
+        if engine.graphs is not None and engine.graphs.fits(layout):
+            logits = engine.graphs.run(layout, ids)  # [n, vocab] float32
+        else:
+            engine.backend.plan(AttentionMeta.from_layout(layout, dev))
+            hidden = engine.model(ids, torch.from_numpy(layout.positions).to(dev), engine.kv_pool, engine.backend,
+                                  torch.from_numpy(layout.out_slots).to(dev))
+            logits = engine.model.logits(hidden)
+        nxt = sample_on_device(logits, its[:n], [it.position_start + j + 1 for it in its[:n]], engine.generator)
+        if lps is not None:
+            lps[j, :n] = torch.log_softmax(logits, dim=-1).gather(1, nxt[:, None])[:, 0]
+        toks[j, :n] = nxt
+        cur = nxt  # rows past n never run again (k sorted, largest first)
+    all_toks = toks.cpu().numpy()  # the one read-back of the Forward
+    all_lps = lps.cpu().numpy() if lps is not None else None
+    outputs: dict[int, ForwardOutput] = {}
+    for row, (b, it) in enumerate(zip(order, its)):
+        got = all_toks[: it.decode_steps, row].tolist()
+        stops = set(it.stop_token_ids)
+        n = next((i + 1 for i, t in enumerate(got) if t in stops), len(got))
+        got = got[:n]
+        lp = tuple(float(x) for x in all_lps[:n, row]) if all_lps is not None and it.return_logprob else ()
+        outputs[b] = ForwardOutput(request_id=it.request_id, sampled=True, next_token_id=got[-1],
+                                   logprob=lp[-1] if lp else 0.0, next_token_ids=tuple(got), logprobs=lp)
+        engine.commit_written(it, it.slot_ids[:n], [it.input_ids[0]] + got[:-1])
+    return tuple(outputs[b] for b in range(len(items)))
