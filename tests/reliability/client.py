@@ -38,14 +38,17 @@ def payload(ids: list[int], max_new: int, stream: bool, **params) -> dict:
 
 
 def generate(url: str, ids: list[int], max_new: int, stream: bool = True, timeout: float = 60.0,
-             cancel_after: float | None = None, headers: dict | None = None) -> Outcome:
-    """One /generate call. ``cancel_after``: close the connection after that many seconds (a client that leaves);
-    the outcome then has error "cancelled"."""
+             cancel_after: float | None = None, headers: dict | None = None, rid: str | None = None) -> Outcome:
+    """One /generate call. ``cancel_after``: close the connection after that many seconds, waiting or mid-stream
+    (a client that leaves); the outcome then has error "cancelled"."""
     out = Outcome(prompt=ids, max_new=max_new)
     t0 = time.monotonic()
     body = payload(ids, max_new, stream)
+    if rid is not None:
+        body["rid"] = rid
+    read = timeout if cancel_after is None else cancel_after
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0)) as client:
+        with httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0, read=read)) as client:
             with client.stream("POST", url + "/generate", json=body, headers=headers) as r:
                 out.status = r.status_code
                 out.retry_after = r.headers.get("retry-after")
@@ -70,6 +73,8 @@ def generate(url: str, ids: list[int], max_new: int, stream: bool = True, timeou
                         continue
                     out.ids = event["output_ids"]
                     out.finish = (event["meta_info"]["finish_reason"] or {}).get("type", "") or out.finish
+    except httpx.ReadTimeout as exc:
+        out.error = "cancelled" if cancel_after is not None else f"ReadTimeout: {exc}"
     except httpx.HTTPError as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     finally:
