@@ -28,8 +28,11 @@ def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     """Generate streams from a request's queue, fed by the loop; a client that goes away aborts its request."""
 
-    def __init__(self, scheduler: Scheduler, tokenizer: Tokenizer, log) -> None:
+    def __init__(self, scheduler: Scheduler, tokenizer: Tokenizer, log, max_queued_tokens: int = 0) -> None:
+        """``max_queued_tokens``: bound on the prompt tokens waiting (0 = none); a request that would pass it while
+        others wait is RESOURCE_EXHAUSTED (a request alone in the queue is always taken, so any valid one can run)."""
         self.sched, self.tok, self.log = scheduler, tokenizer, log
+        self.max_queued_tokens = max_queued_tokens
         self.draining = threading.Event()
 
     def Generate(self, request, context):
@@ -46,6 +49,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             req.stream.finish_without_token(Finish.LENGTH)
             req.stream.close()
         else:
+            self._check_queued_tokens(req, context)
             try:
                 self.sched.submit(req)
             except QueueFull as exc:
@@ -65,6 +69,16 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     context.abort(item.code, item.message)
                 return
             yield item
+
+    def _check_queued_tokens(self, req, context) -> None:
+        if not self.max_queued_tokens:
+            return
+        _, waiting, tokens = self.sched.queue_lengths()
+        if waiting and tokens + len(req.prompt_ids) > self.max_queued_tokens:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"waiting queue is full: {waiting} requests with {tokens} tokens wait, and this request's "
+                          f"{len(req.prompt_ids)} prompt tokens would pass the limit of {self.max_queued_tokens} "
+                          f"queued tokens")
 
     def Abort(self, request, context):
         return scheduler_pb2.AbortResponse(found=self.sched.abort(request.request_id, "Abort RPC"))
