@@ -25,7 +25,8 @@ async def collect_all(
 
     async def run() -> list[GenerationResult]:
         try:
-            streams.extend(_start(ctx, r) for r in requests)
+            for r in requests:
+                streams.append(_start(ctx, r))
             return await gather_all(s.collect() for s in streams)
         finally:
             for stream in streams:
@@ -41,8 +42,10 @@ async def open_streams(
     reports up front (invalid input, overload) become an HTTP status instead of an error event in
     a stream that already answered 200. Raises ApiError or ClientDisconnected, cancelling all calls.
     The caller owns the returned streams and must cancel them when done."""
-    streams = [_start(ctx, r) for r in requests]
+    streams: list[GenerationStream] = []
     try:
+        for r in requests:  # a refusal part-way (scheduler known down) cancels those already started
+            streams.append(_start(ctx, r))
         firsts = await until_disconnect(http_request, gather_all(s.next() for s in streams))
     except BaseException:
         for stream in streams:
