@@ -129,3 +129,24 @@ def test_retrieve_model(gateway):
     assert client.models.retrieve(MODEL_NAME).id == MODEL_NAME
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("other")
+
+
+def test_ready(gateway, fake_server, fake):
+    assert httpx.get(f"{gateway.url}/ready").json() == {"status": "ok"}
+    fake_server[1].set_serving(False)
+    assert_error(httpx.get(f"{gateway.url}/ready"), 503, "NOT_SERVING")
+
+
+def test_ready_and_generation_503_at_once_when_scheduler_unreachable(start_gateway, fake):
+    from tests.gateway.conftest import wait_until
+
+    gw = start_gateway(target="127.0.0.1:1", probe_interval_s=0.1, probe_timeout_s=0.5)
+    r = httpx.get(f"{gw.url}/ready", timeout=30)
+    assert_error(r, 503)
+    assert r.headers["Retry-After"] == "1"
+
+    def refused_with_reason() -> bool:
+        resp = httpx.post(f"{gw.url}/v1/completions", json={"prompt": "x"}, timeout=30)
+        return resp.status_code == 503 and "did not answer a health check" in resp.json()["error"]["message"]
+
+    assert wait_until(refused_with_reason)
