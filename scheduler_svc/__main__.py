@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -38,7 +39,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--connect-timeout", type=float, default=120.0,
                    help="seconds to wait for the cache and worker at start-up")
     p.add_argument("--drain-seconds", type=float, default=5.0)
+    p.add_argument("--decode-steps", type=int, default=0,
+                   help="decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise")
     args = p.parse_args(argv)
+    if args.decode_steps < 0:
+        p.error("--decode-steps must be >= 0 (0 = auto)")
     for name in ("max_running_requests", "chunk_size", "max_queued_requests"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -52,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SchedulerConfig(pool_id=args.pool_id, max_running_requests=args.max_running_requests,
                           chunk_size=args.chunk_size, policy=args.policy, max_queued_requests=args.max_queued_requests,
                           progress_timeout=args.progress_timeout,
-                          outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds)
+                          outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
+                          decode_steps=max(args.decode_steps, 1))
     from scheduler_svc.worker_client import WorkerClient
 
     sched = Scheduler(CacheClient(args.cache, args.pool_id), WorkerClient(args.worker), cfg, log)
@@ -67,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             log.warning("waiting_for_dependency", error=str(exc))
             time.sleep(1.0)
+    if args.decode_steps == 0:  # auto: the worker's device decides
+        sched.cfg = dataclasses.replace(cfg, decode_steps=8 if sched.info.device.startswith("cuda") else 1)
 
     loop = threading.Thread(target=sched.run, name="scheduler-loop", daemon=True)
     loop.start()
@@ -76,13 +84,18 @@ def main(argv: list[str] | None = None) -> int:
                                [SERVICE_NAME], args.listen, max_workers=args.max_queued_requests + args.max_running_requests + 16)
     names = ["", SERVICE_NAME]
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
-             n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy)
+             n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
+             decode_steps=sched.cfg.decode_steps)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     serving = True
+    logged_stats, next_stats = None, 0.0
     while not stop.wait(0.25):
+        if time.monotonic() >= next_stats and sched.stats != logged_stats:  # counters for bench/ (cumulative)
+            logged_stats, next_stats = dict(sched.stats), time.monotonic() + 2.0
+            log.info("loop_stats", **logged_stats)
         healthy = sched.progress_ok()
         if healthy != serving:
             serving = healthy

@@ -11,13 +11,15 @@ from scheduler_svc.request import Req
 @dataclass(frozen=True)
 class Entry:
     """One request in a batch: tokens ``all_ids[start:start+n]`` are written at ``slot_ids`` (len n);
-    ``sample``: a next token is sampled (False for a non-final prefill chunk)."""
+    ``sample``: a next token is sampled (False for a non-final prefill chunk). ``steps`` > 1: a multi-step
+    decode entry (n = 1 input token, ``steps`` slots; the worker writes K/V for as many tokens as it returns)."""
 
     req: Req
     start: int
     n: int
     slot_ids: tuple[int, ...]
     sample: bool
+    steps: int = 1
 
 
 @dataclass(frozen=True)
@@ -28,13 +30,14 @@ class Batch:
     entries: tuple[Entry, ...]
 
 
-def forward_item(e: Entry) -> worker_pb2.ForwardItem:
+def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
     """The worker's view of an entry. When the worker does not know the request yet (first chunk of an
-    admission), the item carries the locked prefix (slots and token ids, length ``start``).
+    admission), the item carries the locked prefix (slots and token ids, length ``start``). ``stop_token_ids``:
+    where the worker ends a multi-step entry early.
     Raises ValueError when the entry is inconsistent (slots vs tokens, prefix vs position)."""
     req = e.req
     total = len(req.prompt_ids) + len(req.output_ids)
-    if len(e.slot_ids) != e.n or e.n <= 0 or e.start + e.n > total:
+    if len(e.slot_ids) != max(e.n, e.steps) or e.n <= 0 or e.start + e.n > total or (e.steps > 1 and e.n != 1):
         raise ValueError(f"{req.rid}: entry start={e.start} n={e.n} slots={len(e.slot_ids)} tokens={total}")
     p = req.params
     item = worker_pb2.ForwardItem(
@@ -42,6 +45,9 @@ def forward_item(e: Entry) -> worker_pb2.ForwardItem:
         sampling=p.sampling, sample=e.sample, return_logprob=p.return_logprob and e.sample,
         top_logprobs_num=p.top_logprobs_num,
         return_prompt_logprobs=req.wants_prompt_logprobs, prompt_len=len(req.prompt_ids))
+    if e.steps > 1:
+        item.decode_steps = e.steps
+        item.stop_token_ids.extend(stop_token_ids)
     if not req.worker_knows:
         if len(req.prefix_slot_ids) != e.start:
             raise ValueError(f"{req.rid}: prefix of {len(req.prefix_slot_ids)} slots for position {e.start}")

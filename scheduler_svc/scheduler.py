@@ -16,6 +16,7 @@ from scheduler_svc.batch import Batch, Entry, forward_item, slots_by_request
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.errors import AllocationFailed, DependencyUnavailable, SessionLost, WorkerEpochChanged
 from scheduler_svc.intake import Intake
+from scheduler_svc.multistep import apply_tokens, steps_for, stop_ids
 from scheduler_svc.policy import order_waiting, retract_victim
 from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.worker_client import WorkerClient
@@ -34,6 +35,7 @@ class SchedulerConfig:
     outage_timeout: float = 30.0
     owner: str = "scheduler-0"
     lease_seconds: float = 30.0
+    decode_steps: int = 1  # > 1: multi-step decode, up to this many steps per Forward (scheduler_svc/multistep.py)
 
 
 class Scheduler:
@@ -59,7 +61,8 @@ class Scheduler:
         self.last_batch_at = time.monotonic()
         self.snapshot = (0, 0, 0)  # (running, waiting, waiting tokens), published by the loop every round
         self.stats = dict(batches=0, prefix_query=0, prefix_hit=0, prompt_tokens=0, generation_tokens=0,
-                          retractions=0)
+                          retractions=0, decode_batches=0, decode_steps=0, decode_wall_seconds=0.0,
+                          decode_forward_seconds=0.0)
 
     # ---- thread-safe API -------------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
@@ -155,13 +158,21 @@ class Scheduler:
         self._intake()
         self._apply_aborts()
         self._renew_session()
+        t0 = time.perf_counter()
         batch = self._extend_batch() or self._decode_batch()
         self._publish()
         if batch is None:
             return False
-        reply = self.worker.forward([forward_item(e) for e in batch.entries])
+        eos = self.info.eos_token_id
+        reply = self.worker.forward([forward_item(e, stop_ids(e.req, eos) if e.steps > 1 else ()) for e in batch.entries])
         self._process(batch, reply)
         self._publish()
+        if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
+            st = self.stats
+            st["decode_batches"] += 1
+            st["decode_steps"] += max(e.steps for e in batch.entries)
+            st["decode_wall_seconds"] += time.perf_counter() - t0
+            st["decode_forward_seconds"] += reply.forward_seconds
         return True
 
     def _on_dependency_error(self, exc: Exception) -> None:
@@ -314,10 +325,17 @@ class Scheduler:
     # ---- decode ----------------------------------------------------------------------------------------
     def _decode_batch(self) -> Batch | None:
         decoding = [r for r in self.running if r.state == State.DECODE]
+        admitting = self.waiting and len(self.running) < self.cfg.max_running_requests
+        max_steps = 1 if admitting else self.cfg.decode_steps
         while decoding:
+            plan = [(r, steps_for(r, max_steps)) for r in decoding]
             try:
-                reply = self.cache.allocate([(r.rid, 1) for r in decoding])
+                reply = self.cache.allocate([(r.rid, k) for r, k in plan])
             except AllocationFailed as exc:
+                if max_steps > 1:  # fund one step for everyone before retracting anyone
+                    self.log.info("multistep_allocation_failed", error=str(exc), running=len(decoding))
+                    max_steps = 1
+                    continue
                 self.log.warning("decode_allocation_failed", error=str(exc), running=len(decoding))
                 victim = retract_victim(decoding)
                 decoding.remove(victim)
@@ -329,9 +347,10 @@ class Scheduler:
                     continue
                 self._requeue(victim, cache_prefix=True)
                 continue
-            slots = slots_by_request(reply, [(r, 1) for r in decoding])
-            self.ratio.on_decode_step()
-            return Batch("decode", tuple(Entry(r, r.kv_len, 1, slots[r.rid], True) for r in decoding))
+            slots = slots_by_request(reply, plan)
+            for _ in range(max(k for _, k in plan)):
+                self.ratio.on_decode_step()
+            return Batch("decode", tuple(Entry(r, r.kv_len, 1, slots[r.rid], True, steps=k) for r, k in plan))
         return None
 
     def _requeue(self, req: Req, cache_prefix: bool) -> None:
@@ -366,13 +385,18 @@ class Scheduler:
         for e in batch.entries:
             req, res = e.req, results[e.req.rid]
             req.worker_knows, req.prefix_slot_ids = True, []
-            req.kv_len = e.start + e.n
+            req.kv_len = e.start + (len(res.next_token_ids) if e.steps > 1 else e.n)
             if req.wants_prompt_logprobs:
                 req.prompt_logprobs.extend(res.prompt_logprobs)
                 req.prompt_top_logprobs.extend(res.prompt_top_logprobs)
             if req.abort_requested:
                 continue
-            if e.sample:
+            if e.steps > 1:
+                if not res.next_token_ids or len(res.next_token_ids) > e.steps:
+                    raise RuntimeError(f"worker returned {len(res.next_token_ids)} tokens for {req.rid} "
+                                       f"({e.steps} decode steps)")
+                self.stats["generation_tokens"] += apply_tokens(req, e.start, res.next_token_ids, res.logprobs)
+            elif e.sample:
                 if not res.sampled:
                     raise RuntimeError(f"worker did not sample for {req.rid} (sample=true)")
                 if req.state == State.PREFILL:
