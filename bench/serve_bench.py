@@ -1,0 +1,282 @@
+"""End-to-end serving benchmark: the whole stack (cache, worker, scheduler, gateway as real processes)
+driven over HTTP with streaming, side by side with transformers' static-batch ``generate``.
+
+    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1]
+
+``--gpu``: random-weight starcoderbase-1b checkpoint in bfloat16 (``worker_svc.model.default --shape``),
+CUDA worker (flashinfer, CUDA-graph decode), 1,024 prompt tokens and 256 output tokens (ignore_eos). Without
+it (CPU rehearsal): the default model and small lengths. Phases, in this order (results are written after
+each, so a run cut short still leaves data):
+
+- ``hf``: ``bench.hf_baseline`` (static batch of 64, same lengths) and the device copy bandwidth;
+- ``cN``: N concurrent streams of fixed lengths (2N requests for N <= 64, N for more);
+- ``prefix``: TTFT against the cached fraction: prompts of P tokens of which a share f is one of 4 common
+  prefixes (warmed first), the rest unique;
+- ``k1``: concurrency 64 again with ``--decode-steps 1`` (one decode step per Forward) for comparison.
+
+Decode figures come from the scheduler's cumulative ``loop_stats`` log line (decode Forwards, steps, wall
+seconds of the decode rounds, the worker's forward seconds): time outside the worker's forward = wall -
+forward. The bandwidth limit of a decode step = (weight bytes + KV bytes read) / copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from bench import loadgen
+from launcher.config import StackConfig, commands
+from launcher.stack import Stack
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def log(msg: str) -> None:
+    print(f"[serve_bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.out = pathlib.Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.results: dict = {"config": vars(args), "phases": {}}
+        self.stack: Stack | None = None
+        self.rng = random.Random(0)
+        if args.gpu:
+            self.input_len, self.output_len, self.vocab_lo, self.vocab_hi = 1024, 256, 100, 49000
+        else:
+            self.input_len, self.output_len, self.vocab_lo, self.vocab_hi = args.cpu_input_len, args.cpu_output_len, 100, 1000
+
+    def save(self) -> None:
+        (self.out / "serve_bench.json").write_text(json.dumps(self.results, indent=1))
+
+    # ---- set-up --------------------------------------------------------------------------------------
+    def model(self) -> str:
+        if not self.args.gpu:
+            from worker_svc.model.default import ensure_default_model
+            return str(ensure_default_model())
+        path = pathlib.Path(self.args.model_dir)
+        if not (path / "config.json").exists():
+            t = time.monotonic()
+            subprocess.run([sys.executable, "-m", "worker_svc.model.default", "--shape", self.args.shape, "--dtype",
+                            "bfloat16", "--device", "cuda", "--out", str(path)], check=True, cwd=ROOT)
+            log(f"checkpoint {self.args.shape} written in {time.monotonic() - t:.1f} s")
+        return str(path)
+
+    def start_stack(self, model: str, decode_steps: int) -> None:
+        a = self.args
+        cfg = StackConfig(model_path=model, http_port=0, cache_port=0, worker_port=0, scheduler_port=0,
+                          device="cuda" if a.gpu else "cpu", dtype="bfloat16" if a.gpu else "float32",
+                          kv_tokens=a.kv_tokens, chunk_size=a.chunk_size, max_running_requests=a.max_running,
+                          max_queued_requests=4096, progress_timeout=120.0)
+        self.stack = Stack(cfg, self.out / "logs", model_path=model)
+        t = time.monotonic()
+        argv = commands(self.stack.cfg, model)
+        for name in ("cache", "worker", "scheduler", "gateway"):
+            extra = ["--decode-steps", str(decode_steps)] if name == "scheduler" else []
+            self.stack.start_one(name, argv[name] + extra, timeout=600)
+            log(f"{name} ready after {time.monotonic() - t:.1f} s")
+        self.decode_steps = decode_steps
+
+    def restart_scheduler(self, decode_steps: int) -> None:
+        self.stack.kill("scheduler", signal.SIGTERM)
+        argv = commands(self.stack.cfg, self.stack.model_path)["scheduler"] + ["--decode-steps", str(decode_steps)]
+        self.stack.start_one("scheduler", argv, timeout=120)
+        self.decode_steps = decode_steps
+        time.sleep(1.0)  # the gateway reconnects
+
+    # ---- workloads -----------------------------------------------------------------------------------
+    def payload(self, ids: list[int], max_new: int) -> dict:
+        return {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new, "temperature": 0.0,
+                                                      "ignore_eos": True}}
+
+    def random_ids(self, n: int) -> list[int]:
+        return [self.rng.randrange(self.vocab_lo, self.vocab_hi) for _ in range(n)]
+
+    def stats(self) -> dict:
+        """The scheduler's latest cumulative loop_stats (waits for a fresh line: logged every 2 s)."""
+        time.sleep(2.4)
+        path = self.out / "logs" / "scheduler.log"
+        for line in reversed(path.read_text(errors="replace").splitlines()):
+            if '"loop_stats"' in line:
+                return json.loads(line)
+        return {}
+
+    def drive(self, name: str, payloads: list[dict], concurrency: int, extra: dict | None = None) -> dict:
+        before = self.stats()
+        recs = loadgen.run(self.stack.url, payloads, concurrency, procs=self.args.client_procs)
+        summary = loadgen.summarize(recs)
+        after = self.stats()
+        d = {k: after.get(k, 0) - before.get(k, 0) for k in ("decode_batches", "decode_steps", "decode_wall_seconds",
+                                                            "decode_forward_seconds", "generation_tokens", "batches")}
+        if d["decode_steps"]:
+            d["decode_step_ms"] = round(1000 * d["decode_wall_seconds"] / d["decode_steps"], 3)
+            d["worker_forward_step_ms"] = round(1000 * d["decode_forward_seconds"] / d["decode_steps"], 3)
+            d["outside_worker_share"] = round(1 - d["decode_forward_seconds"] / d["decode_wall_seconds"], 4)
+        summary.update(concurrency=concurrency, decode_steps_flag=self.decode_steps, scheduler=d, **(extra or {}))
+        self.results["phases"][name] = summary
+        self.save()
+        log(f"{name}: {json.dumps({k: summary.get(k) for k in ('ok', 'errors', 'output_tok_s', 'ttft_p50_ms', 'itl_p50_ms', 'tpot_p50_ms')})} "
+            f"scheduler {json.dumps(d)}")
+        if summary.get("errors"):
+            log(f"{name}: first error {summary.get('first_error')}")
+        return summary
+
+    def fixed(self, concurrency: int, name: str | None = None) -> dict:
+        n = 2 * concurrency if concurrency <= 64 else concurrency
+        if concurrency == 1:
+            n = self.args.c1_requests
+        payloads = [self.payload(self.random_ids(self.input_len), self.output_len) for _ in range(n)]
+        return self.drive(name or f"c{concurrency}", payloads, concurrency,
+                          {"input_len": self.input_len, "output_len": self.output_len})
+
+    def warmup(self) -> bool:
+        payloads = [self.payload(self.random_ids(self.input_len), 32) for _ in range(8)]
+        recs = loadgen.run(self.stack.url, payloads, 8, procs=1)
+        errs = [r.error for r in recs if r.error or r.tokens != 32]
+        if errs:
+            log(f"warm-up failed with --decode-steps {self.decode_steps}: {errs[:2]}")
+        return not errs
+
+    def prefix(self) -> None:
+        a = self.args
+        total, out_len = (2048, 16) if a.gpu else (256, 8)
+        curve = []
+        for frac in (0.0, 0.5, 0.75, 0.9, 0.97):
+            shared = int(total * frac)
+            prefixes = [self.random_ids(shared) for _ in range(4)]
+            if shared:  # warm the 4 prefixes (their KV is cached after these finish)
+                loadgen.run(self.stack.url, [self.payload(p + self.random_ids(8), 1) for p in prefixes], 4)
+            payloads = [self.payload(prefixes[i % 4] + self.random_ids(total - shared), out_len) for i in range(32)]
+            s = self.drive(f"prefix_f{frac}", payloads, 8, {"prompt_len": total, "shared_fraction": frac})
+            curve.append({"shared_fraction": frac, "cached_fraction": round(s.get("cached_tokens_mean", 0) / total, 3),
+                          "ttft_p50_ms": s.get("ttft_p50_ms"), "ttft_p99_ms": s.get("ttft_p99_ms")})
+        self.results["prefix_curve"] = curve
+        self.save()
+
+    def hf(self, model: str) -> None:
+        a = self.args
+        argv = [sys.executable, "-m", "bench.hf_baseline", "--model-path", model, "--batch", str(a.hf_batch),
+                "--input-len", str(self.input_len), "--output-len", str(self.output_len),
+                "--json-out", str(self.out / "hf_baseline.json")]
+        if not a.gpu:
+            argv += ["--device", "cpu"]
+        subprocess.run(argv, check=True, cwd=ROOT)
+        self.results["hf"] = json.loads((self.out / "hf_baseline.json").read_text())
+        self.save()
+
+    # ---- derived figures -------------------------------------------------------------------------------
+    def derive(self) -> None:
+        r, hf = self.results, self.results.get("hf")
+        if hf:
+            bw, wbytes = hf["copy_bandwidth_Bps"], hf["param_bytes"]
+            kv_bytes = self.kv_bytes_per_token
+            for name, ph in r["phases"].items():
+                if ph.get("ok"):
+                    ph["over_hf_static"] = round(ph["output_tok_s"] / hf["output_tok_s"], 2)
+                sch = ph.get("scheduler", {})
+                if sch.get("decode_steps") and kv_bytes and not name.startswith("prefix"):
+                    b = ph["concurrency"]
+                    ctx = ph.get("input_len", 0) + ph.get("output_len", 0) / 2
+                    limit_ms = 1000 * (wbytes + b * ctx * kv_bytes) / bw  # bytes read / copy bandwidth (read + write)
+                    sch["bandwidth_limit_step_ms"] = round(limit_ms, 3)
+                    sch["step_over_limit"] = round(sch["decode_step_ms"] / limit_ms, 2)
+                    sch["worker_step_over_limit"] = round(sch["worker_forward_step_ms"] / limit_ms, 2)
+        self.save()
+
+    def table(self) -> str:
+        rows = [f"{'phase':<14}{'ok':>5}{'tok/s':>10}{'xHF':>6}{'TTFT p50':>10}{'p99':>9}{'ITL p50':>9}{'p99':>8}"
+                f"{'TPOT p50':>9}{'p99':>8}{'step ms':>9}{'fwd ms':>8}{'outside':>8}{'x limit':>8}"]
+        for name, p in self.results["phases"].items():
+            s = p.get("scheduler", {})
+            f = lambda k, d=p: d.get(k, float("nan"))  # noqa: E731
+            rows.append(f"{name:<14}{p.get('ok', 0):>5}{f('output_tok_s'):>10.1f}{f('over_hf_static'):>6.2f}"
+                        f"{f('ttft_p50_ms'):>10.1f}{f('ttft_p99_ms'):>9.1f}{f('itl_p50_ms'):>9.2f}{f('itl_p99_ms'):>8.1f}"
+                        f"{f('tpot_p50_ms'):>9.2f}{f('tpot_p99_ms'):>8.2f}{f('decode_step_ms', s):>9.2f}"
+                        f"{f('worker_forward_step_ms', s):>8.2f}{f('outside_worker_share', s):>8.3f}{f('step_over_limit', s):>8.2f}")
+        hf = self.results.get("hf")
+        if hf:
+            rows.append(f"transformers static generate: {hf['output_tok_s']} tok/s (batch {hf['batch']}, "
+                        f"{hf['input_len']} in, {hf['output_len']} out, {hf['dtype']}); copy bandwidth "
+                        f"{hf['copy_bandwidth_Bps'] / 1e12:.2f} TB/s")
+        for c in self.results.get("prefix_curve", []):
+            rows.append(f"prefix: shared {c['shared_fraction']:.2f} cached {c['cached_fraction']:.3f} "
+                        f"TTFT p50 {c['ttft_p50_ms']} ms p99 {c['ttft_p99_ms']} ms")
+        return "\n".join(rows)
+
+    def run(self) -> None:
+        a = self.args
+        phases = a.phases.split(",")
+        model = self.model()
+        if "hf" in phases:
+            self.hf(model)
+        self.start_stack(model, a.decode_steps)
+        info = json.loads(subprocess.run([sys.executable, "-c", "import json,grpc;from codeserve.v1 import worker_pb2,"
+                                          "worker_pb2_grpc as g;from google.protobuf.json_format import MessageToDict as d;"
+                                          f"print(json.dumps(d(g.WorkerStub(grpc.insecure_channel('{self.stack.target('worker')}'))"
+                                          ".Info(worker_pb2.InfoRequest()))))"],
+                                         capture_output=True, text=True, check=True, cwd=ROOT).stdout)
+        self.results["worker_info"] = info
+        self.kv_bytes_per_token = int(info.get("kvBytesPerToken", 0))
+        if not self.warmup():
+            if a.decode_steps == 1:
+                raise RuntimeError("warm-up failed with one decode step per Forward")
+            self.results["multistep_failed"] = True
+            self.restart_scheduler(1)
+            if not self.warmup():
+                raise RuntimeError("warm-up failed with one decode step per Forward")
+        for ph in phases:
+            if ph.startswith("c") and ph[1:].isdigit():
+                self.fixed(int(ph[1:]))
+            elif ph == "prefix":
+                self.prefix()
+            elif ph == "k1" and self.decode_steps != 1:
+                self.restart_scheduler(1)
+                self.fixed(64, "c64_k1")
+            self.derive()
+        print(self.table(), flush=True)
+        (self.out / "serve_bench_table.txt").write_text(self.table() + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="directory for JSON results and service logs")
+    ap.add_argument("--gpu", action="store_true", help="CUDA worker, starcoderbase-1b shape, bf16, 1024 in / 256 out")
+    ap.add_argument("--shape", default="starcoderbase-1b")
+    ap.add_argument("--model-dir", default="/tmp/codeserve-bench-model")
+    ap.add_argument("--phases", default="hf,c64,c1,c16,c256,prefix,k1")
+    ap.add_argument("--decode-steps", type=int, default=8)
+    ap.add_argument("--kv-tokens", type=int, default=None)
+    ap.add_argument("--chunk-size", type=int, default=None)
+    ap.add_argument("--max-running", type=int, default=256)
+    ap.add_argument("--client-procs", type=int, default=None)
+    ap.add_argument("--hf-batch", type=int, default=64)
+    ap.add_argument("--c1-requests", type=int, default=3)
+    ap.add_argument("--cpu-input-len", type=int, default=64)
+    ap.add_argument("--cpu-output-len", type=int, default=16)
+    args = ap.parse_args(argv)
+    if args.kv_tokens is None:
+        args.kv_tokens = 800_000 if args.gpu else 65_536
+    if args.chunk_size is None:
+        args.chunk_size = 8192 if args.gpu else 512
+    if args.client_procs is None:
+        args.client_procs = 8 if args.gpu else 1
+    bench = Bench(args)
+    try:
+        bench.run()
+    finally:
+        if bench.stack is not None:
+            bench.stack.stop()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
