@@ -30,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunk-size", type=int, default=512, help="prefill tokens per round (chunked prefill)")
     p.add_argument("--policy", choices=POLICIES, default="fcfs")
     p.add_argument("--max-queued-requests", type=int, default=1024)
+    p.add_argument("--max-queued-tokens", type=int, default=0,
+                   help="bound on the tokens of waiting requests (0 = none); past it new requests are "
+                        "RESOURCE_EXHAUSTED while others wait")
     p.add_argument("--progress-timeout", type=float, default=30.0,
                    help="seconds without a completed batch while work waits or runs before health is NOT_SERVING")
     p.add_argument("--outage-timeout", type=float, default=30.0,
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     loop = threading.Thread(target=sched.run, name="scheduler-loop", daemon=True)
     loop.start()
-    servicer = SchedulerServicer(sched, tokenizer, log)
+    servicer = SchedulerServicer(sched, tokenizer, log, max_queued_tokens=args.max_queued_tokens)
     # Each Generate stream holds a server thread while it waits or runs: one per queued or running request.
     server = grpc_server.start(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
                                [SERVICE_NAME], args.listen, max_workers=args.max_queued_requests + args.max_running_requests + 16)
