@@ -34,6 +34,7 @@ class StackConfig:
     chunk_size: int = 512
     max_running_requests: int = 64
     max_queued_requests: int = 1024
+    max_queued_tokens: int = 524288
     policy: str = "fcfs"
     progress_timeout: float = 30.0
     lease_seconds: float = 30.0
@@ -79,6 +80,7 @@ def commands(cfg: StackConfig, model_path: str, python: str = sys.executable) ->
                       "--model-path", model_path, "--pool-id", "default",
                       "--max-running-requests", str(cfg.max_running_requests), "--chunk-size", str(cfg.chunk_size),
                       "--policy", cfg.policy, "--max-queued-requests", str(cfg.max_queued_requests),
+                      "--max-queued-tokens", str(cfg.max_queued_tokens),
                       "--progress-timeout", f"{cfg.progress_timeout:g}"],
         "gateway": gateway,
     }

@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decode-steps", type=int, default=0,
                    help="decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise")
     args = p.parse_args(argv)
+    if args.max_queued_tokens < 0:
+        p.error("--max-queued-tokens must be >= 0 (0 = no bound)")
     if args.decode_steps < 0:
         p.error("--decode-steps must be >= 0 (0 = auto)")
     for name in ("max_running_requests", "chunk_size", "max_queued_requests"):
