@@ -78,6 +78,7 @@ class Bench:
                           kv_tokens=a.kv_tokens, chunk_size=a.chunk_size, max_running_requests=a.max_running,
                           max_queued_requests=4096, progress_timeout=120.0)
         self.stack = Stack(cfg, self.out / "logs", model_path=model)
+        (self.out / "logs").mkdir(parents=True, exist_ok=True)
         t = time.monotonic()
         argv = commands(self.stack.cfg, model)
         for name in ("cache", "worker", "scheduler", "gateway"):
@@ -91,7 +92,31 @@ class Bench:
         argv = commands(self.stack.cfg, self.stack.model_path)["scheduler"] + ["--decode-steps", str(decode_steps)]
         self.stack.start_one("scheduler", argv, timeout=120)
         self.decode_steps = decode_steps
-        time.sleep(1.0)  # the gateway reconnects
+        self.wait_gateway()
+
+    def wait_gateway(self) -> None:
+        """Until the gateway sees the (new) scheduler: GET /ready is 200 (at most 30 s)."""
+        import httpx
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.stack.url + "/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        log("gateway /ready not 200 after 30 s; going on")
+
+    def restart_backend_k1(self) -> None:
+        """After a failed multi-step warm-up: fresh worker and scheduler with one decode step per Forward."""
+        for name in ("scheduler", "worker"):
+            self.stack.kill(name, signal.SIGKILL)
+        argv = commands(self.stack.cfg, self.stack.model_path)
+        self.stack.start_one("worker", argv["worker"], timeout=600)
+        self.stack.start_one("scheduler", argv["scheduler"] + ["--decode-steps", "1"], timeout=120)
+        self.decode_steps = 1
+        self.wait_gateway()
 
     # ---- workloads -----------------------------------------------------------------------------------
     def payload(self, ids: list[int], max_new: int) -> dict:
@@ -212,12 +237,21 @@ class Bench:
                         f"TTFT p50 {c['ttft_p50_ms']} ms p99 {c['ttft_p99_ms']} ms")
         return "\n".join(rows)
 
+    def guard(self, name: str, fn) -> None:
+        """Runs one phase; a failure is recorded in the results (``phase_errors``) and the next phase runs."""
+        try:
+            fn()
+        except Exception as exc:  # a benchmark phase that failed is reported, never silently dropped
+            log(f"phase {name} failed: {type(exc).__name__}: {exc}")
+            self.results.setdefault("phase_errors", {})[name] = f"{type(exc).__name__}: {exc}"[:2000]
+            self.save()
+
     def run(self) -> None:
         a = self.args
         phases = a.phases.split(",")
         model = self.model()
         if "hf" in phases:
-            self.hf(model)
+            self.guard("hf", lambda: self.hf(model))
         self.start_stack(model, a.decode_steps)
         info = json.loads(subprocess.run([sys.executable, "-c", "import json,grpc;from codeserve.v1 import worker_pb2,"
                                           "worker_pb2_grpc as g;from google.protobuf.json_format import MessageToDict as d;"
@@ -230,17 +264,16 @@ class Bench:
             if a.decode_steps == 1:
                 raise RuntimeError("warm-up failed with one decode step per Forward")
             self.results["multistep_failed"] = True
-            self.restart_scheduler(1)
+            self.restart_backend_k1()
             if not self.warmup():
                 raise RuntimeError("warm-up failed with one decode step per Forward")
         for ph in phases:
             if ph.startswith("c") and ph[1:].isdigit():
-                self.fixed(int(ph[1:]))
+                self.guard(ph, lambda: self.fixed(int(ph[1:])))
             elif ph == "prefix":
-                self.prefix()
+                self.guard(ph, self.prefix)
             elif ph == "k1" and self.decode_steps != 1:
-                self.restart_scheduler(1)
-                self.fixed(64, "c64_k1")
+                self.guard(ph, lambda: (self.restart_scheduler(1), self.fixed(64, "c64_k1")))
             self.derive()
         print(self.table(), flush=True)
         (self.out / "serve_bench_table.txt").write_text(self.table() + "\n")
