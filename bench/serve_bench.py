@@ -175,7 +175,7 @@ class Bench:
         a = self.args
         total, out_len = (2048, 16) if a.gpu else (256, 8)
         curve = []
-        for frac in (0.0, 0.5, 0.75, 0.9, 0.97):
+        for frac in (float(x) for x in a.prefix_fractions.split(",")):
             shared = int(total * frac)
             prefixes = [self.random_ids(shared) for _ in range(4)]
             if shared:  # warm the 4 prefixes (their KV is cached after these finish)
@@ -293,6 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--client-procs", type=int, default=None)
     ap.add_argument("--hf-batch", type=int, default=64)
     ap.add_argument("--c1-requests", type=int, default=3)
+    ap.add_argument("--prefix-fractions", default="0,0.5,0.75,0.9,0.97", help="shared shares of the prompt (prefix phase)")
     ap.add_argument("--cpu-input-len", type=int, default=64)
     ap.add_argument("--cpu-output-len", type=int, default=16)
     args = ap.parse_args(argv)
