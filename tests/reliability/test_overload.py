@@ -16,13 +16,12 @@ from tests.reliability.conftest import prompts
 from tests.reliability.system import wait_for
 
 TIMEOUT = 4.0
-QUEUED_TOKENS = ()  # ("--max-queued-tokens", "100")
 
 
 @pytest.fixture(scope="module")
 def sys_(systems):
     return systems(kv_tokens=4096, max_running_requests=1, max_queued_requests=3,
-                   scheduler_args=QUEUED_TOKENS,
+                   scheduler_args=("--max-queued-tokens", "100"),
                    gateway_args=("--request-timeout", str(TIMEOUT)))
 
 
@@ -41,10 +40,9 @@ def test_queue_bounds_in_requests_and_tokens_then_deadlines_abort_everything(sys
     wait_for(lambda: sys_.be.load().running == 1, 5, "A running")
     started += [background(generate, sys_.url, p40[i], 2000, rid=f"ov-{i}") for i in range(2)]
     wait_for(lambda: sys_.be.load().waiting == 2, 5, "two waiting (80 prompt tokens)")
-    too_many_tokens = generate(sys_.url, p40[2], 5, stream=False) if QUEUED_TOKENS else None
-    if QUEUED_TOKENS:
-        assert too_many_tokens.status == 429 and too_many_tokens.retry_after, too_many_tokens
-        assert "100" in too_many_tokens.error and "token" in too_many_tokens.error, too_many_tokens
+    too_many_tokens = generate(sys_.url, p40[2], 5, stream=False)
+    assert too_many_tokens.status == 429 and too_many_tokens.retry_after, too_many_tokens
+    assert "limit of 100 queued tokens" in too_many_tokens.error, too_many_tokens
     started.append(background(generate, sys_.url, p40[3][:10], 2000, rid="ov-small"))  # 90 tokens: still fits
     wait_for(lambda: sys_.be.load().waiting == 3, 5, "three waiting")
     too_many = generate(sys_.url, [11, 12], 5, stream=False)
@@ -63,5 +61,5 @@ def test_queue_bounds_in_requests_and_tokens_then_deadlines_abort_everything(sys
     assert {"ov-a", "ov-0", "ov-1", "ov-small"} <= aborted, aborted
     finished = {e["rid"] for e in log if e.get("event") == "finished"}
     assert not finished & {"ov-a", "ov-0", "ov-1", "ov-small"}
-    print(f"\noverload: 429 for tokens ({too_many_tokens and too_many_tokens.error!r}) and count ({too_many.error!r}); all four "
+    print(f"\noverload: 429 for tokens ({too_many_tokens.error!r}) and count ({too_many.error!r}); all four "
           f"requests ended by the {TIMEOUT} s deadline and were aborted at the scheduler")
