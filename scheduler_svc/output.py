@@ -22,6 +22,7 @@ class OutputStream:
         self.detok = IncrementalDetokenizer(tokenizer, req.params.skip_special_tokens)
         self.stops = StopStringMatcher(req.params.stop, req.params.no_stop_trim)
         self._final: scheduler_pb2.GenerateResponse | None = None
+        self._pending: scheduler_pb2.GenerateResponse | None = None  # deferred messages, merged (``flush``)
 
     def _message(self) -> scheduler_pb2.GenerateResponse:
         req = self.req
@@ -35,9 +36,10 @@ class OutputStream:
             msg.prompt_top_logprobs.extend(req.prompt_top_logprobs)
         return msg
 
-    def on_token(self, token_id: int, logprob: float, top: common_pb2.TopLogprobs | None) -> None:
+    def on_token(self, token_id: int, logprob: float, top: common_pb2.TopLogprobs | None, defer: bool = False) -> None:
         """Appends one sampled token and streams a message; when a finish condition holds, the request is
-        FINISHED and its last message waits for ``close``."""
+        FINISHED and its last message waits for ``close``. ``defer``: the message is merged with the
+        following ones until ``flush`` (multi-step decode: one message per request per Forward)."""
         req, p = self.req, self.req.params
         req.output_ids.append(token_id)
         if p.return_logprob:
@@ -64,12 +66,34 @@ class OutputStream:
         if p.top_logprobs_num > 0:
             msg.top_logprobs.append(req.output_top_logprobs[-1])
         req.sent_tokens = len(req.output_ids)
+        if self._pending is not None:
+            msg = self._merge(self._pending, msg)
+            self._pending = None
         if req.finish is None:
-            req.out.put(msg)
+            if defer:
+                self._pending = msg
+            else:
+                req.out.put(msg)
             return
         self._finish_fields(msg)
         req.state = State.FINISHED
         self._final = msg
+
+    @staticmethod
+    def _merge(first: scheduler_pb2.GenerateResponse, later: scheduler_pb2.GenerateResponse) -> scheduler_pb2.GenerateResponse:
+        """One message with ``first``'s tokens, text and logprobs followed by ``later``'s (prompt facts of
+        ``first`` kept)."""
+        first.token_ids.extend(later.token_ids)
+        first.text += later.text
+        first.logprobs.extend(later.logprobs)
+        first.top_logprobs.extend(later.top_logprobs)
+        return first
+
+    def flush(self) -> None:
+        """Sends the deferred message, if any (a finished request sends it as part of its last message)."""
+        if self._pending is not None:
+            self.req.out.put(self._pending)
+            self._pending = None
 
     def _drain(self) -> str:
         """Text still held back by the detokenizer and the stop matcher (a stop may still match in it)."""

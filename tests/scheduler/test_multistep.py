@@ -49,3 +49,14 @@ def test_multistep_batches_ran(backend):
 def _last_stats(be) -> dict:
     lines = [ln for ln in be.stack.log_tail("scheduler", 200000).splitlines() if '"event": "loop_stats"' in ln]
     return json.loads(lines[-1]) if lines else {"decode_steps": 0, "decode_batches": 0}
+
+
+def test_one_stream_message_per_forward(backend):
+    """A multi-step Forward's tokens reach the client as one message (not one per token): 13 tokens =
+    the prefill's token, then 3 Forwards of 4 steps (the last message also carries the finish)."""
+    from tests.stack import request
+
+    msgs = list(backend.scheduler.Generate(request(text="def main():", max_new_tokens=13, ignore_eos=True), timeout=60))
+    with_tokens = [len(m.token_ids) for m in msgs if m.token_ids]
+    assert with_tokens == [1, 4, 4, 4]
+    assert msgs[-1].finish_reason == "length" and msgs[-1].completion_tokens == 13
