@@ -4,10 +4,13 @@
 Hugging Face format that ``AutoModelForCausalLM`` / ``AutoTokenizer`` load:
 
 - config.json (model_type gpt_bigcode, multi-query attention, n_positions 4096),
-- model.safetensors (seeded random fp32 weights),
+- model.safetensors (fp32; the default shape's weights come from the shipped trained asset
+  ``assets/default-weights.safetensors`` (fp16, made by ``train_default.py`` on the embedded code corpus),
+  any other shape gets seeded random weights),
 - tokenizer.json (byte-level BPE trained deterministically on ``corpus.CORPUS`` with StarCoder's special
   tokens first: ``<|endoftext|>`` is id 0), tokenizer_config.json, special_tokens_map.json,
-- generation_config.json (eos 0).
+- generation_config.json (eos 0),
+- codeserve-stamp.json (a content stamp: a directory of ours with another stamp is stale and is replaced).
 
 CLI::
 
@@ -15,12 +18,16 @@ CLI::
     python -m worker_svc.model.default --out DIR --shape starcoderbase-1b --dtype bfloat16 [--device cuda]
 
 Writes are atomic: everything goes to a temporary sibling directory that is renamed into place, so two
-processes calling this at once both end up with one complete checkpoint.
+processes calling this at once both end up with one complete checkpoint. A stale directory (written by an
+older version: stamp missing or different) is swapped for a fresh one under a lock file, with an atomic
+directory exchange (Linux ``renameat2(RENAME_EXCHANGE)``), so readers see the old or the new checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -30,7 +37,12 @@ import tempfile
 import torch
 from safetensors.torch import save_file
 
+from worker_svc.model import dir_swap
 from worker_svc.model.corpus import CORPUS
+
+ASSET = pathlib.Path(__file__).resolve().parent / "assets" / "default-weights.safetensors"
+STAMP_FILE = "codeserve-stamp.json"
+FORMAT_VERSION = 2  # bump when the written files change for reasons the stamp's inputs do not cover
 
 # StarCoder's special tokens, in StarCoder's id order (ids 0..18).
 SPECIAL_TOKENS: tuple[str, ...] = (
@@ -219,11 +231,54 @@ def random_weights(cfg: dict, seed: int, dtype: torch.dtype, device: str = "cpu"
         yield name, t.to(dtype).contiguous()
 
 
+@functools.lru_cache(maxsize=1)
+def _asset_sha256() -> str:
+    return hashlib.sha256(ASSET.read_bytes()).hexdigest()
+
+
+def uses_trained_asset(cfg: dict) -> bool:
+    """True when ``cfg`` is the default shape and its parameter shapes equal the shipped asset's.
+
+    Raises FileNotFoundError if the asset is missing (a broken install, not a reason to fall back).
+    """
+    from safetensors import safe_open
+
+    if cfg.get("codeserve_shape") != "default":
+        return False
+    with safe_open(str(ASSET), framework="pt") as f:
+        have = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    return have == {name: shape for name, shape, _ in _param_shapes(cfg)}
+
+
+def trained_weights(cfg: dict, dtype: torch.dtype):
+    """Yields (name, tensor) of the shipped trained asset (fp16) cast to ``dtype``, in HF order.
+
+    Raises ValueError if ``cfg``'s parameter shapes differ from the asset's.
+    """
+    from safetensors.torch import load_file
+
+    if not uses_trained_asset(cfg):
+        raise ValueError(f"config does not match the trained asset {ASSET}")
+    state = load_file(str(ASSET))
+    for name, _, _ in _param_shapes(cfg):
+        yield name, state[name].to(dtype).contiguous()
+
+
+def checkpoint_stamp(cfg: dict, seed: int) -> str:
+    """Hex sha256 naming the content ``write_checkpoint`` writes for ``cfg`` (config, tokenizer corpus,
+    weights source: the asset's bytes or the seed)."""
+    weights = f"asset:{_asset_sha256()}" if uses_trained_asset(cfg) else f"random:{seed}:{sorted(INIT_STD.items())}"
+    blob = json.dumps({"format": FORMAT_VERSION, "config": cfg, "corpus": list(CORPUS), "weights": weights},
+                      sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def _write_weights(out: pathlib.Path, cfg: dict, seed: int, dtype: torch.dtype, device: str) -> None:
+    tensors = trained_weights(cfg, dtype) if uses_trained_asset(cfg) else random_weights(cfg, seed, dtype, device)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     total = 0
-    for name, t in random_weights(cfg, seed, dtype, device):
+    for name, t in tensors:
         nbytes = t.numel() * t.element_size()
         if shards[-1] and size + nbytes > SHARD_BYTES:
             shards.append({})
@@ -269,7 +324,9 @@ def write_checkpoint(out: pathlib.Path, shape: str = "default", dtype: str = "fl
     """Writes a complete checkpoint into the (existing, empty) directory ``out``; returns ``out``.
 
     ``overrides`` replaces config.json entries (e.g. ``{"multi_query": False, "activation_function": "gelu"}``
-    for test variants); the weights follow the resulting shapes.
+    for test variants); the weights follow the resulting shapes: the trained asset when the shape is
+    "default" and the parameter shapes match it (``seed`` unused), else seeded random weights.
+    Also writes STAMP_FILE (``checkpoint_stamp``).
     """
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {sorted(DTYPES)}")
@@ -289,6 +346,7 @@ def write_checkpoint(out: pathlib.Path, shape: str = "default", dtype: str = "fl
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": 0, "eos_token_id": 0, "do_sample": False}, indent=2, sort_keys=True) + "\n")
     _write_weights(out, cfg, seed, DTYPES[dtype], device)
+    (out / STAMP_FILE).write_text(json.dumps({"stamp": checkpoint_stamp(cfg, seed)}, indent=2) + "\n")
     return out
 
 
@@ -298,27 +356,68 @@ def is_complete(path: pathlib.Path) -> bool:
     return have_weights and all((path / f).is_file() for f in FILES)
 
 
-def ensure_default_model(path: str | os.PathLike | None = None, shape: str = "default", dtype: str = "float32",
-                         device: str = "cpu") -> pathlib.Path:
-    """Returns a directory holding the checkpoint, writing it first if missing.
+def read_stamp(path: pathlib.Path) -> str | None:
+    """The stamp in ``path``/STAMP_FILE, or None when the file is absent (a checkpoint from before stamps)."""
+    f = path / STAMP_FILE
+    return json.loads(f.read_text())["stamp"] if f.is_file() else None
 
-    ``path`` defaults to ``default_model_dir()``. Atomic: written into a temporary sibling directory and
-    renamed into place; if another process wins the race its (identical) checkpoint is kept.
-    Raises FileExistsError if ``path`` exists, is non-empty and is not a complete checkpoint.
-    """
-    target = pathlib.Path(path) if path is not None else default_model_dir()
-    target = target.resolve()
-    if is_complete(target):
-        return target
-    if target.exists() and any(target.iterdir()):
-        raise FileExistsError(f"{target} exists and is not a complete checkpoint (config.json, tokenizer, weights)")
-    target.parent.mkdir(parents=True, exist_ok=True)
+
+def _written_shape(path: pathlib.Path) -> str | None:
+    """config.json's ``codeserve_shape`` (set only by ``write_checkpoint``), None for other checkpoints."""
+    return json.loads((path / "config.json").read_text()).get("codeserve_shape")
+
+
+def _write_temp_sibling(target: pathlib.Path, shape: str, dtype: str, device: str) -> pathlib.Path:
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         write_checkpoint(tmp, shape=shape, dtype=dtype, device=device)
         for f in tmp.iterdir():  # mkdtemp makes 0700; readers may run as other users (containers)
             f.chmod(0o644)
         tmp.chmod(0o755)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp
+
+
+def _replace_stale(target: pathlib.Path, want: str, shape: str, dtype: str, device: str) -> None:
+    """Swaps the stale checkpoint ``target`` for a fresh one; one writer at a time (lock file next to it),
+    readers see the old or the new directory (``dir_swap.exchange``)."""
+    with dir_swap.locked(target.parent / f".{target.name}.lock"):
+        if read_stamp(target) == want:  # another process replaced it while we waited
+            return
+        tmp = _write_temp_sibling(target, shape, dtype, device)
+        try:
+            dir_swap.exchange(target, tmp)  # tmp now holds the stale checkpoint
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_default_model(path: str | os.PathLike | None = None, shape: str = "default", dtype: str = "float32",
+                         device: str = "cpu") -> pathlib.Path:
+    """Returns a directory holding the checkpoint, writing it first if missing or stale.
+
+    ``path`` defaults to ``default_model_dir()``. Atomic: written into a temporary sibling directory and
+    renamed into place; if another process wins the race its (identical) checkpoint is kept. A complete
+    checkpoint written by ``write_checkpoint`` for the same ``shape`` whose stamp differs from the current
+    one (older weights, tokenizer corpus or format) is replaced atomically (see ``_replace_stale``); a
+    complete checkpoint not written by us (no ``codeserve_shape``), or of another shape, is returned as is.
+    Raises FileExistsError if ``path`` exists, is non-empty and is not a complete checkpoint.
+    """
+    target = pathlib.Path(path) if path is not None else default_model_dir()
+    target = target.resolve()
+    if is_complete(target):
+        if _written_shape(target) == shape:
+            cfg = model_config(shape, dtype=dtype)
+            want = checkpoint_stamp(cfg, DEFAULT_SEED)
+            if read_stamp(target) != want:
+                _replace_stale(target, want, shape, dtype, device)
+        return target
+    if target.exists() and any(target.iterdir()):
+        raise FileExistsError(f"{target} exists and is not a complete checkpoint (config.json, tokenizer, weights)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_temp_sibling(target, shape, dtype, device)
+    try:
         try:
             os.rename(tmp, target)  # atomic; replaces an empty directory
         except OSError:

@@ -1,0 +1,159 @@
+"""Trains the default GPTBigCode (``default.DEFAULT_CONFIG``, vocab 1024) on the embedded code corpus.
+
+The result is the shipped asset ``worker_svc/model/assets/default-weights.safetensors`` (fp16, the HF
+parameter names; the LM head is tied to ``transformer.wte.weight``). ``default.ensure_default_model``
+writes the fp32 checkpoint from it. Regenerate with::
+
+    python -m worker_svc.model.train_default --out worker_svc/model/assets/default-weights.safetensors
+
+Deterministic: fixed seeds, a fixed number of steps (not a wall-clock budget), a fixed thread count and
+``torch.use_deterministic_algorithms(True)``: the same torch version on the same CPU ISA gives the same
+bytes. 500 steps of 16 x 256 tokens (bf16 autocast, fp32 master weights): about 1.5-2 minutes on 2 idle
+CPU cores (0.16-0.25 s a step), longer when other processes share the cores. Memorizing the corpus is the goal: greedy continuations of
+``def fibonacci(n):``, ``import os``, ``SELECT `` look like code, and documents end with ``<|endoftext|>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import pathlib
+import time
+
+import torch
+
+STEPS = 500
+BATCH = 16
+SEQ_LEN = 256
+LR = 4e-3
+WARMUP = 30
+SPLIT_P = 0.06  # share of space-prefixed tokens split into "Ġ" + rest (prompts ending with a space)
+SEED = 20261129
+THREADS = 2
+
+
+def corpus_token_stream(tokenizer_json: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(all training documents' ids concatenated (int64 [N]), per-document id tensors).
+
+    Every document ends with ``<|endoftext|>`` (id 0), so the model learns to stop.
+    """
+    from tokenizers import Tokenizer
+
+    from worker_svc.model.corpus import training_documents
+
+    tok = Tokenizer.from_str(tokenizer_json)
+    docs = [torch.tensor(tok.encode(d, add_special_tokens=False).ids, dtype=torch.long) for d in training_documents()]
+    for d in docs:
+        if int(d[-1]) != 0:
+            raise ValueError("a training document does not end with <|endoftext|>")
+    return torch.cat(docs), docs
+
+
+def space_split_map(tokenizer_json: str) -> tuple[int, torch.Tensor]:
+    """(id of the lone-space token "Ġ", int64 [vocab]: for a token "Ġrest" whose "rest" is a token too, the id of
+    "rest", else -1). Used to teach that "SELECT" "Ġ" "id" means "SELECT" "Ġid": a prompt ending with a space
+    ("SELECT ") tokenizes to a lone "Ġ" that the corpus alone never shows before a word."""
+    vocab = json.loads(tokenizer_json)["model"]["vocab"]
+    out = torch.full((max(vocab.values()) + 1,), -1, dtype=torch.long)
+    for piece, i in vocab.items():
+        if piece.startswith("\u0120") and len(piece) > 1 and piece[1:] in vocab:
+            out[i] = vocab[piece[1:]]
+    return vocab["\u0120"], out
+
+
+def _batch(docs: list[torch.Tensor], gen: torch.Generator, batch: int, seq_len: int,
+           split: tuple[int, torch.Tensor]) -> torch.Tensor:
+    """[batch, seq_len + 1] windows of a freshly shuffled concatenation of the documents.
+
+    Half of the rows start exactly at a document start (position 0 = start of text, as prompts are).
+    SPLIT_P of the splittable space-prefixed tokens are split in two (``space_split_map``).
+    """
+    space_id, split_map = split
+    rows = []
+    for b in range(batch):
+        order = torch.randperm(len(docs), generator=gen).tolist()
+        stream = torch.cat([docs[i] for i in order])
+        if b % 2 == 0:
+            starts = torch.cumsum(torch.tensor([0] + [docs[i].numel() for i in order[:-1]]), 0)
+            ok = starts[starts <= stream.numel() - seq_len - 1]
+            s = int(ok[torch.randint(ok.numel(), (1,), generator=gen)])
+        else:
+            s = int(torch.randint(stream.numel() - seq_len, (1,), generator=gen))
+        row = stream[s: s + seq_len + 1]
+        rest = split_map[row]
+        cut = (rest >= 0) & (torch.rand(row.shape, generator=gen) < SPLIT_P)
+        out: list[int] = []
+        for t, r, c in zip(row.tolist(), rest.tolist(), cut.tolist()):
+            out.extend((space_id, r) if c else (t,))
+        rows.append(torch.tensor(out[: seq_len + 1]))
+    return torch.stack(rows)
+
+
+def train(steps: int = STEPS, batch: int = BATCH, seq_len: int = SEQ_LEN, lr: float = LR, seed: int = SEED,
+          threads: int = THREADS, log_every: int = 50) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Trains from a seeded init; returns (fp16 state dict in HF names without ``lm_head``, metadata strings)."""
+    from transformers import GPTBigCodeConfig, GPTBigCodeForCausalLM
+
+    from worker_svc.model.default import DEFAULT_VOCAB_SIZE, build_tokenizer_json, model_config
+
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(seed)
+    tok_json = build_tokenizer_json(DEFAULT_VOCAB_SIZE)
+    _, docs = corpus_token_stream(tok_json)
+    split = space_split_map(tok_json)
+    cfg = model_config("default")
+    hf_cfg = GPTBigCodeConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "torch_dtype")})
+    model = GPTBigCodeForCausalLM(hf_cfg).float()
+    model.config._attn_implementation = "sdpa"
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.98), eps=1e-8)
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.monotonic()
+    loss_val = float("nan")
+    for step in range(steps):
+        cur = lr * min(1.0, (step + 1) / WARMUP) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        for g in opt.param_groups:
+            g["lr"] = cur
+        x = _batch(docs, gen, batch, seq_len, split)
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # fp32 master weights; ~2x faster on CPU
+            out = model(input_ids=x[:, :-1], labels=x[:, :-1].clone())
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss_val = float(out.loss.detach())
+        if log_every and (step % log_every == 0 or step == steps - 1):
+            print(f"step {step:4d} loss {loss_val:.4f} lr {cur:.2e} {time.monotonic() - t0:6.1f}s", flush=True)
+    state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()
+             if not k.startswith("lm_head") and not k.endswith(".attn.bias") and not k.endswith("masked_bias")}
+    meta = {"steps": str(steps), "batch": str(batch), "seq_len": str(seq_len), "split_p": str(SPLIT_P), "lr": str(lr), "seed": str(seed),
+            "threads": str(threads), "torch": torch.__version__, "final_loss": f"{loss_val:.4f}",
+            "tokenizer_sha256": hashlib.sha256(tok_json.encode()).hexdigest()}
+    return state, meta
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: trains and writes the fp16 safetensors asset to --out."""
+    from safetensors.torch import save_file
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="output .safetensors path")
+    ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--threads", type=int, default=THREADS)
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    state, meta = train(steps=args.steps, threads=args.threads)
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(out), metadata=meta)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB) in {time.monotonic() - t0:.1f}s; {meta}")
+
+
+if __name__ == "__main__":
+    main()
