@@ -16,12 +16,19 @@ from cache_svc import integrity
 from cache_svc.events import EventLog, PrefixEvent
 from cache_svc.errors import FailedPrecondition, InvalidArgument, NotFound
 from cache_svc.items import (
-    AllocateOutcome, CacheItem, CacheOutcome, EvictOutcome, MatchItem, MatchOutcome, Member, PoolStatus,
+    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, Member, PoolStatus,
     RegisterOutcome, ReleaseOutcome, SessionOutcome,
 )
 from cache_svc.pool import Pool
 from cache_svc.receipts import Receipt
 from cache_svc.sessions import OpLog, Session, SessionTable
+
+
+def _weight(outcome) -> int:
+    """Slot ids a stored outcome holds (its weight in the op log): match and allocate results' ``slot_ids``,
+    cache results' ``prefix_slot_ids``; 0 for the others."""
+    results = outcome.results if isinstance(outcome, (MatchOutcome, AllocateOutcome, CacheOutcome)) else ()
+    return sum(len(r.prefix_slot_ids if isinstance(r, CacheResult) else r.slot_ids) for r in results)
 
 
 class CacheCore:
@@ -104,7 +111,7 @@ class CacheCore:
                         before if flushed else after, after),
                 flushed, pool.capacity, pool.page_size, 0,
             )
-            self.ops.record(op_id, fp, outcome)
+            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
             return outcome
 
     def _drop_pool_requests(self, pool: Pool, why: str) -> None:
@@ -160,7 +167,7 @@ class CacheCore:
             receipt = Receipt(pool_id, op_id, "match", sum(len(i.token_ids) for i in items),
                               sum(r.cached_tokens for r in results), before, pool.counters())
             outcome = MatchOutcome(receipt, tuple(results))
-            self.ops.record(op_id, fp, outcome)
+            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
             return outcome
 
     def allocate(self, op_id: str, session_id: str, pool_id: str, items: Sequence[tuple[str, int]]) -> AllocateOutcome:
@@ -183,7 +190,7 @@ class CacheCore:
             asked = sum(n for _, n in items)
             receipt = Receipt(pool_id, op_id, "allocate", asked, asked, before, after)
             outcome = AllocateOutcome(receipt, tuple(results), relief)
-            self.ops.record(op_id, fp, outcome)
+            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
             return outcome
 
     def cache_requests(self, op_id: str, session_id: str, pool_id: str, items: Sequence[CacheItem]) -> CacheOutcome:
@@ -205,7 +212,7 @@ class CacheCore:
             receipt = Receipt(pool_id, op_id, "cache", sum(len(i.token_ids) for i in items),
                               sum(r.inserted_tokens for r in results), before, pool.counters())
             outcome = CacheOutcome(receipt, tuple(results))
-            self.ops.record(op_id, fp, outcome)
+            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
             return outcome
 
     def release_requests(self, op_id: str, session_id: str, pool_id: str, request_ids: Sequence[str]) -> ReleaseOutcome:
@@ -225,7 +232,7 @@ class CacheCore:
                 self._ended(session_id, rid, f"request {rid!r} was already released (ReleaseRequests)")
             receipt = Receipt(pool_id, op_id, "release", freed, freed, before, pool.counters())
             outcome = ReleaseOutcome(receipt, freed)
-            self.ops.record(op_id, fp, outcome)
+            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
             return outcome
 
     # ---- pool-wide operations ------------------------------------------------------------------
@@ -243,7 +250,7 @@ class CacheCore:
             receipt = Receipt(pool_id, op_id, operation, eviction.asked_tokens, eviction.freed_tokens,
                               eviction.before, eviction.after)
             outcome = EvictOutcome(receipt, eviction)
-            self.ops.record(op_id, fp, outcome)
+            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
             return outcome
 
     def flush(self, op_id: str, pool_id: str) -> EvictOutcome:

@@ -21,11 +21,13 @@ class PrefixEvent:
 
 
 class EventLog:
-    """Append-only, bounded (oldest dropped). Thread safe; readers can wait for new events."""
+    """Append-only, bounded: the last ``retain`` events holding at most ``retain_tokens`` prefix tokens in all
+    (oldest dropped; the newest always kept). Thread safe; readers can wait for new events."""
 
-    def __init__(self, pool_id: str, retain: int = 10_000) -> None:
+    def __init__(self, pool_id: str, retain: int = 10_000, retain_tokens: int = 2_000_000) -> None:
         self.pool_id = pool_id
-        self._events: deque[PrefixEvent] = deque(maxlen=retain)
+        self._events: deque[PrefixEvent] = deque()
+        self._retain, self._retain_tokens, self._tokens = retain, retain_tokens, 0
         self._seq = 0
         self._cond = threading.Condition()
 
@@ -33,6 +35,9 @@ class EventLog:
         with self._cond:
             self._seq += 1
             self._events.append(PrefixEvent(self._seq, self.pool_id, kind, namespace, tuple(token_ids), num_tokens))
+            self._tokens += len(token_ids)
+            while len(self._events) > 1 and (len(self._events) > self._retain or self._tokens > self._retain_tokens):
+                self._tokens -= len(self._events.popleft().token_ids)
             self._cond.notify_all()
 
     @property

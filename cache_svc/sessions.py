@@ -92,16 +92,20 @@ class SessionTable:
 
 
 class OpLog:
-    """First results of mutating operations by op id (the last ``capacity`` ops; oldest dropped first).
+    """First results of mutating operations by op id (the last ``capacity`` ops, and results of at most
+    ``max_ints`` integers (slot ids) in all; oldest dropped first, the newest always kept).
 
     ``lookup(op_id, fingerprint)`` returns the stored result, None when unseen, and raises InvalidArgument
-    when the op id was used for a different call. Failed calls are not recorded (they change no request;
+    when the op id was used for a different call. Only the fingerprint's hash is kept (a call's token ids
+    would otherwise be retained 4096 times over). Failed calls are not recorded (they change no request;
     a retry runs again).
     """
 
-    def __init__(self, capacity: int = 4096) -> None:
-        self._entries: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+    def __init__(self, capacity: int = 4096, max_ints: int = 4_000_000) -> None:
+        self._entries: OrderedDict[str, tuple[int, Any, int]] = OrderedDict()
         self._capacity = capacity
+        self._max_ints = max_ints
+        self._ints = 0
 
     def lookup(self, op_id: str, fingerprint: Any) -> Any | None:
         if not op_id:
@@ -109,11 +113,17 @@ class OpLog:
         entry = self._entries.get(op_id)
         if entry is None:
             return None
-        if entry[0] != fingerprint:
+        if entry[0] != hash(fingerprint):
             raise InvalidArgument(f"op_id {op_id!r} was already used for a different call")
         return entry[1]
 
-    def record(self, op_id: str, fingerprint: Any, result: Any) -> None:
-        self._entries[op_id] = (fingerprint, result)
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
+    def record(self, op_id: str, fingerprint: Any, result: Any, weight: int) -> None:
+        """Stores ``result`` under ``op_id``; ``fingerprint`` must be hashable (tuples, frozen dataclasses);
+        ``weight``: the integers ``result`` holds (slot ids), counted against ``max_ints``."""
+        old = self._entries.pop(op_id, None)
+        if old is not None:
+            self._ints -= old[2]
+        self._entries[op_id] = (hash(fingerprint), result, weight)
+        self._ints += weight
+        while len(self._entries) > 1 and (len(self._entries) > self._capacity or self._ints > self._max_ints):
+            self._ints -= self._entries.popitem(last=False)[1][2]
