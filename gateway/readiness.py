@@ -62,8 +62,15 @@ class SchedulerWatch:
                 stream.abandon(ApiError(503, reason, "service_unavailable", retry_after_s=self.retry_after_s))
 
     async def run(self) -> None:
-        """Probes until cancelled."""
-        while True:
-            started = time.monotonic()
-            await self.probe_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+        """Probes until cancelled. An unexpected error is logged (the gateway then no longer notices a frozen
+        scheduler, so it must be seen) and re-raised."""
+        try:
+            while True:
+                started = time.monotonic()
+                await self.probe_once()
+                await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("scheduler_watch_failed", scheduler=self.client.target)
+            raise
