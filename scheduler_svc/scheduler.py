@@ -201,7 +201,10 @@ class Scheduler:
         self._publish()
 
     def _intake(self) -> None:
-        self.waiting.extend(self.intake.take())
+        taken = self.intake.take()
+        if taken:  # publish at once: the queue bound reads inbox + snapshot, and they left the inbox
+            self.waiting.extend(taken)
+            self._publish()
 
     def _forget(self, req: Req) -> None:
         self.intake.forget(req)
