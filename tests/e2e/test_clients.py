@@ -53,7 +53,8 @@ def test_native_generate_single_and_batch(http, model_path, tokenizer) -> None:
 def test_grpc_generate_with_text_and_with_token_ids(backend, model_path, tokenizer) -> None:
     ids = tokenizer(PROMPT)["input_ids"]
     want, want_lp = hf.greedy(model_path, ids, 10)
-    by_text = generate(backend.scheduler, text=PROMPT, max_new_tokens=10, return_logprob=True)
+    by_text = generate(backend.scheduler, text=PROMPT, max_new_tokens=10, return_logprob=True,
+                       skip_special_tokens=True)
     by_ids = generate(backend.scheduler, input_ids=ids, max_new_tokens=10, return_logprob=True)
     assert by_text.prompt_token_ids == ids
     assert by_text.token_ids == want and by_ids.token_ids == want

@@ -88,7 +88,7 @@ def test_full_hit_minus_one_recomputes_one_token(model_dir, long_prompt):
                       prefix_token_ids=tuple(long_prompt[:-1]), return_logprob=True)
     (o,) = eng.forward([hit], eng.epoch).outputs
     assert o.next_token_id == full.next_token_id
-    assert abs(o.logprob - full.logprob) < 1e-5
+    assert abs(o.logprob - full.logprob) < 1e-4
 
 
 def test_positions_are_absolute_after_a_hit(model_dir, long_prompt):
