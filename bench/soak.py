@@ -224,13 +224,25 @@ def run(args: argparse.Namespace) -> dict:
                         sent[0] += 1
                     one(http, rng, args, tally)
 
+        samples: list[dict] = []
+        sampling = threading.Event()
+
+        def sample() -> None:  # RSS over time, to tell a plateau from a leak
+            while not sampling.wait(args.rss_every):
+                samples.append({"t": round(time.monotonic() - t0), **{n: round(rss_mib(stack.procs[n].pid))
+                                                                       for n in SERVICES}})
+
         t0 = time.monotonic()
+        if args.rss_every > 0:
+            threading.Thread(target=sample, daemon=True).start()
         threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.concurrency)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(args.duration + args.request_timeout + 30)
         wall = time.monotonic() - t0
+        sampling.set()
+        report["rss_series_mib"] = samples
         problems = [f"client thread {t.name} still running" for t in threads if t.is_alive()]
         problems += [f"{n} exited with {stack.procs[n].poll()}" for n in SERVICES if stack.procs[n].poll() is not None]
         if not problems:
@@ -275,6 +287,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-queued", type=int, default=1024)
     p.add_argument("--request-timeout", type=float, default=120.0, help="client timeout of one request (s)")
     p.add_argument("--max-rss-growth-mib", type=float, default=150.0)
+    p.add_argument("--rss-every", type=float, default=0.0, help="also sample every process's RSS every S s (0 = off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-dir", default=None)
     return p.parse_args(argv)
