@@ -28,7 +28,7 @@ def test_asset_is_small_fp16_and_matches_the_config():
     with safe_open(str(ASSET), framework="pt") as f:
         names = set(f.keys())
         assert {f.get_slice(k).get_dtype() for k in names} == {"F16"}
-        assert int(f.metadata()["steps"]) > 0
+        assert int(json.loads(f.metadata()["codeserve_training"])["steps"]) > 0
     assert names == {n for n, _, _ in default._param_shapes(cfg)}
     # other shapes and shape-changing overrides keep seeded random weights
     assert not default.uses_trained_asset(model_config("tiny_starcoder_py"))

@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     state, meta = train(steps=args.steps, threads=args.threads)
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(out), metadata=meta)
+    # one metadata key: safetensors writes several keys in hash-map order (bytes would vary run to run)
+    save_file(state, str(out), metadata={"codeserve_training": json.dumps(meta, sort_keys=True)})
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB) in {time.monotonic() - t0:.1f}s; {meta}")
 
 
