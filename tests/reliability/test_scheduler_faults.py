@@ -84,6 +84,9 @@ def test_scheduler_sigkill_fails_fast_and_a_restart_replaces_its_session(sys_, s
     settled(sys_)
     with Load(sys_.url, PROMPTS, NEW, clients=3, timeout=30) as load:
         steady(load)
+        # kill while requests hold slots (not in the gap between one wave of calls and the next)
+        wait_for(lambda: (lambda c: c.owned + c.protected)(sys_.counters()) > 0, 10, "requests holding slots",
+                 interval=0.005)
         t0 = time.monotonic()
         sys_.kill("scheduler")
         c = sys_.counters()
