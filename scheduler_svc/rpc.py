@@ -12,6 +12,9 @@ from scheduler_svc.errors import DependencyError, DependencyUnavailable
 from common.grpc_server import MAX_MESSAGE_BYTES
 
 RETRY_CODES = (grpc.StatusCode.UNAVAILABLE,)
+# Outages that are not retried: a deadline passed, or the service cancelled the call while stopping
+# (the scheduler never cancels its own dependency calls). The call may have run, so the caller resyncs.
+OUTAGE_CODES = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 BACKOFF_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
@@ -32,7 +35,8 @@ def call(service: str, target: str, rpc_name: str, method: Callable[..., Any], r
     """Calls ``method(request, timeout=timeout)``; retries the SAME request on UNAVAILABLE (mutating RPCs
     carry an op_id, so the service answers a retry with its first receipt).
 
-    Raises DependencyUnavailable after the retries (or on DEADLINE_EXCEEDED); otherwise the exception
+    Raises DependencyUnavailable after the retries (or at once on DEADLINE_EXCEEDED or CANCELLED);
+    otherwise the exception
     ``on_error(err)`` returns, or DependencyError naming the service, RPC, code and details.
     """
     last = ""
@@ -45,7 +49,7 @@ def call(service: str, target: str, rpc_name: str, method: Callable[..., Any], r
                 last = f"{code.name}: {err.details()}"
                 time.sleep(pause)
                 continue
-            if code in RETRY_CODES or code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            if code in RETRY_CODES or code in OUTAGE_CODES:
                 raise DependencyUnavailable(service, target, f"{rpc_name}: {code.name}: {err.details()}"
                                             f" after {attempt + 1} attempts") from err
             mapped = on_error(err) if on_error else None
