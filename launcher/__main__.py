@@ -1,20 +1,25 @@
 """One command for a local deployment: ``python -m launcher [flags]`` (``./serve.sh`` wraps it).
 
 Starts cache, worker, scheduler and gateway as separate processes on loopback, waits until each is
-ready, prints the URL, and stops everything on Ctrl-C or SIGTERM.
+ready, prints the URL, restarts a service that dies (as ``restart: unless-stopped`` does in compose; a new
+worker epoch makes the cache flush its pool and the scheduler recompute), and stops everything on Ctrl-C
+or SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import pathlib
 import signal
 import sys
 import threading
+import time
 
-from launcher.config import StackConfig
+from launcher.config import HELP, StackConfig
 from launcher.stack import ROOT, Stack, StartupError, main_pid_banner
+from launcher.supervisor import Supervisor
 
 
 def parse(argv: list[str] | None = None) -> StackConfig:
@@ -29,7 +34,7 @@ def parse(argv: list[str] | None = None) -> StackConfig:
         if f.name in ("kv_fraction",):
             kind = float
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind or str, default=None,
-                            help=f"default: {f.default}")
+                            help=HELP[f.name] + ("" if f.default is None else f" (default: {f.default})"))
     args = vars(parser.parse_args(argv))
     config = args.pop("config")
     overrides = {k: v for k, v in args.items() if v is not None}
@@ -40,7 +45,8 @@ def parse(argv: list[str] | None = None) -> StackConfig:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse(argv)
-    stack = Stack(cfg, log_dir=ROOT / ".cache" / "logs")
+    log_dir = ROOT / ".cache" / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    stack = Stack(cfg, log_dir=log_dir)
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -56,13 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         stack.stop()
         return 1
     print(main_pid_banner(stack), flush=True)
+    supervisor = Supervisor(stack)
     while not stopping.wait(1.0):
-        for name, proc in stack.procs.items():
-            if proc.poll() is not None:
-                print(f"{name} exited with code {proc.returncode}; stopping everything:\n{stack.log_tail(name)}",
-                      file=sys.stderr, flush=True)
-                stack.stop()
-                return 1
+        try:
+            supervisor.check(stopping)
+        except (StartupError, RuntimeError) as exc:
+            print(f"giving up: {exc}; stopping everything", file=sys.stderr, flush=True)
+            stack.stop()
+            return 1
     codes = stack.stop()
     print(f"stopped: {codes}", flush=True)
     return 0

@@ -12,6 +12,30 @@ import yaml
 
 SERVICES = ("cache", "worker", "scheduler", "gateway")
 
+HELP = {
+    "model_path": "HF GPTBigCode checkpoint directory (default: the embedded default model)",
+    "model_name": "served model name (default: the checkpoint directory's name)",
+    "bind_host": "address every service binds (loopback by default)",
+    "http_port": "gateway HTTP port",
+    "cache_port": "cache service gRPC port",
+    "worker_port": "worker gRPC port",
+    "scheduler_port": "scheduler gRPC port (the public gRPC API)",
+    "device": "cpu, cuda, cuda:N or auto (CUDA when available)",
+    "dtype": "float32, float16, bfloat16 or auto",
+    "attention": "auto, torch or flashinfer (auto: flashinfer on CUDA when it imports)",
+    "kv_tokens": "KV pool capacity in tokens (default: the worker's, from free memory)",
+    "kv_fraction": "fraction of free device memory after weights given to the KV pool",
+    "page_size": "tokens per KV page",
+    "chunk_size": "prefill tokens per scheduling round (chunked prefill)",
+    "max_running_requests": "requests running at once, at most",
+    "max_queued_requests": "waiting requests, at most; beyond it HTTP 429",
+    "max_queued_tokens": "waiting prompt tokens, at most; beyond it HTTP 429",
+    "policy": "waiting-queue order: fcfs or lpm (longest prefix match first)",
+    "progress_timeout": "seconds without a completed batch, while work waits, before the scheduler is NOT_SERVING",
+    "lease_seconds": "the scheduler's session lease at the cache, in seconds",
+    "api_key": "require 'Authorization: Bearer KEY' at the gateway (also read from CODESERVE_API_KEY)",
+}
+
 
 @dataclass(frozen=True)
 class StackConfig:

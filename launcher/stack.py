@@ -96,9 +96,12 @@ class Stack:
         argv = argv or commands(self.cfg, self.model_path)[name]
         port = self.cfg.http_port if name == "gateway" else getattr(self.cfg, name + "_port")
         ensure_free(self.cfg.bind_host, port, name)
-        log = open(self.log_dir / f"{name}.log", "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
-        self.procs[name] = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # Each service in its own session: a terminal's Ctrl-C (SIGINT to the foreground process group)
+        # reaches only the launcher, which then stops the services in order (gateway first, so it drains).
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            self.procs[name] = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                start_new_session=True)
         deadline = time.monotonic() + timeout
         while not self.ready(name):
             code = self.procs[name].poll()

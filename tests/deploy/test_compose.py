@@ -36,7 +36,7 @@ def load(*files: str) -> dict:
 def test_services_and_commands_agree_with_launcher() -> None:
     compose = load("docker-compose.yml")
     assert set(compose) == set(SERVICES)
-    local = commands(StackConfig(), "/models/default", python="python")
+    local = commands(StackConfig(), "/models/default-model", python="python")
     for name in SERVICES:
         argv = compose[name]["command"]
         assert argv[:3] == local[name][:3], f"{name}: runs {argv[:3]}, launcher runs {local[name][:3]}"
@@ -45,7 +45,7 @@ def test_services_and_commands_agree_with_launcher() -> None:
         for flag, value in want.items():
             if flag not in PLACE_DEPENDENT | GPU_ONLY:
                 assert got[flag] == value, f"{name} {flag}: compose {got[flag]!r}, launcher {value!r}"
-        assert got.get("--model-path", "/models/default") == "/models/default"
+        assert got.get("--model-path", "/models/default-model") == "/models/default-model"
 
 
 def test_addresses_point_at_services_and_ports_agree() -> None:
@@ -72,6 +72,14 @@ def test_only_gateway_published_and_all_have_healthchecks() -> None:
     assert doc["networks"]["internal"]["internal"] is True
 
 
+def test_served_model_name_is_the_one_the_readme_uses() -> None:
+    # The gateway serves the checkpoint directory's name; the README's examples say "default-model".
+    compose = load("docker-compose.yml")
+    path = flags(compose["gateway"]["command"])["--model-path"]
+    assert pathlib.PurePosixPath(path).name == "default-model"
+    assert '"model": "default-model"' in (ROOT / "README.md").read_text()
+
+
 def test_gpu_override_reserves_an_nvidia_gpu_for_the_worker() -> None:
     compose = load("docker-compose.yml", "docker-compose.gpu.yml")
     devices = compose["worker"]["deploy"]["resources"]["reservations"]["devices"]
@@ -87,3 +95,11 @@ def test_compose_files_validate() -> None:
         args = ["docker-compose"] + [a for f in files for a in ("-f", f)] + ["config", "-q"]
         done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
+
+
+def test_every_launcher_setting_has_help() -> None:
+    import dataclasses
+
+    from launcher.config import HELP
+
+    assert set(HELP) == {f.name for f in dataclasses.fields(StackConfig)}
