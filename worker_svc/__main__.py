@@ -28,7 +28,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     kv = ap.add_mutually_exclusive_group()
     kv.add_argument("--kv-tokens", type=int, default=None, help="KV pool capacity in tokens")
     kv.add_argument("--kv-fraction", type=float, default=None, help="fraction of free device memory after weights")
-    ap.add_argument("--page-size", type=int, default=1, help="tokens per page (only 1)")
+    ap.add_argument("--page-size", type=int, default=1, help="tokens per page: the cache service's allocation unit (the first page is reserved)")
     ap.add_argument("--attention", default="auto", choices=["auto", "torch", "flashinfer"])
     ap.add_argument("--worker-id", default="worker-0")
     ap.add_argument("--seed", type=int, default=0, help="seed of the generator for unseeded sampling")

@@ -14,7 +14,7 @@ import torch
 
 from worker_svc.model.config import ModelConfig
 
-RESERVED_SLOTS = 1  # slot 0
+RESERVED_SLOTS = 1  # slot 0 at page size 1; the first page in general (see geometry)
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
@@ -24,7 +24,8 @@ def dtype_bytes(dtype: torch.dtype) -> int:
 
 @dataclass(frozen=True)
 class PoolGeometry:
-    """Sizes of a KV pool. ``capacity_tokens = pool_slots - RESERVED_SLOTS``."""
+    """Sizes of a KV pool. ``capacity_tokens = pool_slots - page_size``: the first page (slots
+    ``0 .. page_size-1``) is reserved for padding and is never written by a request."""
 
     pool_slots: int
     capacity_tokens: int
@@ -36,11 +37,14 @@ def geometry(cfg: ModelConfig, dtype: torch.dtype, *, kv_tokens: int | None = No
              free_bytes: int | None = None, page_size: int = 1) -> PoolGeometry:
     """Pool size from an explicit token count, or from ``kv_fraction`` of ``free_bytes``.
 
-    Exactly one of ``kv_tokens`` / ``kv_fraction`` (with ``free_bytes``) must be given. Raises ValueError
-    when the result would hold no token, or for a page size other than 1.
+    Exactly one of ``kv_tokens`` / ``kv_fraction`` (with ``free_bytes``) must be given. The page size is the
+    cache service's allocation granularity: the K/V tensors stay token-granular (one slot per token, which
+    both attention backends index directly), the capacity is rounded down to whole pages and the first
+    page is reserved, as the cache service expects (its usable slots are ``page_size .. pool_slots-1``).
+    Raises ValueError when the result would hold no whole page, or for a page size below 1.
     """
-    if page_size != 1:
-        raise ValueError(f"page_size {page_size} is not supported (only 1)")
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
     per_token = cfg.kv_bytes_per_token(dtype_bytes(dtype))
     if (kv_tokens is None) == (kv_fraction is None):
         raise ValueError("give exactly one of kv_tokens or kv_fraction")
@@ -51,10 +55,12 @@ def geometry(cfg: ModelConfig, dtype: torch.dtype, *, kv_tokens: int | None = No
             raise ValueError(f"kv_fraction must be in (0, 1], got {kv_fraction}")
         if free_bytes is None:
             raise ValueError("kv_fraction needs free_bytes")
-        capacity = int(free_bytes * kv_fraction) // per_token - RESERVED_SLOTS
-    if capacity < 1:
-        raise ValueError(f"KV pool would hold {capacity} tokens ({per_token} bytes per token); give more memory")
-    return PoolGeometry(pool_slots=capacity + RESERVED_SLOTS, capacity_tokens=capacity, page_size=page_size,
+        capacity = int(free_bytes * kv_fraction) // per_token - page_size
+    capacity -= capacity % page_size
+    if capacity < page_size:
+        raise ValueError(f"KV pool would hold {capacity} tokens ({per_token} bytes per token, pages of {page_size});"
+                         " give more memory")
+    return PoolGeometry(pool_slots=capacity + page_size, capacity_tokens=capacity, page_size=page_size,
                         kv_bytes_per_token=per_token)
 
 

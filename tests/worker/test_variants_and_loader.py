@@ -158,3 +158,15 @@ def test_unsupported_config_is_rejected(model_dir, tmp_path):
         ModelConfig.from_dict({**cfg, "model_type": "gpt2"})
     with pytest.raises(ValueError, match="activation_function 'swish'"):
         ModelConfig.from_dict({**cfg, "activation_function": "swish"})
+
+
+def test_page_size_rounds_capacity_to_whole_pages_and_reserves_the_first_page():
+    from worker_svc.model.default import ensure_default_model
+
+    cfg = ModelConfig.from_dict(json.loads((ensure_default_model() / "config.json").read_text()))
+    g = geometry(cfg, torch.float32, kv_tokens=1003, page_size=4)
+    assert (g.capacity_tokens, g.pool_slots, g.page_size) == (1000, 1004, 4)
+    with pytest.raises(ValueError, match="page_size"):
+        geometry(cfg, torch.float32, kv_tokens=1000, page_size=0)
+    with pytest.raises(ValueError, match="pages of 16"):
+        geometry(cfg, torch.float32, kv_tokens=15, page_size=16)
