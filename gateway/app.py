@@ -16,7 +16,7 @@ from gateway.context import GatewayContext
 from gateway.disconnect import ClientDisconnected
 from gateway.errors import ApiError, api_error_handler, validation_error_handler
 from gateway.metrics import GatewayMetrics
-from gateway.middleware import LimitsAndAuth
+from gateway.middleware import JsonBodies, LimitsAndAuth
 from gateway.readiness import SchedulerWatch
 from gateway.scheduler_client import SchedulerClient
 from gateway.settings import GatewaySettings
@@ -67,5 +67,6 @@ def create_app(scheduler_client: SchedulerClient, tokenizer: GatewayTokenizer, s
     app.include_router(chat_api.router)
     app.include_router(native_api.router)
     app.include_router(admin_api.router)
+    app.add_middleware(JsonBodies)
     app.add_middleware(LimitsAndAuth, max_body_bytes=settings.max_body_bytes, api_key=settings.api_key)
     return app

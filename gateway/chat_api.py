@@ -40,14 +40,14 @@ def _chat_logprobs(ctx: GatewayContext, msg: scheduler_pb2.GenerateResponse, top
     return out
 
 
-def _requests(body: ChatCompletionRequest, ctx: GatewayContext, chat_id: str) -> list[scheduler_pb2.GenerateRequest]:
+async def _requests(body: ChatCompletionRequest, ctx: GatewayContext, chat_id: str) -> list[scheduler_pb2.GenerateRequest]:
     if (problem := body.unsupported()) is not None:
         raise invalid(problem[1], problem[0])
     if body.top_logprobs is not None and not body.logprobs:
         raise invalid("top_logprobs needs logprobs: true", "top_logprobs")
     check_logprobs(body.top_logprobs, ctx.settings, "top_logprobs")
     check_n(body.n, 1, ctx.settings)
-    prompt = text_prompt(render(body.messages, body.add_generation_prompt), ctx.tokenizer, ctx.settings, "messages")
+    prompt = await text_prompt(render(body.messages, body.add_generation_prompt), ctx.tokenizer, ctx.settings, "messages")
     asked = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     max_tokens = cap_new_tokens(asked if asked is not None else ctx.settings.model.n_positions, prompt,
                                 ctx.settings)
@@ -66,7 +66,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     ctx = get_ctx(request)
     ctx.check_model(body.model)
     chat_id = f"chatcmpl-{uuid.uuid4().hex}"
-    requests = _requests(body, ctx, chat_id)
+    requests = await _requests(body, ctx, chat_id)
     head = {"id": chat_id, "created": int(time.time()), "model": ctx.settings.model_name}
     top_count = body.top_logprobs or 0
     if body.stream:

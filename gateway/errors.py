@@ -90,9 +90,16 @@ def _is_type_tag(part: object) -> bool:
 
 
 async def validation_error_handler(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    """Turns pydantic / JSON errors into a 400 with the OpenAI body; ``param`` names the field."""
+    """Turns pydantic / JSON errors into a 400 with the OpenAI body; ``param`` names the field
+    (null for a body that is not valid JSON)."""
     errors = exc.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    if first.get("type") == "json_invalid":
+        position = first.get("loc", ())[-1:] or ("?",)
+        detail = first.get("ctx", {}).get("error", "JSON decode error")
+        return invalid(f"request body is not valid JSON: {detail} (at character {position[0]})").response()
+    if first.get("type") == "lone_surrogate":
+        return invalid(first["msg"], first["ctx"]["param"]).response()
     loc = [str(part) for part in first.get("loc", ()) if part != "body" and not _is_type_tag(part)]
     param = ".".join(loc) or None
     message = first.get("msg", "invalid request")

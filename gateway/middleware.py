@@ -66,3 +66,24 @@ class LimitsAndAuth:
             return await receive()
 
         await self.app(scope, replay_receive, send)
+
+
+_JSON_TYPES = (b"application/json",)
+
+
+class JsonBodies:
+    """Every POST body of this API is JSON: a POST sent with another Content-Type (curl -d sends
+    application/x-www-form-urlencoded) or none is read as JSON, so ``curl -d '{...}'`` works and a
+    body that is not JSON gets "request body is not valid JSON". Other methods pass unchanged."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") == "POST":
+            headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-type"]
+            content_type = dict(scope.get("headers") or []).get(b"content-type", b"")
+            media = content_type.split(b";")[0].strip().lower()
+            if media not in _JSON_TYPES and not media.endswith(b"+json"):
+                scope = {**scope, "headers": headers + [(b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)

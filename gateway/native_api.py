@@ -24,19 +24,19 @@ from gateway.schemas import DetokenizeRequest, NativeGenerateRequest, NativeSamp
 router = APIRouter()
 
 
-def _prompts(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[list[PromptInput], bool]:
+async def _prompts(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[list[PromptInput], bool]:
     """The prompts and whether the request is a batch. Raises ApiError 400."""
     if (body.text is None) == (body.input_ids is None):
         raise invalid("give exactly one of text and input_ids", "text")
     if body.text is not None:
         if isinstance(body.text, str):
-            return [text_prompt(body.text, ctx.tokenizer, ctx.settings, "text")], False
+            return [await text_prompt(body.text, ctx.tokenizer, ctx.settings, "text")], False
         texts = body.text
         if not texts:
             raise invalid("text is an empty list", "text")
         if len(texts) > ctx.settings.max_prompts:
             raise invalid(f"text has {len(texts)} prompts; the limit is {ctx.settings.max_prompts}", "text")
-        return [text_prompt(t, ctx.tokenizer, ctx.settings, f"text[{i}]") for i, t in enumerate(texts)], True
+        return [await text_prompt(t, ctx.tokenizer, ctx.settings, f"text[{i}]") for i, t in enumerate(texts)], True
     ids = body.input_ids
     if ids and isinstance(ids[0], list):
         if len(ids) > ctx.settings.max_prompts:
@@ -69,8 +69,8 @@ def _sampling(params: NativeSamplingParams, prompt: PromptInput, body: NativeGen
     )
 
 
-def _requests(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[list[scheduler_pb2.GenerateRequest], bool]:
-    prompts, batch = _prompts(body, ctx)
+async def _requests(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[list[scheduler_pb2.GenerateRequest], bool]:
+    prompts, batch = await _prompts(body, ctx)
     check_logprobs(body.top_logprobs_num, ctx.settings, "top_logprobs_num")
     params = body.sampling_params if body.sampling_params is not None else NativeSamplingParams()
     if isinstance(params, list):
@@ -147,7 +147,7 @@ async def generate(body: NativeGenerateRequest, request: Request):
     """SGLang-native generation; see docs/api.md."""
     ctx = get_ctx(request)
     started = time.perf_counter()
-    requests, batch = _requests(body, ctx)
+    requests, batch = await _requests(body, ctx)
     with_text = body.return_text_in_logprobs
     if body.stream:
         return await _stream(request, ctx, body, requests, batch, started, with_text)
@@ -189,8 +189,10 @@ async def tokenize(body: TokenizeRequest, request: Request):
     ctx.check_model(body.model)
     if (body.prompt is None) == (body.messages is None):
         raise invalid("give exactly one of prompt and messages", "prompt")
+    if body.messages is not None and not body.messages:
+        raise invalid("messages is an empty list: give at least one message", "messages")
     text = body.prompt if body.prompt is not None else render(body.messages, body.add_generation_prompt)
-    ids = ctx.tokenizer.encode(text)
+    ids = await ctx.tokenizer.encode_async(text)
     return {"tokens": ids, "count": len(ids), "max_model_len": ctx.settings.model.n_positions}
 
 

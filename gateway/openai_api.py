@@ -112,10 +112,10 @@ def _prompt_logprobs(ctx: GatewayContext, prompt: PromptInput, logprobs, tops, c
     return legacy_logprobs(ctx.tokenizer, tracker, list(prompt.ids), lps, top_lists, count)
 
 
-def _jobs(body: CompletionRequest, ctx: GatewayContext, completion_id: str) -> tuple[list[_Job], int]:
+async def _jobs(body: CompletionRequest, ctx: GatewayContext, completion_id: str) -> tuple[list[_Job], int]:
     if (problem := body.unsupported()) is not None:
         raise invalid(problem[1], problem[0])
-    prompts = parse_completion_prompt(body.prompt, ctx.tokenizer, ctx.settings)
+    prompts = await parse_completion_prompt(body.prompt, ctx.tokenizer, ctx.settings)
     check_n(body.n, len(prompts), ctx.settings)
     check_logprobs(body.logprobs, ctx.settings)
     max_tokens = body.max_tokens if body.max_tokens is not None else ctx.settings.default_max_tokens
@@ -136,7 +136,7 @@ async def create_completion(body: CompletionRequest, request: Request):
     ctx.check_model(body.model)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    jobs, n = _jobs(body, ctx, completion_id)
+    jobs, n = await _jobs(body, ctx, completion_id)
     head = {"id": completion_id, "object": "text_completion", "created": created, "model": ctx.settings.model_name}
     if body.stream:
         return await _stream(request, ctx, body, jobs, n, head)

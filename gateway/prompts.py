@@ -50,20 +50,31 @@ def check_ids(ids: list[int], settings: GatewaySettings, param: str) -> tuple[in
     return tuple(ids)
 
 
-def text_prompt(text: str, tokenizer: GatewayTokenizer, settings: GatewaySettings, param: str) -> PromptInput:
-    """Tokenizes and validates one text prompt. Raises ApiError 400 for "" or a prompt that is too long."""
+async def text_prompt(text: str, tokenizer: GatewayTokenizer, settings: GatewaySettings, param: str) -> PromptInput:
+    """Tokenizes (in a worker thread) and validates one text prompt. Raises ApiError 400 for "" or a
+    prompt that is too long; a text so long that even ceil(chars / L) tokens (L: the longest token's
+    characters) reach the context limit is rejected before tokenizing."""
     if text == "":
         raise invalid(f"{param} is empty: give at least one character", param)
-    return PromptInput(text=text, ids=check_ids(tokenizer.encode(text), settings, param))
+    limit = settings.model.n_positions
+    at_least = tokenizer.min_tokens(text)
+    if at_least is not None and at_least >= limit:
+        raise invalid(
+            f"{param} has {len(text)} characters, so it is at least {at_least} tokens (no token is longer than "
+            f"{tokenizer.max_token_chars} characters), but the context limit (n_positions) is {limit} tokens; "
+            f"the prompt must be shorter than {limit} tokens",
+            param,
+        )
+    return PromptInput(text=text, ids=check_ids(await tokenizer.encode_async(text), settings, param))
 
 
-def parse_completion_prompt(
+async def parse_completion_prompt(
     prompt: Any, tokenizer: GatewayTokenizer, settings: GatewaySettings, param: str = "prompt"
 ) -> list[PromptInput]:
     """Accepts a string, a list of strings, a list of token ids, or a list of token-id lists.
     Raises ApiError 400 for anything else, an empty prompt or list, or too many prompts."""
     if isinstance(prompt, str):
-        return [text_prompt(prompt, tokenizer, settings, param)]
+        return [await text_prompt(prompt, tokenizer, settings, param)]
     if not isinstance(prompt, list):
         raise invalid(f"{param} must be a string, a list of strings, a list of token ids or a list of "
                       f"token-id lists, not {type(prompt).__name__}", param)
@@ -74,7 +85,7 @@ def parse_completion_prompt(
     if len(prompt) > settings.max_prompts:
         raise invalid(f"{param} has {len(prompt)} prompts; the limit is {settings.max_prompts}", param)
     if all(isinstance(item, str) for item in prompt):
-        return [text_prompt(item, tokenizer, settings, f"{param}[{i}]") for i, item in enumerate(prompt)]
+        return [await text_prompt(item, tokenizer, settings, f"{param}[{i}]") for i, item in enumerate(prompt)]
     if all(isinstance(item, list) for item in prompt):
         return [PromptInput(text=None, ids=check_ids(item, settings, f"{param}[{i}]")) for i, item in enumerate(prompt)]
     raise invalid(f"{param} mixes types: give strings only, token ids only, or token-id lists only", param)

@@ -4,42 +4,92 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic_core import PydanticCustomError
 
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _find_surrogate(value: Any, path: str) -> tuple[str, str] | None:
+    """(field path, the surrogate) of the first string inside ``value`` (a decoded JSON value, keys
+    included) holding a lone UTF-16 surrogate, else None. JSON escapes such as "\\ud800" decode to
+    such strings; they are not Unicode text and cannot be encoded as UTF-8."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        found = _SURROGATE.search(value)
+        return (path or "body", found.group()) if found else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            hit = _find_surrogate(key, where) or _find_surrogate(item, where)
+            if hit:
+                return hit
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if hit := _find_surrogate(item, f"{path}[{i}]"):
+                return hit
+    return None
+
+
+class ApiRequest(BaseModel):
+    """Base of every request body: rejects a lone UTF-16 surrogate in any string of the body (text
+    fields, stop strings, chat contents, keys) with a ``lone_surrogate`` error whose ctx names the field
+    (gateway.errors turns it into a 400 with ``param`` set)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_lone_surrogates(cls, data: Any) -> Any:
+        hit = _find_surrogate(data, "")
+        if hit is not None:
+            param, char = hit
+            raise PydanticCustomError(
+                "lone_surrogate",
+                "{param} contains a lone UTF-16 surrogate ({escaped}), which is not valid Unicode text",
+                {"param": param, "escaped": f"\\u{ord(char):04x}"},
+            )
+        return data
+
+
+def _finite(default: float, **constraints: float) -> Any:
+    """A float Field that rejects NaN and infinities ("Input should be a finite number")."""
+    return Field(default, allow_inf_nan=False, **constraints)
 
 
 class StreamOptions(BaseModel):
     """OpenAI ``stream_options``."""
 
     model_config = ConfigDict(extra="ignore")
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(ApiRequest):
     """Sampling fields shared by /v1/completions and /v1/chat/completions."""
 
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1)
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
-    n: int = Field(1, ge=1)
+    temperature: float = _finite(1.0, ge=0.0, le=2.0)
+    top_p: float = _finite(1.0, gt=0.0, le=1.0)
+    top_k: StrictInt = Field(-1, ge=-1)
+    min_p: float = _finite(0.0, ge=0.0, le=1.0)
+    n: StrictInt = Field(1, ge=1)
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    seed: int | None = Field(None, ge=0, le=UINT64_MAX)
-    stream: bool = False
+    stop_token_ids: list[StrictInt] | None = None
+    seed: StrictInt | None = Field(None, ge=0, le=UINT64_MAX)
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
-    ignore_eos: bool = False
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0)
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
+    ignore_eos: StrictBool = False
+    presence_penalty: float = _finite(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = _finite(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = _finite(1.0, gt=0.0)
+    skip_special_tokens: StrictBool = True
+    include_stop_str_in_output: StrictBool = False
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None
 
@@ -60,11 +110,11 @@ class CompletionRequest(SamplingFields):
     of token-id lists (checked by gateway.prompts)."""
 
     prompt: Any
-    max_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
-    echo: bool = False
-    logprobs: int | None = Field(None, ge=0)
+    max_tokens: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
+    echo: StrictBool = False
+    logprobs: StrictInt | None = Field(None, ge=0)
     suffix: str | None = None
-    best_of: int | None = Field(None, ge=1)
+    best_of: StrictInt | None = Field(None, ge=1)
 
     def unsupported(self) -> tuple[str, str] | None:
         """See SamplingFields.unsupported; also ``suffix`` and ``best_of`` other than n."""
@@ -96,11 +146,11 @@ class ChatCompletionRequest(SamplingFields):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
-    max_completion_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0)
-    add_generation_prompt: bool = True
+    max_tokens: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
+    max_completion_tokens: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(None, ge=0)
+    add_generation_prompt: StrictBool = True
     tools: list[Any] | None = None
     tool_choice: Any = None
 
@@ -117,53 +167,53 @@ class NativeSamplingParams(BaseModel):
     """SGLang ``sampling_params``. Unknown keys are rejected (e.g. ``regex`` is not supported)."""
 
     model_config = ConfigDict(extra="forbid")
-    max_new_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1)
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    max_new_tokens: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
+    temperature: float = _finite(1.0, ge=0.0)
+    top_p: float = _finite(1.0, gt=0.0, le=1.0)
+    top_k: StrictInt = Field(-1, ge=-1)
+    min_p: float = _finite(0.0, ge=0.0, le=1.0)
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    no_stop_trim: bool = False
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0)
-    sampling_seed: int | None = Field(None, ge=0, le=UINT64_MAX)
-    n: int = Field(1, ge=1, le=1)
+    stop_token_ids: list[StrictInt] | None = None
+    ignore_eos: StrictBool = False
+    skip_special_tokens: StrictBool = True
+    no_stop_trim: StrictBool = False
+    presence_penalty: float = _finite(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = _finite(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = _finite(1.0, gt=0.0)
+    sampling_seed: StrictInt | None = Field(None, ge=0, le=UINT64_MAX)
+    n: StrictInt = Field(1, ge=1, le=1)
 
 
-class NativeGenerateRequest(BaseModel):
+class NativeGenerateRequest(ApiRequest):
     """POST /generate (SGLang's native shape). Exactly one of ``text`` and ``input_ids``; a list of
     texts or of id lists makes a batch, and ``sampling_params`` may then be one dict or one per input."""
 
     model_config = ConfigDict(extra="ignore")
     text: str | list[str] | None = None
-    input_ids: list[int] | list[list[int]] | None = None
+    input_ids: list[StrictInt] | list[list[StrictInt]] | None = None
     sampling_params: NativeSamplingParams | list[NativeSamplingParams] | None = None
-    stream: bool = False
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = Field(0, ge=0)
-    return_text_in_logprobs: bool = False
+    stream: StrictBool = False
+    return_logprob: StrictBool = False
+    logprob_start_len: StrictInt = -1
+    top_logprobs_num: StrictInt = Field(0, ge=0)
+    return_text_in_logprobs: StrictBool = False
     rid: str | list[str] | None = None
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(ApiRequest):
     """POST /tokenize: ``prompt`` (a string) or ``messages`` (rendered with the chat template)."""
 
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    add_generation_prompt: bool = True
+    add_generation_prompt: StrictBool = True
 
 
-class DetokenizeRequest(BaseModel):
+class DetokenizeRequest(ApiRequest):
     """POST /detokenize."""
 
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
-    tokens: list[int]
-    skip_special_tokens: bool = False
+    tokens: list[StrictInt]
+    skip_special_tokens: StrictBool = False

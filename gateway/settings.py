@@ -6,6 +6,8 @@ import json
 import pathlib
 from dataclasses import dataclass
 
+from scheduler_svc.validate import MAX_STOP_CHARS, MAX_STOP_STRINGS
+
 
 @dataclass(frozen=True)
 class ModelFacts:
@@ -44,8 +46,8 @@ class GatewaySettings:
     max_body_bytes: int = 16 * 1024 * 1024
     max_n: int = 16
     max_prompts: int = 256
-    max_stop_strings: int = 16
-    max_stop_chars: int = 1024
+    max_stop_strings: int = MAX_STOP_STRINGS  # the scheduler enforces the same limits on its public API
+    max_stop_chars: int = MAX_STOP_CHARS
     max_logprobs: int = 20
     retry_after_s: int = 1
     health_timeout_s: float = 10.0

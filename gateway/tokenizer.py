@@ -6,6 +6,7 @@ Decoding never applies "clean up tokenization spaces": code whitespace is preser
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 from dataclasses import dataclass
 
@@ -34,6 +35,15 @@ class GatewayTokenizer:
         self._special_ids = frozenset(
             token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special
         )
+        self.max_token_chars = _max_token_chars(tokenizer)
+
+    def min_tokens(self, text: str) -> int | None:
+        """A lower bound on ``len(encode(text))`` computed without tokenizing: ceil(chars / L), L being
+        ``max_token_chars``. None when the tokenizer has a normalizer (it may shrink the text, so no
+        bound is known)."""
+        if self.max_token_chars is None:
+            return None
+        return -(-len(text) // self.max_token_chars)
 
     @staticmethod
     def from_file(path: pathlib.Path) -> "GatewayTokenizer":
@@ -55,6 +65,12 @@ class GatewayTokenizer:
         """Token ids of ``text``. Special-token text such as ``<fim_prefix>`` becomes its single id.
         No BOS/EOS is added."""
         return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    async def encode_async(self, text: str) -> list[int]:
+        """``encode`` run in a worker thread through ``encode_batch`` (which releases the GIL, unlike
+        ``encode``), so a long prompt being tokenized does not block the event loop."""
+        encodings = await asyncio.to_thread(self._tok.encode_batch, [text], add_special_tokens=False)
+        return list(encodings[0].ids)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` without any clean-up of tokenization spaces."""
@@ -123,3 +139,17 @@ class PieceTracker:
         window = self._ids[self._prefix_start :]
         done = self._tok.decode(self._ids[self._prefix_start : self._read_start], self._skip)
         return self._tok.decode(window, self._skip)[len(done) :]
+
+
+def _max_token_chars(tokenizer: Tokenizer) -> int | None:
+    """L: the most characters one token can cover in the input text, or None when the tokenizer has a
+    normalizer. Measured on each id's decoded text (added/special tokens included, as their content
+    is matched literally in the input). For byte-level BPE a token that ends or starts inside a
+    multi-byte character decodes to U+FFFD for each partial character, so its decoded length is still
+    at least the number of characters it touches; hence a text of C characters has >= ceil(C / L)
+    tokens."""
+    if tokenizer.normalizer is not None:
+        return None
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    texts = tokenizer.decode_batch([[i] for i in range(size)], skip_special_tokens=False)
+    return max(max(len(t) for t in texts), 1)

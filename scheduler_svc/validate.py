@@ -11,6 +11,8 @@ from codeserve.v1 import common_pb2, scheduler_pb2, worker_pb2
 from scheduler_svc.request import Params, Req
 
 MAX_TOP_LOGPROBS = 20
+MAX_STOP_STRINGS = 16  # stop strings per request (the gateway's max_stop_strings default)
+MAX_STOP_CHARS = 1024  # characters per stop string (the gateway's max_stop_chars default)
 
 
 class InvalidRequest(ValueError):
@@ -76,8 +78,13 @@ def build_request(request: scheduler_pb2.GenerateRequest, tokenizer: Tokenizer, 
     _check_sampling(request.sampling)
     if not 0 <= request.top_logprobs_num <= MAX_TOP_LOGPROBS:
         raise InvalidRequest(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}], got {request.top_logprobs_num}")
+    if len(request.stop) > MAX_STOP_STRINGS:
+        raise InvalidRequest(f"stop has {len(request.stop)} strings; the limit is {MAX_STOP_STRINGS}")
     if any(not s for s in request.stop):
         raise InvalidRequest("stop strings must be non-empty")
+    for s in request.stop:
+        if len(s) > MAX_STOP_CHARS:
+            raise InvalidRequest(f"stop has a string of {len(s)} characters; the limit is {MAX_STOP_CHARS}")
     for tok in request.stop_token_ids:
         if not 0 <= tok < info.vocab_size:
             raise InvalidRequest(f"stop token id {tok} is outside the vocabulary [0, {info.vocab_size})")

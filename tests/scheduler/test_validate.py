@@ -39,6 +39,8 @@ def ids(n):
     (req(input_ids=ids(3), sampling=common_pb2.SamplingParams(presence_penalty=3)), "presence_penalty"),
     (req(input_ids=ids(3), stop=["ok", ""]), "stop strings must be non-empty"),
     (req(input_ids=ids(3), stop_token_ids=[5000]), "stop token id 5000"),
+    (req(input_ids=ids(3), stop=["x"] * 17), "stop has 17 strings; the limit is 16"),
+    (req(input_ids=ids(3), stop=["x" * 1025]), "stop has a string of 1025 characters; the limit is 1024"),
     (req(input_ids=ids(3), top_logprobs_num=100), "top_logprobs_num"),
 ])
 def test_invalid_requests_name_the_reason(tok, request_, message):
@@ -65,3 +67,8 @@ def test_text_is_tokenized_with_the_checkpoint_tokenizer_and_ids_pass_through(to
 def test_generation_is_capped_so_a_lone_request_fits_the_pool(tok):
     r = build_request(req(input_ids=ids(10), max_new_tokens=16), tok, INFO, capacity=20)
     assert r.params.max_new_tokens == 10
+
+
+def test_stop_limits_at_the_limit_are_accepted(tok):
+    r = build_request(req(input_ids=ids(3), stop=["y" * 1024] * 16), tok, INFO, capacity=1000)
+    assert len(r.params.stop) == 16
