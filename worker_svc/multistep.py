@@ -26,7 +26,7 @@ import torch
 
 from worker_svc.attention.base import AttentionMeta
 from worker_svc.forward_batch import layout_from_parts
-from worker_svc.sampler import filter_probs, mix
+from worker_svc.sampler import draw_non_greedy
 from worker_svc.types import ForwardItem, ForwardOutput
 
 
@@ -35,24 +35,7 @@ def sample_on_device(logits: torch.Tensor, items: Sequence[ForwardItem], positio
     """One token per row without reading anything back. logits [N, V] float32; ``positions[i]``: absolute
     position of the token row i samples (for seeded draws). Returns int64 [N] on logits' device."""
     chosen = logits.argmax(dim=-1)
-    sampled = [i for i, it in enumerate(items) if not it.sampling.greedy]
-    if sampled:
-        dev = logits.device
-        idx = torch.tensor(sampled, device=dev)
-        ps = [items[i].sampling for i in sampled]
-        probs = filter_probs(
-            logits[idx],
-            torch.tensor([p.temperature for p in ps], dtype=torch.float32, device=dev),
-            torch.tensor([p.top_k for p in ps], dtype=torch.long, device=dev),
-            torch.tensor([p.top_p for p in ps], dtype=torch.float32, device=dev),
-            torch.tensor([p.min_p for p in ps], dtype=torch.float32, device=dev),
-        )
-        noise = torch.empty((len(sampled), logits.shape[-1]), dtype=torch.float32, device=dev)
-        for j, i in enumerate(sampled):
-            seed = items[i].sampling.seed
-            gen = generator if seed is None else torch.Generator(device=dev).manual_seed(mix(seed, positions[i]))
-            noise[j].exponential_(generator=gen)
-        chosen[idx] = (probs / noise).argmax(dim=-1)
+    draw_non_greedy(logits, chosen, [it.sampling for it in items], positions, generator)
     return chosen
 
 

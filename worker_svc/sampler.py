@@ -149,26 +149,7 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], generator: torch.Gen
         processed = torch.stack([apply_penalties(logits[i], r) if r.params.has_penalties else logits[i]
                                  for i, r in enumerate(rows)])
     chosen = processed.argmax(dim=-1)  # greedy for every row; sampled rows are overwritten below
-    sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
-    if sampled:
-        dev = logits.device
-        idx = torch.tensor(sampled, device=dev)
-        ps = [rows[i].params for i in sampled]
-        probs = filter_probs(
-            processed[idx],
-            torch.tensor([p.temperature for p in ps], dtype=torch.float32, device=dev),
-            torch.tensor([p.top_k for p in ps], dtype=torch.long, device=dev),
-            torch.tensor([p.top_p for p in ps], dtype=torch.float32, device=dev),
-            torch.tensor([p.min_p for p in ps], dtype=torch.float32, device=dev),
-        )
-        noise = torch.empty((len(sampled), vocab), dtype=torch.float32, device=dev)
-        for j, i in enumerate(sampled):
-            seed = rows[i].params.seed
-            gen = generator
-            if seed is not None:
-                gen = torch.Generator(device=dev).manual_seed(mix(seed, rows[i].position))
-            noise[j].exponential_(generator=gen)
-        chosen[idx] = (probs / noise).argmax(dim=-1)
+    draw_non_greedy(processed, chosen, [r.params for r in rows], [r.position for r in rows], generator)
     chosen_lp = raw_logprobs.gather(1, chosen[:, None])[:, 0].tolist()
     chosen_ids = chosen.tolist()
     max_n = max((r.top_n for r in rows), default=0)
@@ -178,3 +159,32 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], generator: torch.Gen
         vals, ids = vals.tolist(), ids.tolist()
         tops = [tuple(zip(ids[i][: r.top_n], vals[i][: r.top_n])) for i, r in enumerate(rows)]
     return [SampleResult(token_id=chosen_ids[i], logprob=chosen_lp[i], top=tops[i]) for i in range(n)]
+
+
+def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence, positions: Sequence[int],
+                    generator: torch.Generator | None) -> None:
+    """Overwrites ``chosen[i]`` (int64 [N], greedy picks) with a sampled token for every row whose
+    ``params[i]`` is not greedy: temperature, top-k, top-p and min-p filtering (``filter_probs``), then the
+    exponential-race draw argmax(p / E), E ~ Exp(1), which picks token t with probability p_t. A seeded row
+    draws E from a generator seeded with mix(seed, positions[i]) (the absolute position of the token), so
+    its result depends neither on batch mates nor on chunking or retracts; unseeded rows use ``generator``.
+    ``logits``: float32 [N, V] on the device. Nothing is read back to the host."""
+    sampled = [i for i, p in enumerate(params) if not p.greedy]
+    if not sampled:
+        return
+    dev = logits.device
+    idx = torch.tensor(sampled, device=dev)
+    ps = [params[i] for i in sampled]
+    probs = filter_probs(
+        logits[idx],
+        torch.tensor([p.temperature for p in ps], dtype=torch.float32, device=dev),
+        torch.tensor([p.top_k for p in ps], dtype=torch.long, device=dev),
+        torch.tensor([p.top_p for p in ps], dtype=torch.float32, device=dev),
+        torch.tensor([p.min_p for p in ps], dtype=torch.float32, device=dev),
+    )
+    noise = torch.empty((len(sampled), logits.shape[-1]), dtype=torch.float32, device=dev)
+    for j, i in enumerate(sampled):
+        seed = params[i].seed
+        gen = generator if seed is None else torch.Generator(device=dev).manual_seed(mix(seed, positions[i]))
+        noise[j].exponential_(generator=gen)
+    chosen[idx] = (probs / noise).argmax(dim=-1)
