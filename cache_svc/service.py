@@ -57,19 +57,6 @@ def shortfall_pb(s: AllocationShortfall) -> cache_pb2.AllocationShortfall:
         reason=s.reason, counters=counters_pb(s.counters))
 
 
-def decode_shortfall(err: grpc.RpcError) -> cache_pb2.AllocationShortfall | None:
-    """Client helper: the AllocationShortfall detail of a RESOURCE_EXHAUSTED error, or None."""
-    status = rpc_status.from_call(err)  # type: ignore[arg-type]
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(cache_pb2.AllocationShortfall.DESCRIPTOR):
-            out = cache_pb2.AllocationShortfall()
-            detail.Unpack(out)
-            return out
-    return None
-
-
 def _rpc(method: Callable) -> Callable:
     """Maps CacheError subclasses to status codes; anything else propagates (a server bug -> UNKNOWN)."""
 

@@ -6,28 +6,15 @@ import uuid
 from typing import Iterable
 
 import grpc
-from grpc_status import rpc_status
 
 from codeserve.v1 import cache_pb2, cache_pb2_grpc
+from common.shortfall import decode_shortfall
 from scheduler_svc.errors import AllocationFailed, SessionLost
 from scheduler_svc.rpc import call, dependency_channel
 
 
 def _op() -> str:
     return uuid.uuid4().hex
-
-
-def decode_shortfall(err: grpc.RpcError) -> cache_pb2.AllocationShortfall | None:
-    """The AllocationShortfall detail of a RESOURCE_EXHAUSTED status (None when there is none)."""
-    status = rpc_status.from_call(err)
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(cache_pb2.AllocationShortfall.DESCRIPTOR):
-            shortfall = cache_pb2.AllocationShortfall()
-            detail.Unpack(shortfall)
-            return shortfall
-    return None
 
 
 def _session_or_pool_lost(err: grpc.RpcError) -> Exception | None:

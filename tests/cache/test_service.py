@@ -8,7 +8,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cache_svc.service import decode_shortfall
+from common.shortfall import decode_shortfall
 from codeserve.v1 import cache_pb2
 from tests.cache.conftest import op, register
 
