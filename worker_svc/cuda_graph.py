@@ -7,7 +7,10 @@ of b requests runs in the smallest bucket B >= b; the B - b padding rows read an
 slot 0 (token 0 at position 0, K/V length 1), which is what slot 0 is for.
 
 flashinfer's ``plan`` is not capturable: it runs before each replay and writes the batch's indptr and
-slot indices into the buffers the graph reads (``use_cuda_graph=True`` wrappers).
+slot indices into the buffers the graph reads (``use_cuda_graph=True`` wrappers). Every host array goes to
+the device from pinned memory, so preparing a step never waits for the GPU; the one wait left is that a plan
+does not start before the previous plan's asynchronous copy out of flashinfer's page-locked buffer has run
+(an event), which lets the host prepare step j + 1 while the GPU runs step j.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from worker_svc.forward_batch import BatchLayout, build_layout
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
+from worker_svc.step_feed import StepFeed, pinned, to_device
 
 
 def buckets(max_batch: int) -> list[int]:
@@ -89,23 +93,48 @@ class DecodeGraphs:
                 logits = model.logits(model(*args))  # [size, vocab] float32
             self.graphs[size] = (graph, backend, logits)
         torch.cuda.synchronize(dev)
+        self._planned: torch.cuda.Event | None = None
 
     def fits(self, layout: BatchLayout) -> bool:
         return layout.is_decode and layout.batch_size <= self.max_batch
 
+    def bucket(self, rows: int) -> int:
+        """The smallest captured batch size >= ``rows``. Raises ValueError above ``max_batch``."""
+        if rows > self.max_batch:
+            raise ValueError(f"{rows} rows exceed the largest captured decode batch {self.max_batch}")
+        return next(s for s in self.sizes if s >= rows)
+
     def run(self, layout: BatchLayout, input_ids: torch.Tensor) -> torch.Tensor:
         """Replays the bucket for a decode ``layout``; ``input_ids`` int64 [b] on the device.
 
-        Returns a view of the graph's logits [b, vocab] (valid until the next replay)."""
+        Returns a view of the graph's logits [b, vocab] float32 (valid until the next replay)."""
         b = layout.batch_size
-        size = next(s for s in self.sizes if s >= b)
-        graph, backend, logits = self.graphs[size]
+        size = self.bucket(b)
         padded = pad_layout(layout, size) if size != b else layout
         dev = self.ids.device
+        return self._replay(size, b, input_ids, pinned(padded.kv_indptr.astype(np.int32), dev),
+                            to_device(padded.kv_indices.astype(np.int32), dev), to_device(padded.positions, dev),
+                            to_device(padded.out_slots, dev), pinned(np.ones(size, dtype=np.int32), dev))
+
+    def run_step(self, feed: StepFeed, j: int, input_ids: torch.Tensor) -> torch.Tensor:
+        """Replays step j of a multi-step Forward for its active rows (``input_ids`` int64 [n] on the
+        device). Returns a view of the logits [n, vocab] float32 (valid until the next replay)."""
+        n = feed.active(j)
+        size = self.bucket(n)
+        return self._replay(size, n, input_ids, *feed.step(j, size))
+
+    def _replay(self, size: int, b: int, input_ids: torch.Tensor, kv_indptr_host: torch.Tensor,
+                kv_indices: torch.Tensor, positions: torch.Tensor, out_slots: torch.Tensor,
+                kv_last_host: torch.Tensor) -> torch.Tensor:
+        graph, backend, logits = self.graphs[size]
         self.ids[:b].copy_(input_ids)
         self.ids[b:size].zero_()
-        self.positions[:size].copy_(torch.from_numpy(padded.positions).to(dev, non_blocking=True))
-        self.out_slots[:size].copy_(torch.from_numpy(padded.out_slots).to(dev, non_blocking=True))
-        backend.plan(AttentionMeta.from_layout(padded, dev))
+        self.positions[:size].copy_(positions)
+        self.out_slots[:size].copy_(out_slots)
+        if self._planned is not None:  # flashinfer's page-locked plan buffer is free again once this ran
+            self._planned.synchronize()
+        backend.plan_decode(kv_indptr_host, kv_indices, kv_last_host)
+        self._planned = torch.cuda.Event()
+        self._planned.record()
         graph.replay()
         return logits[:b]

@@ -27,6 +27,7 @@ import torch
 from worker_svc.attention.base import AttentionMeta
 from worker_svc.forward_batch import layout_from_parts
 from worker_svc.sampler import draw_non_greedy
+from worker_svc.step_feed import StepFeed
 from worker_svc.types import ForwardItem, ForwardOutput
 
 
@@ -56,13 +57,17 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
     want_lp = any(it.return_logprob for it in its)
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
     lps = torch.zeros((steps, len(its)), dtype=torch.float32, device=dev) if want_lp else None
+    feed = None  # CUDA graphs: every step's metadata is built on the device (worker_svc/step_feed.py)
+    if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
+        feed = StepFeed([t for t, _ in tables], [p for _, p in tables], ks, dev)
     for j in range(steps):
         n = sum(k > j for k in ks)
-        layout = layout_from_parts([t[: p + j] for t, p in tables[:n]], [t[p + j: p + j + 1] for t, p in tables[:n]])
         ids = cur[:n]
-        if engine.graphs is not None and engine.graphs.fits(layout):
-            logits = engine.graphs.run(layout, ids)  # [n, vocab] float32
+        if feed is not None:
+            logits = engine.graphs.run_step(feed, j, ids)  # [n, vocab] float32
         else:
+            layout = layout_from_parts([t[: p + j] for t, p in tables[:n]],
+                                       [t[p + j: p + j + 1] for t, p in tables[:n]])
             engine.backend.plan(AttentionMeta.from_layout(layout, dev))
             hidden = engine.model(ids, torch.from_numpy(layout.positions).to(dev), engine.kv_pool, engine.backend,
                                   torch.from_numpy(layout.out_slots).to(dev))

@@ -78,5 +78,18 @@ class FlashInferAttention(AttentionBackend):
             )
             self._wrapper = self.prefill
 
+    def plan_decode(self, kv_indptr_host: torch.Tensor, kv_indices: torch.Tensor,
+                    kv_last_page_len_host: torch.Tensor) -> None:
+        """Plans a decode batch from a pinned host ``kv_indptr`` (int32 [B+1]), device ``kv_indices`` (int32)
+        and a pinned host ``kv_last_page_len`` (int32 [B], ones). Nothing here waits for the GPU: flashinfer
+        copies the plan from its page-locked buffer asynchronously, so the caller must not plan this wrapper
+        again before that copy ran (``cuda_graph.DecodeGraphs`` waits on an event for it)."""
+        self.decode.plan(
+            kv_indptr_host, kv_indices, kv_last_page_len_host,
+            self.n_head, self.kv_heads, self.head_dim, 1,
+            q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
+        )
+        self._wrapper = self.decode
+
     def attend(self, layer: int, q: torch.Tensor, kv_pool) -> torch.Tensor:
         return self._wrapper.run(q.to(self.dtype), kv_pool.paged(layer))
