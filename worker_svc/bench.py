@@ -3,10 +3,15 @@
     python -m worker_svc.bench [--model-path DIR | --shape starcoderbase-1b] [--device cpu|cuda]
                                [--dtype float32|bfloat16|...] [--attention auto|torch|flashinfer]
                                [--batches 1,32,256] [--context 1024] [--prefill 1024] [--json-out FILE]
+                               [--decode-steps 8] [--profile DIR]
 
 Cases: decode steps at each batch size with every request holding ``--context`` tokens, and one prefill of
 ``--prefill`` tokens. For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
 bytes read per step) / step time, over the device-to-device copy bandwidth measured in the same run.
+With ``--decode-steps K`` (> 1) it also times Forwards of K decode steps each (per-step time = Forward / K),
+and with CUDA graphs the replay of the captured graph alone (CUDA events, no planning or host work: the GPU
+time of a step, the floor the host-side preparation is measured against). ``--profile DIR`` writes a
+torch.profiler trace and an operator table of one multi-step Forward at the largest batch.
 The KV contents are random (timing does not depend on them); request state is set up with ``has_prefix``.
 With ``--shape`` the random weights are generated on the device (nothing is written to disk).
 """
@@ -77,6 +82,41 @@ def time_steps(fn, device: torch.device, warmup: int, iters: int) -> float:
     return statistics.median(times)
 
 
+def replay_seconds(graph, device: torch.device, iters: int = 20) -> float:
+    """Median GPU seconds of one replay of a captured graph (CUDA events), with the last plan in place."""
+    graph.replay()
+    sync(device)
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def profile_forward(fn, device: torch.device, out_dir: str, batch: int) -> None:
+    """Writes ``trace-b{batch}.json`` (chrome trace) and ``ops-b{batch}.txt`` (operator table, CPU and CUDA
+    time) of one call of ``fn`` under torch.profiler into ``out_dir``."""
+    import os
+
+    from torch.profiler import ProfilerActivity, profile
+
+    os.makedirs(out_dir, exist_ok=True)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        fn()
+        sync(device)
+    prof.export_chrome_trace(os.path.join(out_dir, f"trace-b{batch}.json"))
+    key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    with open(os.path.join(out_dir, f"ops-b{batch}.txt"), "w") as f:
+        f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+        f.write("\n\n")
+        f.write(prof.key_averages().table(sort_by=key, row_limit=40))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-path")
@@ -89,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefill", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--cuda-graph-max-batch", type=int, default=256, help="0 = eager decode")
+    ap.add_argument("--decode-steps", type=int, default=1)
+    ap.add_argument("--profile")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
@@ -102,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
         cfg, model = load_model(args.model_path, dtype=dtype, device=device)
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
-    kv_tokens = max(batches) * (ctx + args.iters + 8) + args.prefill + 16
+    multi_calls = max(3, args.iters // 2) + 2 if args.decode_steps > 1 else 0  # warm-up, timed, profile
+    kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill + 16
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
     for t in pool.k + pool.v:
         t.normal_()
@@ -152,6 +195,36 @@ def main(argv: list[str] | None = None) -> None:
         results.append(rec)
         print(f"decode batch {b:4d} ctx {ctx}: {secs * 1e3:8.2f} ms/step  {b / secs:10.1f} tok/s  "
               f"{frac * 100:5.1f}% of copy bandwidth", flush=True)
+        if args.decode_steps > 1:
+            k = args.decode_steps
+
+            def multi():
+                items = []
+                for rid, slots, toks in reqs:
+                    new = [next(slot) for _ in range(k)]
+                    items.append(ForwardItem(request_id=rid, input_ids=(toks[-1],), position_start=len(slots),
+                                             slot_ids=tuple(new), decode_steps=k))
+                    slots.extend(new)
+                    toks.extend([toks[-1]] * k)
+                return eng.forward(items, eng.epoch)
+
+            msecs = time_steps(multi, device, warmup=1, iters=max(3, args.iters // 2)) / k
+            mfrac = (weight_bytes + kv_read) / msecs / bw
+            rec = {"case": "decode_multistep", "batch": b, "context": ctx, "decode_steps": k, "step_ms": msecs * 1e3,
+                   "tokens_per_s": b / msecs, "bandwidth_fraction": mfrac}
+            print(f"decode batch {b:4d} ctx {ctx} K={k}: {msecs * 1e3:8.2f} ms/step  {b / msecs:10.1f} tok/s  "
+                  f"{mfrac * 100:5.1f}% of copy bandwidth", flush=True)
+            if eng.graphs is not None and b <= eng.graphs.max_batch:
+                graph = eng.graphs.graphs[eng.graphs.bucket(b)][0]
+                rsecs = replay_seconds(graph, device)
+                rec["graph_replay_ms"] = rsecs * 1e3
+                rec["replay_bandwidth_fraction"] = (weight_bytes + kv_read) / rsecs / bw
+                print(f"    graph replay alone (GPU time of a step): {rsecs * 1e3:8.2f} ms  "
+                      f"{rec['replay_bandwidth_fraction'] * 100:5.1f}% of copy bandwidth; host/GPU = {msecs / rsecs:.2f}",
+                      flush=True)
+            results.append(rec)
+            if args.profile and b == max(batches):
+                profile_forward(multi, device, args.profile, b)
     eng.requests.clear()
     n = args.prefill
     toks = torch.randint(1, cfg.vocab_size, (n,), generator=g).tolist()

@@ -157,3 +157,26 @@ def test_cuda_graph_decode_matches_eager(model_dir, prompts):
     for (a, la), (b, lb) in zip(*outs):
         assert a == b
         assert max(abs(x - y) for x, y in zip(la, lb)) < 1e-2
+
+
+def test_multistep_on_cuda_graphs_matches_single_step_eager(model_dir, prompts):
+    """Multi-step decode on CUDA graphs (metadata gathered on the device by StepFeed, buckets changing as rows
+    finish their steps, one padding row) gives the tokens of one-step eager decode, and stops at a stop id."""
+    from tests.worker.test_multistep import _run
+    from worker_svc.build import make_graphs
+
+    def engine(graphs):
+        eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
+        eng.epoch = "epoch-1"
+        if graphs:
+            eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend)
+        return eng
+
+    reqs = prompts[:7]
+    eager, _ = _run(engine(False), reqs, lambda i, n: 1, max_new=24)
+    stop = eager[2][9]
+    graphed, _ = _run(engine(True), reqs, lambda i, n: 1 + (i + n) % 6, max_new=24)
+    assert graphed == eager
+    stopped, _ = _run(engine(True), reqs, lambda i, n: 8, stop_of=lambda i: (stop,) if i == 2 else (), max_new=24)
+    assert stopped[2] == eager[2][: eager[2].index(stop) + 1]
+    assert [o for i, o in enumerate(stopped) if i != 2] == [o for i, o in enumerate(eager) if i != 2]
