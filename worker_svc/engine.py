@@ -9,7 +9,13 @@ K/V this worker has written (or was told is cached, via ``has_prefix``). A forwa
 3. samples the items with ``sample=True`` from the logits of their last new token, and computes prompt
    logprobs where asked;
 4. commits: each request's table grows by its new slots and tokens. The sampled token is *not* added: the
-   scheduler sends it back as the next decode item's input (its K/V is written then).
+   scheduler sends it back as the next decode item's input (its K/V is written then), or, with overlapped
+   decode, sends an ``input_from_last_sample`` item whose input is the token kept here (``last_token``).
+   A request whose last sampled token is one of the item's ``stop_token_ids`` is ``stopped``: a later
+   ``input_from_last_sample`` item of it is skipped (nothing written or committed, result ``skipped``).
+
+Ordering: a Forward with ``after_seq`` waits (outside the lock, after the epoch check) until that Forward
+completed here (``ordering.ForwardOrder``); each Forward with a ``seq`` records its outcome.
 
 ``has_prefix=True`` replaces whatever the worker held for that id. Thread-safe: one forward at a time.
 """
@@ -30,8 +36,9 @@ from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.multistep import run_multistep
+from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
-from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput
+from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -66,12 +73,16 @@ class SlotTable:
 
 @dataclass
 class RequestState:
-    """Worker-side state of one request: ``slots[i]`` holds the K/V of ``tokens[i]`` (position i)."""
+    """Worker-side state of one request: ``slots[i]`` holds the K/V of ``tokens[i]`` (position i).
+    ``last_token``: the token its last Forward sampled (None when it sampled none); ``stopped``: that token
+    is one of the item's stop_token_ids (the request is finished)."""
 
     slots: SlotTable
     tokens: list[int]
     prompt_len: int
     last_hidden: torch.Tensor | None = field(default=None, repr=False)  # [n_embd], for prompt logprobs
+    last_token: int | None = None
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,7 @@ class Engine:
         self.requests: dict[str, RequestState] = {}
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._lock = threading.Lock()
+        self.order = ForwardOrder()
 
     def info(self) -> EngineInfo:
         """Model facts, pool geometry, epoch."""
@@ -113,15 +125,57 @@ class Engine:
         with self._lock:
             return sum(self.requests.pop(rid, None) is not None for rid in request_ids)
 
-    def forward(self, items: Sequence[ForwardItem], expected_epoch: str) -> ForwardResult:
-        """Runs one batch. Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION) before any
-        work when the batch is invalid; then nothing has changed."""
-        with self._lock:
-            stored = {rid for rid, s in self.requests.items() if s.last_hidden is not None}
-            validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
-            t0 = time.perf_counter()
-            outputs = run_multistep(self, items) if any(it.decode_steps > 1 for it in items) else self._run(items)
-            return ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0)
+    def forward(self, items: Sequence[ForwardItem], expected_epoch: str, seq: int = 0, after_seq: int = 0) -> ForwardResult:
+        """Runs one batch. ``seq`` > 0 records this Forward's outcome; ``after_seq`` > 0 waits until that
+        Forward completed. Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION, ABORTED
+        when the Forward it follows failed or never completed) before any work when the batch is invalid or
+        may not run; then nothing has changed."""
+        try:
+            if expected_epoch != self.epoch:  # before waiting: a restarted worker never saw after_seq
+                raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
+                                                         f"{self.epoch!r} (worker restarted: re-register the pool)")
+            self.order.wait_for(after_seq, seq)
+            with self._lock:
+                stored = {rid for rid, s in self.requests.items() if s.last_hidden is not None}
+                validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
+                t0 = time.perf_counter()
+                outputs = self._run_unskipped(items)
+                result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0)
+        except WorkerError as e:
+            self.order.done(seq, f"{e.code}: {e.message}")
+            raise
+        except BaseException as e:
+            self.order.done(seq, f"{type(e).__name__}: {e}")
+            raise
+        self.order.done(seq)
+        return result
+
+    def _run_unskipped(self, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
+        """Runs the items that are not skipped (continuations of stopped requests) and answers those skipped."""
+        skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
+        run = [it for it, s in zip(items, skip) if not s]
+        done = iter(() if not run else run_multistep(self, run) if any(it.decode_steps > 1 for it in run)
+                    else self._run(run))
+        return tuple(ForwardOutput(request_id=it.request_id, sampled=False, skipped=True) if s else next(done)
+                     for it, s in zip(items, skip))
+
+    def item_inputs(self, it: ForwardItem) -> tuple[int, ...]:
+        """The item's new input token ids: ``input_ids``, or (the request's kept last token,) for
+        ``input_from_last_sample`` (validated present)."""
+        if it.input_from_last_sample:
+            return (self.requests[it.request_id].last_token,)
+        return tuple(it.input_ids)
+
+    def step_inputs(self, its: Sequence[ForwardItem]) -> torch.Tensor:
+        """Step-0 input of each decode item (multi-step decode): int64 [len(its)] on the device."""
+        return torch.tensor([self.item_inputs(it)[0] for it in its], dtype=torch.long).to(self.device)
+
+    def keep_last_token(self, it: ForwardItem, token_id: int) -> None:
+        """Records the token the item sampled last (call after its commit): the input of a later
+        ``input_from_last_sample`` item; the request is stopped when it is one of the item's stop ids."""
+        state = self.requests[it.request_id]
+        state.last_token = token_id
+        state.stopped = token_id in it.stop_token_ids
 
     def warmup(self) -> None:
         """Runs one extend and one decode step on slots 1..3 (no request state is kept), so the attention
@@ -148,7 +202,8 @@ class Engine:
         prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
                     else self.requests[it.request_id].slots.view() for it in items]
         layout = layout_from_parts(prefixes, [it.slot_ids for it in items])
-        input_ids = torch.tensor([t for it in items for t in it.input_ids], dtype=torch.long).to(dev)
+        inputs = [self.item_inputs(it) for it in items]
+        input_ids = torch.tensor([t for ids in inputs for t in ids], dtype=torch.long).to(dev)
         qo = layout.qo_indptr.tolist()
         sample_items = [b for b, it in enumerate(items) if it.sample]
         hidden = None  # [T, n_embd], eager path only
@@ -173,9 +228,9 @@ class Engine:
                 prev = self._prompt_len(it)
                 hist: list[int] = []
                 if it.sampling.has_penalties:
-                    hist = self._history(it) + list(it.input_ids)
+                    hist = self._history(it) + list(inputs[b])
                 rows.append(SampleRow(params=it.sampling, history=hist, prompt_len=prev,
-                                      position=it.position_start + len(it.input_ids),
+                                      position=it.position_start + len(inputs[b]),
                                       top_n=it.top_logprobs_num))
             for b, res in zip(sample_items, sample(logits, rows, self.generator)):
                 results[b] = res
@@ -196,7 +251,10 @@ class Engine:
                 prompt_logprobs=plp,
                 prompt_top_logprobs=ptop,
             ))
-        self._commit(items, hidden, qo)
+        self._commit(items, inputs, hidden, qo)
+        for it, out in zip(items, outputs):
+            if out.sampled:
+                self.keep_last_token(it, out.next_token_id)
         return tuple(outputs)
 
     def _prompt_len(self, it: ForwardItem) -> int:
@@ -236,9 +294,11 @@ class Engine:
             state.prompt_len = it.prompt_len
         state.slots.extend(slots)
         state.tokens.extend(tokens)
+        state.last_token, state.stopped = None, False
         state.last_hidden = None
 
-    def _commit(self, items: Sequence[ForwardItem], hidden: torch.Tensor, qo: list[int]) -> None:
+    def _commit(self, items: Sequence[ForwardItem], inputs: list[tuple[int, ...]], hidden: torch.Tensor,
+                qo: list[int]) -> None:
         for b, it in enumerate(items):
             if it.has_prefix:
                 state = RequestState(slots=SlotTable(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
@@ -249,5 +309,6 @@ class Engine:
                 if it.prompt_len > 0:
                     state.prompt_len = it.prompt_len
             state.slots.extend(it.slot_ids)
-            state.tokens.extend(it.input_ids)
+            state.tokens.extend(inputs[b])
+            state.last_token, state.stopped = None, False
             state.last_hidden = hidden[qo[b + 1] - 1].clone() if it.return_prompt_logprobs else None

@@ -53,7 +53,7 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
         prefix = (np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
                   else engine.requests[it.request_id].slots.view())
         tables.append((np.concatenate([prefix, np.asarray(it.slot_ids, dtype=np.int32)]), len(prefix)))
-    cur = torch.tensor([it.input_ids[0] for it in its], dtype=torch.long).to(dev)  # [B] inputs of this step
+    cur = engine.step_inputs(its)  # [B] int64 on the device: inputs of this step
     want_lp = any(it.return_logprob for it in its)
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
     lps = torch.zeros((steps, len(its)), dtype=torch.float32, device=dev) if want_lp else None
@@ -88,5 +88,6 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
         lp = tuple(float(x) for x in all_lps[:n, row]) if all_lps is not None and it.return_logprob else ()
         outputs[b] = ForwardOutput(request_id=it.request_id, sampled=True, next_token_id=got[-1],
                                    logprob=lp[-1] if lp else 0.0, next_token_ids=tuple(got), logprobs=lp)
-        engine.commit_written(it, it.slot_ids[:n], [it.input_ids[0]] + got[:-1])
+        engine.commit_written(it, it.slot_ids[:n], [engine.item_inputs(it)[0]] + got[:-1])
+        engine.keep_last_token(it, got[-1])
     return tuple(outputs[b] for b in range(len(items)))

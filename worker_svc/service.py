@@ -35,7 +35,7 @@ def item_from_proto(m: worker_pb2.ForwardItem) -> ForwardItem:
         return_logprob=m.return_logprob, top_logprobs_num=m.top_logprobs_num,
         return_prompt_logprobs=m.return_prompt_logprobs, prompt_len=m.prompt_len,
         decode_steps=max(m.decode_steps, 1) if m.decode_steps >= 0 else m.decode_steps,
-        stop_token_ids=tuple(m.stop_token_ids),
+        stop_token_ids=tuple(m.stop_token_ids), input_from_last_sample=m.input_from_last_sample,
     )
 
 
@@ -49,7 +49,7 @@ def result_to_proto(o: ForwardOutput) -> worker_pb2.ForwardResult:
         request_id=o.request_id, sampled=o.sampled, next_token_id=o.next_token_id, logprob=o.logprob,
         top_logprobs=_top(o.top_logprobs), prompt_logprobs=list(o.prompt_logprobs),
         prompt_top_logprobs=[_top(p) for p in o.prompt_top_logprobs],
-        next_token_ids=list(o.next_token_ids), logprobs=list(o.logprobs),
+        next_token_ids=list(o.next_token_ids), logprobs=list(o.logprobs), skipped=o.skipped,
     )
 
 
@@ -65,7 +65,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
 
     def Forward(self, request, context):
         try:
-            res = self.engine.forward([item_from_proto(m) for m in request.items], request.expected_epoch)
+            res = self.engine.forward([item_from_proto(m) for m in request.items], request.expected_epoch,
+                                      seq=request.seq, after_seq=request.after_seq)
         except WorkerError as e:
             if self.log is not None:
                 self.log.warning("forward_rejected", code=e.code, reason=e.message)

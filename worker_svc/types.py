@@ -8,7 +8,8 @@ from worker_svc.sampler import SamplingParams
 
 
 class WorkerError(Exception):
-    """A rejected call. ``code`` is a gRPC status name: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION."""
+    """A rejected call. ``code`` is a gRPC status name: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
+    ABORTED (a Forward it had to follow failed or never completed)."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
@@ -34,7 +35,8 @@ class ForwardItem:
     return_prompt_logprobs: bool = False
     prompt_len: int = 0
     decode_steps: int = 1  # > 1: multi-step decode (``multistep.py``); slot_ids holds decode_steps slots
-    stop_token_ids: tuple[int, ...] = ()  # multi-step: sampling one of these ends the item's steps
+    stop_token_ids: tuple[int, ...] = ()  # sampling one of these ends the item's steps; the request is then stopped
+    input_from_last_sample: bool = False  # input = the token this worker sampled last for the request (overlap)
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class ForwardOutput:
     to (input_ids[1:], plus input_ids[0] when position_start > 0, in order), with ``prompt_top_logprobs``
     aligned to it when top_logprobs_num > 0. Multi-step decode: ``next_token_ids`` every sampled token in
     order (``next_token_id`` is the last), ``logprobs`` theirs (with return_logprob); K/V was written for
-    ``len(next_token_ids)`` tokens.
+    ``len(next_token_ids)`` tokens. ``skipped``: an ``input_from_last_sample`` item of a request whose
+    previous Forward ended at a stop token; nothing was written, committed or sampled.
     """
 
     request_id: str
@@ -58,6 +61,7 @@ class ForwardOutput:
     prompt_top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
     next_token_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
+    skipped: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,21 +34,38 @@ def _check_tokens(rid: str, what: str, ids: Sequence[int], vocab: int) -> None:
 def _check_multistep(it: ForwardItem, vocab: int) -> None:
     """An item of a batch with multi-step decode: a sampling decode item without per-step host work."""
     rid = it.request_id
-    if len(it.input_ids) != 1 or not it.sample:
+    n = 1 if it.input_from_last_sample else len(it.input_ids)
+    if n != 1 or not it.sample:
         raise _bad(f"request {rid!r}: a multi-step decode batch takes decode items only (1 input id, sample=true), "
                    f"got {len(it.input_ids)} input ids, sample={it.sample}")
     if it.return_prompt_logprobs or it.top_logprobs_num > 0 or it.sampling.has_penalties:
         raise _bad(f"request {rid!r}: multi-step decode does not take prompt logprobs, top_logprobs_num or "
                    f"penalties (send decode_steps 1)")
-    _check_tokens(rid, "stop", it.stop_token_ids, vocab)
+
+
+def _check_from_last(it: ForwardItem, known: Mapping[str, object]) -> None:
+    """An ``input_from_last_sample`` item: a decode item whose input is the token this worker
+    sampled last for a request it knows."""
+    rid = it.request_id
+    if it.input_ids or it.has_prefix:
+        raise _bad(f"request {rid!r}: input_from_last_sample takes no input_ids and no prefix "
+                   f"(got {len(it.input_ids)} input ids, has_prefix={it.has_prefix})")
+    if not it.sample or it.return_prompt_logprobs:
+        raise _bad(f"request {rid!r}: input_from_last_sample needs sample=true and no prompt logprobs")
+    if rid not in known:
+        raise WorkerError("NOT_FOUND", f"request {rid!r} is not known to this worker (input_from_last_sample)")
+    if known[rid].last_token is None:
+        raise _bad(f"request {rid!r}: input_from_last_sample but its previous Forward sampled no token")
 
 
 def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str, cfg: ModelConfig,
                    pool_slots: int, known: Mapping[str, object], stored_hidden: Mapping[str, object]) -> None:
     """Raises WorkerError for the first invalid item; returns None when the batch may run.
 
-    ``known`` maps request id -> state with ``len(state.slots)`` tokens; ``stored_hidden`` holds the ids
-    whose previous chunk kept its last hidden row (needed for input_ids[0]'s prompt logprob).
+    ``known`` maps request id -> state with ``len(state.slots)`` tokens, ``last_token`` (the token sampled
+    last, or None) and ``stopped`` (its last Forward ended at a stop token: an ``input_from_last_sample``
+    item is skipped, so its predicted position is not checked); ``stored_hidden`` holds the ids whose
+    previous chunk kept its last hidden row (needed for input_ids[0]'s prompt logprob).
     """
     if expected_epoch != epoch:
         raise WorkerError("FAILED_PRECONDITION",
@@ -65,7 +82,9 @@ def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str
         if rid in seen_ids:
             raise _bad(f"request {rid!r} appears twice in one batch")
         seen_ids.add(rid)
-        n = len(it.input_ids)
+        if it.input_from_last_sample:
+            _check_from_last(it, known)
+        n = 1 if it.input_from_last_sample else len(it.input_ids)
         if n == 0:
             raise _bad(f"request {rid!r}: no input_ids")
         steps = it.decode_steps
@@ -84,6 +103,7 @@ def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str
             raise _bad(f"request {rid!r}: position {last} (position_start {it.position_start} + {n_slots} tokens) "
                        f">= n_positions {cfg.n_positions}")
         _check_tokens(rid, "input", it.input_ids, cfg.vocab_size)
+        _check_tokens(rid, "stop", it.stop_token_ids, cfg.vocab_size)
         _check_slots(rid, "new", it.slot_ids, pool_slots)
         for s in it.slot_ids:
             if s in new_slots:
@@ -106,7 +126,8 @@ def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str
                 raise WorkerError("NOT_FOUND", f"request {rid!r} is not known to this worker and has_prefix is false "
                                                f"(send has_prefix with its prefix after a retract or restart)")
             held = len(known[rid].slots)
-            if it.position_start != held:
+            skipped = it.input_from_last_sample and known[rid].stopped
+            if it.position_start != held and not skipped:
                 raise _bad(f"request {rid!r}: position_start {it.position_start} but the worker holds {held} "
                            f"tokens for it")
         if it.prompt_len < 0:

@@ -54,7 +54,7 @@ class WorkerInfo(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., epoch: _Optional[str] = ..., model_name: _Optional[str] = ..., model_path: _Optional[str] = ..., n_layer: _Optional[int] = ..., n_head: _Optional[int] = ..., kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., n_embd: _Optional[int] = ..., n_positions: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., dtype: _Optional[str] = ..., kv_bytes_per_token: _Optional[int] = ..., capacity_tokens: _Optional[int] = ..., page_size: _Optional[int] = ..., pool_slots: _Optional[int] = ..., device: _Optional[str] = ..., attention_backend: _Optional[str] = ...) -> None: ...
 
 class ForwardItem(_message.Message):
-    __slots__ = ("request_id", "input_ids", "position_start", "slot_ids", "has_prefix", "prefix_slot_ids", "prefix_token_ids", "sampling", "sample", "return_logprob", "top_logprobs_num", "return_prompt_logprobs", "prompt_len", "decode_steps", "stop_token_ids")
+    __slots__ = ("request_id", "input_ids", "position_start", "slot_ids", "has_prefix", "prefix_slot_ids", "prefix_token_ids", "sampling", "sample", "return_logprob", "top_logprobs_num", "return_prompt_logprobs", "prompt_len", "decode_steps", "stop_token_ids", "input_from_last_sample")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     POSITION_START_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,7 @@ class ForwardItem(_message.Message):
     PROMPT_LEN_FIELD_NUMBER: _ClassVar[int]
     DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FROM_LAST_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     input_ids: _containers.RepeatedScalarFieldContainer[int]
     position_start: int
@@ -85,18 +86,23 @@ class ForwardItem(_message.Message):
     prompt_len: int
     decode_steps: int
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., position_start: _Optional[int] = ..., slot_ids: _Optional[_Iterable[int]] = ..., has_prefix: _Optional[bool] = ..., prefix_slot_ids: _Optional[_Iterable[int]] = ..., prefix_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., sample: _Optional[bool] = ..., return_logprob: _Optional[bool] = ..., top_logprobs_num: _Optional[int] = ..., return_prompt_logprobs: _Optional[bool] = ..., prompt_len: _Optional[int] = ..., decode_steps: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    input_from_last_sample: bool
+    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., position_start: _Optional[int] = ..., slot_ids: _Optional[_Iterable[int]] = ..., has_prefix: _Optional[bool] = ..., prefix_slot_ids: _Optional[_Iterable[int]] = ..., prefix_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., sample: _Optional[bool] = ..., return_logprob: _Optional[bool] = ..., top_logprobs_num: _Optional[int] = ..., return_prompt_logprobs: _Optional[bool] = ..., prompt_len: _Optional[int] = ..., decode_steps: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., input_from_last_sample: _Optional[bool] = ...) -> None: ...
 
 class ForwardRequest(_message.Message):
-    __slots__ = ("expected_epoch", "items")
+    __slots__ = ("expected_epoch", "items", "seq", "after_seq")
     EXPECTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     expected_epoch: str
     items: _containers.RepeatedCompositeFieldContainer[ForwardItem]
-    def __init__(self, expected_epoch: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ForwardItem, _Mapping]]] = ...) -> None: ...
+    seq: int
+    after_seq: int
+    def __init__(self, expected_epoch: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ForwardItem, _Mapping]]] = ..., seq: _Optional[int] = ..., after_seq: _Optional[int] = ...) -> None: ...
 
 class ForwardResult(_message.Message):
-    __slots__ = ("request_id", "sampled", "next_token_id", "logprob", "top_logprobs", "prompt_logprobs", "prompt_top_logprobs", "next_token_ids", "logprobs")
+    __slots__ = ("request_id", "sampled", "next_token_id", "logprob", "top_logprobs", "prompt_logprobs", "prompt_top_logprobs", "next_token_ids", "logprobs", "skipped")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_FIELD_NUMBER: _ClassVar[int]
     NEXT_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +112,7 @@ class ForwardResult(_message.Message):
     PROMPT_TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     NEXT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     sampled: bool
     next_token_id: int
@@ -115,7 +122,8 @@ class ForwardResult(_message.Message):
     prompt_top_logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopLogprobs]
     next_token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, request_id: _Optional[str] = ..., sampled: _Optional[bool] = ..., next_token_id: _Optional[int] = ..., logprob: _Optional[float] = ..., top_logprobs: _Optional[_Union[_common_pb2.TopLogprobs, _Mapping]] = ..., prompt_logprobs: _Optional[_Iterable[float]] = ..., prompt_top_logprobs: _Optional[_Iterable[_Union[_common_pb2.TopLogprobs, _Mapping]]] = ..., next_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
+    skipped: bool
+    def __init__(self, request_id: _Optional[str] = ..., sampled: _Optional[bool] = ..., next_token_id: _Optional[int] = ..., logprob: _Optional[float] = ..., top_logprobs: _Optional[_Union[_common_pb2.TopLogprobs, _Mapping]] = ..., prompt_logprobs: _Optional[_Iterable[float]] = ..., prompt_top_logprobs: _Optional[_Iterable[_Union[_common_pb2.TopLogprobs, _Mapping]]] = ..., next_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., skipped: _Optional[bool] = ...) -> None: ...
 
 class ForwardResponse(_message.Message):
     __slots__ = ("results", "forward_seconds")
