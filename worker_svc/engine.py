@@ -38,6 +38,7 @@ from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.multistep import run_multistep
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
+from worker_svc.step_feed import to_device
 from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
 
@@ -168,7 +169,8 @@ class Engine:
 
     def step_inputs(self, its: Sequence[ForwardItem]) -> torch.Tensor:
         """Step-0 input of each decode item (multi-step decode): int64 [len(its)] on the device."""
-        return torch.tensor([self.item_inputs(it)[0] for it in its], dtype=torch.long).to(self.device)
+        ids = np.fromiter((self.item_inputs(it)[0] for it in its), dtype=np.int64, count=len(its))
+        return to_device(ids, self.device)  # through pinned memory: a pageable copy would wait for the GPU
 
     def keep_last_token(self, it: ForwardItem, token_id: int) -> None:
         """Records the token the item sampled last (call after its commit): the input of a later

@@ -48,18 +48,18 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
     its = [items[b] for b in order]
     ks = [it.decode_steps for it in its]
     steps = ks[0]
-    tables = []  # per row: prefix slots + all its new slots (views give each step's table, no copies)
-    for it in its:
-        prefix = (np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
-                  else engine.requests[it.request_id].slots.view())
-        tables.append((np.concatenate([prefix, np.asarray(it.slot_ids, dtype=np.int32)]), len(prefix)))
+    prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
+                else engine.requests[it.request_id].slots.view() for it in its]  # K/V before this Forward
     cur = engine.step_inputs(its)  # [B] int64 on the device: inputs of this step
     want_lp = any(it.return_logprob for it in its)
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
     lps = torch.zeros((steps, len(its)), dtype=torch.float32, device=dev) if want_lp else None
-    feed = None  # CUDA graphs: every step's metadata is built on the device (worker_svc/step_feed.py)
+    feed = tables = None
     if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
-        feed = StepFeed([t for t, _ in tables], [p for _, p in tables], ks, dev)
+        # CUDA graphs: every step's metadata is built on the device (worker_svc/step_feed.py)
+        feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev)
+    else:  # per row: prefix slots + all its new slots (views give each step's table, no copies)
+        tables = [(np.concatenate([p, np.asarray(it.slot_ids, dtype=np.int32)]), len(p)) for p, it in zip(prefixes, its)]
     for j in range(steps):
         n = sum(k > j for k in ks)
         ids = cur[:n]

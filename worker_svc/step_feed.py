@@ -43,28 +43,33 @@ class StepFeed:
     """The decode metadata of one Forward: rows ordered by steps (largest first), so step j runs rows
     ``[0, n_j)``.
 
-    ``tables[b]``: int32 slot table of row b, prefix then its ``ks[b]`` new slots; ``prefix_lens[b]``: tokens
-    with K/V before this Forward (row b's step-0 input is at that position). Raises ValueError when a table is
-    shorter than prefix + steps or the steps are not in non-increasing order.
+    ``prefix_tables[b]``: int32 slots of row b's tokens with K/V before this Forward (its step-0 input is at
+    position ``len(prefix_tables[b])``); ``new_slots[b]``: its ``ks[b]`` new slots, one per step. Raises
+    ValueError when a row has not one new slot per step or the steps are not >= 1 and non-increasing.
     """
 
-    def __init__(self, tables: Sequence[np.ndarray], prefix_lens: Sequence[int], ks: Sequence[int],
+    def __init__(self, prefix_tables: Sequence[np.ndarray], new_slots: Sequence[Sequence[int]], ks: Sequence[int],
                  device: torch.device):
-        if any(len(t) != p + k for t, p, k in zip(tables, prefix_lens, ks)):
-            raise ValueError("each table must hold its prefix and one slot per step")
+        if any(len(s) != k for s, k in zip(new_slots, ks)) or len(new_slots) != len(ks):
+            raise ValueError("each row needs one new slot per step")
         if any(a < b for a, b in zip(ks, ks[1:])) or (ks and ks[-1] < 1):
             raise ValueError(f"steps must be >= 1 and non-increasing, got {list(ks)}")
         self.device = device
         self.ks = list(ks)
-        self.prefix_lens = np.asarray(prefix_lens, dtype=np.int64)
-        lens = np.asarray([len(t) for t in tables], dtype=np.int64)
-        base = np.zeros(len(tables), dtype=np.int64)
+        self.prefix_lens = np.fromiter((len(t) for t in prefix_tables), dtype=np.int64, count=len(ks))
+        lens = self.prefix_lens + np.asarray(ks, dtype=np.int64)
+        base = np.zeros(len(ks), dtype=np.int64)
         np.cumsum(lens[:-1], out=base[1:])
-        flat = np.concatenate(tables).astype(np.int32) if tables else np.zeros(0, dtype=np.int32)
         steps = max(ks) if ks else 0
-        new = np.zeros((len(tables), max(steps, 1)), dtype=np.int64)  # [B, K]: row b's slot of step j
-        for b, (t, p, k) in enumerate(zip(tables, prefix_lens, ks)):
-            new[b, :k] = t[p:p + k]
+        if ks and ks[-1] == steps:  # the usual case: every row runs every step
+            new = np.asarray(new_slots, dtype=np.int64).reshape(len(ks), steps)
+        else:
+            new = np.zeros((len(ks), max(steps, 1)), dtype=np.int64)  # [B, K]: row b's slot of step j
+            for b, (sl, k) in enumerate(zip(new_slots, ks)):
+                new[b, :k] = sl
+        # row b's full table (prefix, then its new slots) at flat[base[b] : base[b] + lens[b]]
+        parts = [x for t, row, k in zip(prefix_tables, new, ks) for x in (t, row[:k])]
+        flat = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, dtype=np.int32)
         self.flat = to_device(flat, device)                         # int32 [sum len]
         self.row_base = to_device(base, device)                     # int64 [B]
         self.positions0 = to_device(self.prefix_lens, device)       # int64 [B]

@@ -31,7 +31,8 @@ def batches(draw):
 @given(batches(), st.integers(0, 3))
 def test_every_step_matches_the_host_layout(batch, extra_rows):
     tables, prefix_lens, ks = batch
-    feed = StepFeed(tables, prefix_lens, ks, torch.device("cpu"))
+    feed = StepFeed([t[:p] for t, p in zip(tables, prefix_lens)], [tuple(t[p:]) for t, p in zip(tables, prefix_lens)], ks,
+                    torch.device("cpu"))
     for j in range(ks[0]):
         n = feed.active(j)
         size = n + extra_rows
@@ -46,19 +47,28 @@ def test_every_step_matches_the_host_layout(batch, extra_rows):
         assert indptr.dtype == torch.int32 and indices.dtype == torch.int32
 
 
-def test_rejects_tables_that_do_not_hold_every_step():
-    with pytest.raises(ValueError, match="one slot per step"):
-        StepFeed([np.asarray([1, 2], dtype=np.int32)], [1], [2], torch.device("cpu"))
+def test_rejects_rows_without_one_new_slot_per_step():
+    with pytest.raises(ValueError, match="one new slot per step"):
+        StepFeed([np.asarray([1], dtype=np.int32)], [(2,)], [2], torch.device("cpu"))
 
 
 def test_rejects_steps_not_sorted_largest_first():
-    tables = [np.asarray([1, 2], dtype=np.int32), np.asarray([3, 4, 5], dtype=np.int32)]
     with pytest.raises(ValueError, match="non-increasing"):
-        StepFeed(tables, [1, 1], [1, 2], torch.device("cpu"))
+        StepFeed([np.asarray([1], dtype=np.int32)] * 2, [(2,), (3, 4)], [1, 2], torch.device("cpu"))
 
 
 def test_bucket_smaller_than_the_active_rows_is_an_error():
-    feed = StepFeed([np.asarray([1, 2], dtype=np.int32), np.asarray([3, 4], dtype=np.int32)], [1, 1], [1, 1],
+    feed = StepFeed([np.asarray([1], dtype=np.int32), np.asarray([3], dtype=np.int32)], [(2,), (4,)], [1, 1],
                     torch.device("cpu"))
     with pytest.raises(ValueError, match="more than the bucket"):
         feed.step(0, 1)
+
+
+def test_flashinfer_decode_max_shim_gives_the_builtin_value():
+    """The ``max`` installed in flashinfer's decode module equals the builtin for the calls it sees."""
+    from worker_svc.attention.flashinfer_backend import _tensor_aware_max
+
+    lens = torch.tensor([5, 1152, 7], dtype=torch.int32)
+    assert _tensor_aware_max(lens).item() == max(lens).item() == 1152
+    assert _tensor_aware_max(3, 9, 4) == 9
+    assert _tensor_aware_max([2, 8], default=0) == 8
