@@ -354,7 +354,11 @@ def hf_table(hf: dict, phases: dict) -> list[str]:
     rows = ["transformers baselines (same GPU, same checkpoint and lengths):"]
     for name, b in hf.get("baselines", {}).items():
         if b.get("ok"):
-            extra = f", compile {b['compile_seconds']} s" if "compile_seconds" in b else ""
+            extra = ""
+            if "compile_seconds" in b:  # static_compiled: what torch.compile did (recompiles in the timed run, CUDA graphs skipped)
+                w, t = b["dynamo_warmup"], b["dynamo_timed"]
+                extra = (f", compile {b['compile_seconds']} s, graphs {w['unique_graphs']}+{t['unique_graphs']} timed, "
+                         f"breaks {w['graph_breaks'] + t['graph_breaks']}, cudagraph skips {w['cudagraph_skips'] + t['cudagraph_skips']}")
             rows.append(f"  {name:<22}{b['output_tok_s']:>10.1f} tok/s  ({b['batch']} x {b['input_len']} in x "
                         f"{b['output_len']} out, {b['dtype']}, {b['seconds']} s{extra}; transformers {b['transformers']})")
         else:

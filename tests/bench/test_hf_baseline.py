@@ -131,13 +131,16 @@ def test_cli_failure_is_a_typed_error(tmp_path):
 def test_serve_bench_ratios_over_each_baseline():
     ok = {"ok": True, "output_tok_s": 2000.0, "batch": 64, "input_len": 1024, "output_len": 256, "dtype": "bfloat16",
           "seconds": 8.2, "transformers": "5.17.0"}
+    counts = {"graph_breaks": 0, "unique_graphs": 2, "calls_captured": 900, "cudagraph_skips": 1}
     hf = {"reference_tok_s": serve_bench.HF_REFERENCE_TOK_S, "copy_bandwidth_Bps": 4e12, "copy_bandwidth_from": "x",
-          "baselines": {"static_compiled": {**ok, "output_tok_s": 6400.0, "compile_seconds": 40.0},
+          "baselines": {"static_compiled": {**ok, "output_tok_s": 6400.0, "compile_seconds": 40.0, "dynamo_warmup": counts,
+                                            "dynamo_timed": {**counts, "unique_graphs": 0}},
                         "static_dynamic_cache": ok,
                         "generate_batch_64": {"ok": False, "error": {"type": "TimeoutExpired", "message": "late"}}}}
     over = serve_bench.over_baselines(12800.0, hf)
     assert over == {"static_compiled": 2.0, "static_dynamic_cache": 6.4, "generate_batch_64": None, "reference": 2.0}
     lines = serve_bench.hf_table(hf, {"c64": {"ok": 128, "output_tok_s": 12800.0, "over_hf": over}})
     assert any("TimeoutExpired: late" in ln for ln in lines)
+    assert any("compile 40.0 s, graphs 2+0 timed, breaks 0, cudagraph skips 2" in ln for ln in lines)
     row = next(ln for ln in lines if ln.split()[:1] == ["c64"])
     assert row.split() == ["c64", "12800.0", "2.00", "6.40", "n/a", "2.00"]
