@@ -33,6 +33,7 @@ HELP = {
     "policy": "waiting-queue order: fcfs or lpm (longest prefix match first)",
     "progress_timeout": "seconds without a completed batch, while work waits, before the scheduler is NOT_SERVING",
     "lease_seconds": "the scheduler's session lease at the cache, in seconds",
+    "overlap": "overlapped decode (the scheduler sends decode Forward N+1 before processing N); false: --no-overlap",
     "api_key": "require 'Authorization: Bearer KEY' at the gateway (also read from CODESERVE_API_KEY)",
 }
 
@@ -62,7 +63,16 @@ class StackConfig:
     policy: str = "fcfs"
     progress_timeout: float = 30.0
     lease_seconds: float = 30.0
+    overlap: bool = True
     api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        """``overlap`` given as text (the launcher's flags are strings): true/false, yes/no, 1/0, on/off."""
+        if isinstance(self.overlap, str):
+            words = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False, "off": False}
+            if self.overlap.lower() not in words:
+                raise ValueError(f"overlap must be true or false, got {self.overlap!r}")
+            object.__setattr__(self, "overlap", words[self.overlap.lower()])
 
     @classmethod
     def from_yaml(cls, path: pathlib.Path, **overrides: object) -> "StackConfig":
@@ -105,6 +115,6 @@ def commands(cfg: StackConfig, model_path: str, python: str = sys.executable) ->
                       "--max-running-requests", str(cfg.max_running_requests), "--chunk-size", str(cfg.chunk_size),
                       "--policy", cfg.policy, "--max-queued-requests", str(cfg.max_queued_requests),
                       "--max-queued-tokens", str(cfg.max_queued_tokens),
-                      "--progress-timeout", f"{cfg.progress_timeout:g}"],
+                      "--progress-timeout", f"{cfg.progress_timeout:g}"] + ([] if cfg.overlap else ["--no-overlap"]),
         "gateway": gateway,
     }

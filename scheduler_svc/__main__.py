@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--drain-seconds", type=float, default=5.0)
     p.add_argument("--decode-steps", type=int, default=0,
                    help="decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise")
+    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                   help="overlapped decode: in steady decode send Forward N+1 before processing N's reply")
     args = p.parse_args(argv)
     if args.max_queued_tokens < 0:
         p.error("--max-queued-tokens must be >= 0 (0 = no bound)")
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                           chunk_size=args.chunk_size, policy=args.policy, max_queued_requests=args.max_queued_requests,
                           progress_timeout=args.progress_timeout,
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
-                          decode_steps=max(args.decode_steps, 1))
+                          decode_steps=max(args.decode_steps, 1), overlap=args.overlap)
     from scheduler_svc.worker_client import WorkerClient
 
     sched = Scheduler(CacheClient(args.cache, args.pool_id), WorkerClient(args.worker), cfg, log)
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     names = ["", SERVICE_NAME]
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
-             decode_steps=sched.cfg.decode_steps)
+             decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

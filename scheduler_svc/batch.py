@@ -12,7 +12,9 @@ from scheduler_svc.request import Req
 class Entry:
     """One request in a batch: tokens ``all_ids[start:start+n]`` are written at ``slot_ids`` (len n);
     ``sample``: a next token is sampled (False for a non-final prefill chunk). ``steps`` > 1: a multi-step
-    decode entry (n = 1 input token, ``steps`` slots; the worker writes K/V for as many tokens as it returns)."""
+    decode entry (n = 1 input token, ``steps`` slots; the worker writes K/V for as many tokens as it returns).
+    ``from_last``: an overlapped decode entry sent before the previous Forward's reply: its input is the token
+    the worker sampled last (not known here yet) and ``start`` is the predicted position."""
 
     req: Req
     start: int
@@ -20,6 +22,7 @@ class Entry:
     slot_ids: tuple[int, ...]
     sample: bool
     steps: int = 1
+    from_last: bool = False
 
 
 @dataclass(frozen=True)
@@ -33,21 +36,24 @@ class Batch:
 def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
     """The worker's view of an entry. When the worker does not know the request yet (first chunk of an
     admission), the item carries the locked prefix (slots and token ids, length ``start``). ``stop_token_ids``:
-    where the worker ends a multi-step entry early.
+    where the worker ends a multi-step entry early and marks the request stopped.
     Raises ValueError when the entry is inconsistent (slots vs tokens, prefix vs position)."""
     req = e.req
     total = len(req.prompt_ids) + len(req.output_ids)
-    if len(e.slot_ids) != max(e.n, e.steps) or e.n <= 0 or e.start + e.n > total or (e.steps > 1 and e.n != 1):
-        raise ValueError(f"{req.rid}: entry start={e.start} n={e.n} slots={len(e.slot_ids)} tokens={total}")
+    if (len(e.slot_ids) != max(e.n, e.steps) or e.n <= 0 or (e.start + e.n > total and not e.from_last)
+            or (e.steps > 1 and e.n != 1) or (e.from_last and (e.n != 1 or not req.worker_knows))):
+        raise ValueError(f"{req.rid}: entry start={e.start} n={e.n} slots={len(e.slot_ids)} tokens={total} "
+                         f"from_last={e.from_last} worker_knows={req.worker_knows}")
     p = req.params
     item = worker_pb2.ForwardItem(
-        request_id=req.rid, input_ids=req.ids_between(e.start, e.start + e.n), position_start=e.start, slot_ids=e.slot_ids,
+        request_id=req.rid, input_ids=() if e.from_last else req.ids_between(e.start, e.start + e.n),
+        position_start=e.start, slot_ids=e.slot_ids, input_from_last_sample=e.from_last,
         sampling=p.sampling, sample=e.sample, return_logprob=p.return_logprob and e.sample,
         top_logprobs_num=p.top_logprobs_num,
         return_prompt_logprobs=req.wants_prompt_logprobs, prompt_len=len(req.prompt_ids))
+    item.stop_token_ids.extend(stop_token_ids)
     if e.steps > 1:
         item.decode_steps = e.steps
-        item.stop_token_ids.extend(stop_token_ids)
     if not req.worker_knows:
         if len(req.prefix_slot_ids) != e.start:
             raise ValueError(f"{req.rid}: prefix of {len(req.prefix_slot_ids)} slots for position {e.start}")

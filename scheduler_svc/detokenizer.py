@@ -53,6 +53,20 @@ class IncrementalDetokenizer:
         self._prefix, self._read = self._read, len(self._ids)
         return delta
 
+    @property
+    def holding(self) -> bool:
+        """True when pushed ids are not emitted yet (their text ends in an incomplete character)."""
+        return self._read < len(self._ids)
+
+    def mark(self) -> tuple[int, int, int]:
+        """A point to ``rewind`` to (pushes after it are undone)."""
+        return len(self._ids), self._prefix, self._read
+
+    def rewind(self, mark: tuple[int, int, int]) -> None:
+        """Undoes the pushes made since ``mark``."""
+        n, self._prefix, self._read = mark
+        del self._ids[n:]
+
     def flush(self) -> str:
         """Returns the text still held back (an incomplete character at the end decodes as U+FFFD)."""
         prefix_text = self._decode(self._ids[self._prefix:self._read])

@@ -11,7 +11,7 @@ admission and the running set has room, so a new arrival waits one step, not K, 
 
 from __future__ import annotations
 
-from scheduler_svc.request import Req, State
+from scheduler_svc.request import Req
 
 
 def multistep_eligible(req: Req) -> bool:
@@ -40,12 +40,6 @@ def apply_tokens(req: Req, start: int, tokens, logprobs) -> int:
     """Feeds the tokens of a multi-step result (K/V written for ``len(tokens)`` tokens from position
     ``start``) to the request's stream until it finishes, as one message; later tokens are discarded. Sets ``kv_len`` to
     the written tokens that are part of the request (never past its last token). Returns tokens accepted."""
-    accepted = 0
-    for i, t in enumerate(tokens):
-        req.stream.on_token(t, logprobs[i] if i < len(logprobs) else 0.0, None, defer=True)
-        accepted += 1
-        if req.state == State.FINISHED:
-            break
-    req.stream.flush()  # one stream message per request per Forward
+    accepted = req.stream.on_tokens(tokens, logprobs)  # one stream message per request per Forward
     req.kv_len = start + min(len(tokens), accepted + 1)
     return accepted

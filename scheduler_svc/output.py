@@ -79,6 +79,63 @@ class OutputStream:
         req.state = State.FINISHED
         self._final = msg
 
+    def on_tokens(self, token_ids, logprobs) -> int:
+        """A multi-step result in one go: appends the tokens up to the one that finishes the request (a stop
+        token id, max_new_tokens, or a stop string), streams them as one message (or keeps it as the last
+        message when finished) and returns how many were accepted. One detokenizer call and one stop-string
+        check for all of them; when a stop string matches among them, the tokens are replayed one by one to
+        find the token that completed it (same result as ``on_token`` per token). ``logprobs``: one per
+        token (used with return_logprob; may be empty otherwise)."""
+        req, p = self.req, self.req.params
+        cut = min(len(token_ids), req.remaining_new_tokens)
+        if self._pending is not None or p.top_logprobs_num > 0 or cut <= 0:
+            return self._one_by_one(token_ids, logprobs)
+        stop_tok = next((i for i in range(cut) if (token_ids[i] == self.eos and not p.ignore_eos)
+                         or token_ids[i] in p.stop_token_ids), None)
+        if stop_tok is not None:
+            cut = stop_tok + 1
+        marks = self.detok.mark(), self.stops.mark()
+        result = self.stops.push(self.detok.push(list(token_ids[: cut if stop_tok is None else stop_tok])))
+        if result.matched is not None or (self.stops.active and self.detok.holding):
+            # which token completed the stop string (or might have, in text held back): replay one by one
+            self.detok.rewind(marks[0])
+            self.stops.rewind(marks[1])
+            return self._one_by_one(token_ids, logprobs)
+        accepted = list(token_ids[:cut])
+        req.output_ids.extend(accepted)
+        lps = [logprobs[i] if i < len(logprobs) else 0.0 for i in range(cut)] if p.return_logprob else []
+        req.output_logprobs.extend(lps)
+        text = result.text
+        if stop_tok is not None:
+            req.finish, req.matched_stop = Finish.STOP, str(accepted[-1])
+        elif req.remaining_new_tokens <= 0:
+            req.finish = Finish.LENGTH
+        if req.finish is not None:
+            text += self._drain()
+        msg = self._message()
+        msg.token_ids.extend(accepted)
+        msg.text = text
+        msg.logprobs.extend(lps)
+        req.sent_tokens = len(req.output_ids)
+        if req.finish is None:
+            req.out.put(msg)
+            return cut
+        self._finish_fields(msg)
+        req.state = State.FINISHED
+        self._final = msg
+        return cut
+
+    def _one_by_one(self, token_ids, logprobs) -> int:
+        """``on_token`` per token until the request finishes, as one message; returns tokens accepted."""
+        accepted = 0
+        for i, t in enumerate(token_ids):
+            self.on_token(t, logprobs[i] if i < len(logprobs) else 0.0, None, defer=True)
+            accepted += 1
+            if self.req.state == State.FINISHED:
+                break
+        self.flush()  # one stream message per request per Forward
+        return accepted
+
     @staticmethod
     def _merge(first: scheduler_pb2.GenerateResponse, later: scheduler_pb2.GenerateResponse) -> scheduler_pb2.GenerateResponse:
         """One message with ``first``'s tokens, text and logprobs followed by ``later``'s (prompt facts of

@@ -1,5 +1,7 @@
 """The scheduling loop: admit -> build a batch (extend first, decode otherwise) -> Worker.Forward ->
-process results -> cache and release finished requests. One thread runs it and owns all request state."""
+process results -> cache and release finished requests. One thread runs it and owns all request state.
+With ``overlap`` (default) steady decode is pipelined: Forward N+1 is sent before N's reply is processed
+(``scheduler_svc/overlap.py``)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from scheduler_svc.batch import Batch, Entry, forward_item, slots_by_request
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.errors import AllocationFailed, DependencyUnavailable, SessionLost, WorkerEpochChanged
 from scheduler_svc.intake import Intake
-from scheduler_svc.multistep import apply_tokens, steps_for, stop_ids
+from scheduler_svc.multistep import apply_tokens, multistep_eligible, steps_for, stop_ids
+from scheduler_svc.overlap import InFlight, can_chain, continuation, continuation_batch
 from scheduler_svc.policy import order_waiting, retract_victim
 from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.worker_client import WorkerClient
@@ -36,6 +39,7 @@ class SchedulerConfig:
     owner: str = "scheduler-0"
     lease_seconds: float = 30.0
     decode_steps: int = 1  # > 1: multi-step decode, up to this many steps per Forward (scheduler_svc/multistep.py)
+    overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/overlap.py)
 
 
 class Scheduler:
@@ -60,9 +64,19 @@ class Scheduler:
         self.capacity = 0
         self.last_batch_at = time.monotonic()
         self.snapshot = (0, 0, 0)  # (running, waiting, waiting tokens), published by the loop every round
+        self._inflight: InFlight | None = None  # overlapped decode: the Forward sent and not yet processed
+        self._zombies: list[Req] = []  # finished (end streamed) but in the in-flight Forward: released after it
+        self._alloc_s = 0.0  # seconds of the last decode batch's Cache.Allocate
+        self._seq = time.time_ns() // 1000  # Forward seq, unique per worker epoch across scheduler restarts
+        # Decode rounds, cumulative seconds (logged by loop_stats; bench/ derives the outside share):
+        # wall = the loop's time in decode rounds; alloc = Cache.Allocate; rpc = sending Forward and waiting
+        # for its reply (with overlap: only the wait left after the loop's own work); process = results.
+        # chained: Forwards sent before the previous reply was processed; dropped: results of requests that
+        # had finished in the previous Forward (sent ahead for them, then dropped).
         self.stats = dict(batches=0, prefix_query=0, prefix_hit=0, prompt_tokens=0, generation_tokens=0,
                           retractions=0, decode_batches=0, decode_steps=0, decode_wall_seconds=0.0,
-                          decode_forward_seconds=0.0)
+                          decode_forward_seconds=0.0, decode_alloc_seconds=0.0, decode_rpc_seconds=0.0,
+                          decode_process_seconds=0.0, decode_chained=0, decode_dropped=0)
 
     # ---- thread-safe API -------------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
@@ -112,6 +126,7 @@ class Scheduler:
     def _resync(self) -> None:
         """After a worker restart, a lost session or an outage: drop worker state, reconnect, requeue
         every running request at the front (it is recomputed; its output so far is kept)."""
+        self._drop_inflight()
         rids = self._orphans + [r.rid for r in self.running if r.worker_knows]
         self.connect()  # raises while the cache or the worker is still down
         self.worker.release(rids)  # same epoch: drop its slot tables; new epoch: it knows none of them
@@ -154,26 +169,112 @@ class Scheduler:
         self._fail_all(grpc.StatusCode.UNAVAILABLE, f"scheduler stopped: {self.stopped_reason}")
 
     def step(self) -> bool:
-        """One round. Returns False when there was nothing to run."""
+        """One round. Returns False when there was nothing to run. With a Forward in flight: chain the next
+        one in steady decode, or drain it and take the synchronous path."""
         self._intake()
-        self._apply_aborts()
         self._renew_session()
+        drained = False
+        if self._inflight is not None:
+            if can_chain(self._inflight.batch, self.running, len(self.waiting), self.cfg.max_running_requests):
+                self._chain()
+                self._apply_aborts(running=False)
+                self._publish()
+                return True
+            self._drain()
+            drained = True
+        self._apply_aborts()
         t0 = time.perf_counter()
         batch = self._extend_batch() or self._decode_batch()
         self._publish()
         if batch is None:
-            return False
-        eos = self.info.eos_token_id
-        reply = self.worker.forward([forward_item(e, stop_ids(e.req, eos) if e.steps > 1 else ()) for e in batch.entries])
+            return drained
+        if batch.kind == "decode" and self.cfg.overlap:
+            self._inflight = self._send(batch)
+            self.stats["decode_rpc_seconds"] += time.perf_counter() - t0 - self._alloc_s
+            self.stats["decode_wall_seconds"] += time.perf_counter() - t0
+            return True
+        t1 = time.perf_counter()
+        self._seq += 1
+        reply = self.worker.forward(self._items(batch), seq=self._seq)
+        t2 = time.perf_counter()
         self._process(batch, reply)
         self._publish()
         if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
-            st = self.stats
-            st["decode_batches"] += 1
-            st["decode_steps"] += max(e.steps for e in batch.entries)
-            st["decode_wall_seconds"] += time.perf_counter() - t0
-            st["decode_forward_seconds"] += reply.forward_seconds
+            self._decode_stats(batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
         return True
+
+    # ---- overlapped decode -----------------------------------------------------------------------------
+    def _items(self, batch: Batch) -> list:
+        eos = self.info.eos_token_id
+        return [forward_item(e, stop_ids(e.req, eos) if e.sample else ()) for e in batch.entries]
+
+    def _send(self, batch: Batch, after_seq: int = 0) -> InFlight:
+        self._seq += 1
+        return InFlight(batch, self.worker.forward_async(self._items(batch), self._seq, after_seq), self._seq)
+
+    def _chain(self) -> None:
+        """Steady decode: allocate and send Forward N+1 (after N), then wait for and process N. An Allocate
+        failure sends nothing (the next round drains and the synchronous path retracts)."""
+        t0 = time.perf_counter()
+        cur = self._inflight
+        plan = continuation(cur.batch, self.cfg.decode_steps)
+        nxt = None
+        if plan:
+            try:
+                reply = self.cache.allocate([(e.req.rid, k) for e, k in plan])
+            except AllocationFailed as exc:
+                self.log.info("overlap_allocation_failed", error=str(exc), running=len(plan))
+                reply = None
+            if reply is not None:
+                batch = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
+                for _ in range(max(k for _, k in plan)):
+                    self.ratio.on_decode_step()
+                t_alloc = time.perf_counter()
+                nxt = self._send(batch, after_seq=cur.seq)
+                self.stats["decode_alloc_seconds"] += t_alloc - t0
+                self.stats["decode_chained"] += 1
+        t1 = time.perf_counter()
+        try:
+            reply = cur.pending.result()
+        except BaseException:
+            if nxt is not None:
+                nxt.pending.cancel()
+            raise
+        self._inflight = nxt
+        t2 = time.perf_counter()
+        self._process(cur.batch, reply)
+        self._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
+
+    def _drain(self) -> None:
+        """Waits for the in-flight Forward and processes it (nothing new is sent)."""
+        t0 = time.perf_counter()
+        cur = self._inflight
+        reply = cur.pending.result()
+        self._inflight = None
+        t1 = time.perf_counter()
+        self._process(cur.batch, reply)
+        self._publish()
+        self._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t1 - t0, process=time.perf_counter() - t1)
+
+    def _drop_inflight(self) -> None:
+        """After a dependency error: forget the in-flight Forward (its requests are requeued by the resync)
+        and hand finished-but-unreleased requests to the orphans (the new session frees their slots)."""
+        if self._inflight is not None:
+            self._inflight.pending.cancel()
+            self._inflight = None
+        for req in self._zombies:
+            self._orphans.append(req.rid)
+            self._forget(req)
+        self._zombies = []
+
+    def _decode_stats(self, batch: Batch, reply, wall: float, rpc: float, process: float) -> None:
+        st = self.stats
+        st["decode_batches"] += 1
+        st["decode_steps"] += max(e.steps for e in batch.entries)
+        st["decode_wall_seconds"] += wall
+        st["decode_forward_seconds"] += reply.forward_seconds
+        st["decode_rpc_seconds"] += rpc
+        st["decode_process_seconds"] += process
 
     def _on_dependency_error(self, exc: Exception) -> None:
         now = time.monotonic()
@@ -189,6 +290,7 @@ class Scheduler:
         self._stop.wait(min(2.0, 0.1 * 2 ** min(int(down), 5)) if isinstance(exc, DependencyUnavailable) else 0)
 
     def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
+        self._drop_inflight()
         self._orphans += [r.rid for r in self.running if r.worker_knows]
         for req in list(self.waiting) + self.running + self.intake.take():
             if req.stream.has_final:
@@ -210,17 +312,20 @@ class Scheduler:
         self.intake.forget(req)
 
     def _publish(self) -> None:
-        self.snapshot = (len(self.running), len(self.waiting), sum(len(r.prompt_ids) + len(r.output_ids)
-                                                                    for r in self.waiting))
+        """Running counts finished requests not yet released (overlap) too: idle means the pool is settled."""
+        self.snapshot = (len(self.running) + len(self._zombies), len(self.waiting),
+                         sum(len(r.prompt_ids) + len(r.output_ids) for r in self.waiting))
 
     def _renew_session(self) -> None:
         if time.monotonic() - self._last_renew >= self.cfg.lease_seconds / 3:
             self.cache.renew_session()
             self._last_renew = time.monotonic()
 
-    def _apply_aborts(self) -> None:
+    def _apply_aborts(self, running: bool = True) -> None:
+        """Frees aborted requests; ``running=False`` (a Forward in flight holds the running ones) only
+        the waiting ones."""
         waiting_aborted = [r for r in self.waiting if r.abort_requested]
-        running_aborted = [r for r in self.running if r.abort_requested]
+        running_aborted = [r for r in self.running if r.abort_requested] if running else []
         if running_aborted:  # never insert unwritten KV: release, not cache
             self.cache.release_requests([r.rid for r in running_aborted])
             self.worker.release([r.rid for r in running_aborted if r.worker_knows])
@@ -329,9 +434,13 @@ class Scheduler:
     def _decode_batch(self) -> Batch | None:
         decoding = [r for r in self.running if r.state == State.DECODE]
         admitting = self.waiting and len(self.running) < self.cfg.max_running_requests
-        max_steps = 1 if admitting else self.cfg.decode_steps
+        # one step while requests wait with room, or when one request needs per-step host work (the worker
+        # takes a multi-step batch only of multi-step eligible items)
+        max_steps = 1 if admitting or not all(multistep_eligible(r) for r in decoding) else self.cfg.decode_steps
+        self._alloc_s = 0.0
         while decoding:
             plan = [(r, steps_for(r, max_steps)) for r in decoding]
+            t0 = time.perf_counter()
             try:
                 reply = self.cache.allocate([(r.rid, k) for r, k in plan])
             except AllocationFailed as exc:
@@ -351,6 +460,8 @@ class Scheduler:
                 self._requeue(victim, cache_prefix=True)
                 continue
             slots = slots_by_request(reply, plan)
+            self._alloc_s = time.perf_counter() - t0
+            self.stats["decode_alloc_seconds"] += self._alloc_s
             for _ in range(max(k for _, k in plan)):
                 self.ratio.on_decode_step()
             return Batch("decode", tuple(Entry(r, r.kv_len, 1, slots[r.rid], True, steps=k) for r, k in plan))
@@ -380,6 +491,9 @@ class Scheduler:
 
     # ---- results ---------------------------------------------------------------------------------------
     def _process(self, batch: Batch, reply) -> None:
+        """Applies a Forward's results. Requests that finished while the previous Forward was processed
+        (zombies, in this one only to be dropped) are released now; requests that finish now and are in
+        the in-flight Forward become zombies (end streamed now, released after it)."""
         results = {r.request_id: r for r in reply.results}
         missing = [e.req.rid for e in batch.entries if e.req.rid not in results]
         if missing:
@@ -387,6 +501,12 @@ class Scheduler:
         finished: list[Req] = []
         for e in batch.entries:
             req, res = e.req, results[e.req.rid]
+            if req.state == State.FINISHED:  # a zombie: it ended in the previous Forward
+                self.stats["decode_dropped"] += 1
+                continue
+            if res.skipped:
+                raise RuntimeError(f"worker skipped {req.rid} (stopped at a stop token) but the scheduler "
+                                   f"has not seen it finish")
             req.worker_knows, req.prefix_slot_ids = True, []
             req.kv_len = e.start + (len(res.next_token_ids) if e.steps > 1 else e.n)
             if req.wants_prompt_logprobs:
@@ -414,17 +534,26 @@ class Scheduler:
                 finished.append(req)
         self.stats["batches"] += 1
         self.last_batch_at = time.monotonic()
-        if finished:
-            self._cache_finished(finished)
+        in_flight = {e.req.rid for e in self._inflight.batch.entries} if self._inflight is not None else set()
+        release = [r for r in finished if r.rid not in in_flight] + self._zombies
+        self._zombies = []
+        for req in finished:
+            self.running.remove(req)
+            if req.rid in in_flight:  # stream its end now; release after the in-flight Forward
+                req.stream.close()
+                self._zombies.append(req)
+        if release:
+            self._cache_finished(release)
 
     def _cache_finished(self, finished: list[Req]) -> None:
-        """Inserts each finished request's written tokens into the tree and releases it (cache and worker)."""
+        """Inserts each finished request's written tokens into the tree and releases it (cache and worker);
+        the ones not yet streamed end their stream. They are no longer in ``running``."""
         self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len], finished=True)
                                    for r in finished])
         self.worker.release([r.rid for r in finished])
         for req in finished:
-            self.running.remove(req)
-            req.stream.close()
+            if req.stream.has_final:
+                req.stream.close()
             self._forget(req)
             self.log.info("finished", rid=req.rid, reason=req.finish.value, prompt_tokens=len(req.prompt_ids),
                           cached_tokens=req.cached_tokens, output_tokens=len(req.output_ids),

@@ -52,6 +52,19 @@ class StopStringMatcher:
         self._held = buf[len(buf) - hold:] if hold else ""
         return StopResult(buf[: len(buf) - hold])
 
+    @property
+    def active(self) -> bool:
+        """True when there are stop strings to match."""
+        return bool(self._stops)
+
+    def mark(self) -> tuple[str, str | None]:
+        """A point to ``rewind`` to (pushes after it are undone)."""
+        return self._held, self.matched
+
+    def rewind(self, mark: tuple[str, str | None]) -> None:
+        """Undoes the pushes made since ``mark``."""
+        self._held, self.matched = mark
+
     def _hold_length(self, buf: str) -> int:
         """Longest suffix of ``buf`` that is a proper prefix of some stop string."""
         longest = 0

@@ -1,18 +1,45 @@
-"""Thin client of the worker service. Forward raises WorkerEpochChanged on FAILED_PRECONDITION."""
+"""Thin client of the worker service. Forward raises WorkerEpochChanged on FAILED_PRECONDITION; an
+overlapped Forward (``forward_async``) is answered through a ``PendingForward``."""
 
 from __future__ import annotations
 
 import grpc
 
 from codeserve.v1 import worker_pb2, worker_pb2_grpc
-from scheduler_svc.errors import WorkerEpochChanged
-from scheduler_svc.rpc import call, dependency_channel
+from scheduler_svc.errors import DependencyError, DependencyUnavailable, WorkerEpochChanged
+from scheduler_svc.rpc import OUTAGE_CODES, RETRY_CODES, call, dependency_channel
 
 
 def _epoch(err: grpc.RpcError) -> Exception | None:
     if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
         return WorkerEpochChanged(err.details() or "worker epoch changed")
     return None
+
+
+class PendingForward:
+    """A Forward sent without waiting (overlapped decode). ``result()`` waits for the reply; ``cancel()``
+    drops it (the scheduler resyncs after an error, so a dropped Forward's effects do not matter)."""
+
+    def __init__(self, future: grpc.Future, target: str) -> None:
+        self._future, self.target = future, target
+
+    def result(self) -> worker_pb2.ForwardResponse:
+        """The reply. Raises WorkerEpochChanged (FAILED_PRECONDITION), DependencyUnavailable (UNAVAILABLE,
+        DEADLINE_EXCEEDED, CANCELLED, or ABORTED: the Forward it followed failed; not retried: the caller
+        resyncs) or DependencyError naming the code and details."""
+        try:
+            return self._future.result()
+        except grpc.RpcError as err:
+            code = err.code()
+            if code in RETRY_CODES or code in OUTAGE_CODES or code == grpc.StatusCode.ABORTED:
+                raise DependencyUnavailable("worker", self.target, f"Forward: {code.name}: {err.details()}") from err
+            mapped = _epoch(err)
+            if mapped is not None:
+                raise mapped from err
+            raise DependencyError("worker", "Forward", code, err.details() or "") from err
+
+    def cancel(self) -> None:
+        self._future.cancel()
 
 
 class WorkerClient:
@@ -34,10 +61,15 @@ class WorkerClient:
     def info(self) -> worker_pb2.WorkerInfo:
         return call("worker", self.target, "Info", self._stub.Info, worker_pb2.InfoRequest(), 10.0)
 
-    def forward(self, items: list[worker_pb2.ForwardItem]) -> worker_pb2.ForwardResponse:
+    def forward(self, items: list[worker_pb2.ForwardItem], seq: int = 0) -> worker_pb2.ForwardResponse:
         """Runs one batch; raises WorkerEpochChanged when the worker's epoch is not ``self.epoch``."""
         return call("worker", self.target, "Forward", self._stub.Forward,
-                    worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items), self.timeout, _epoch)
+                    worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq), self.timeout, _epoch)
+
+    def forward_async(self, items: list[worker_pb2.ForwardItem], seq: int, after_seq: int = 0) -> PendingForward:
+        """Sends one batch without waiting; the worker runs it after Forward ``after_seq`` (0: at once)."""
+        request = worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq)
+        return PendingForward(self._stub.Forward.future(request, timeout=self.timeout), self.target)
 
     def release(self, request_ids: list[str]) -> int:
         if not request_ids:
