@@ -137,7 +137,7 @@ def run_generate(model, ids: torch.Tensor, max_new_tokens: int, cache: str, comp
     timed shape). ``compile`` (static only): pass ``compile_config=CompileConfig()`` so generate compiles
     the decode forward; on a device other than CUDA the config is flagged ``_compile_all_devices`` (how
     transformers' own tests compile on CPU). Raises BaselineError when compile was asked for and
-    transformers did not compile (no ``_compiled_call`` on the model after the warm-up), or when the output
+    the warm-up compiled no graph (torch._dynamo's ``unique_graphs`` counter did not move), or when the output
     is not [batch, input_len + max_new_tokens]; ValueError for an unknown cache or compile with "dynamic".
     """
     from transformers import CompileConfig
@@ -170,8 +170,8 @@ def run_generate(model, ids: torch.Tensor, max_new_tokens: int, cache: str, comp
         _sync(dev)
         warm = time.perf_counter() - t0
         after_warm = _dynamo_counts()
-        if compile and not hasattr(model, "_compiled_call"):
-            raise BaselineError("compile_config was given but generate did not compile the forward "
+        if compile and after_warm["unique_graphs"] == before["unique_graphs"]:
+            raise BaselineError("compile_config was given but generate compiled no graph "
                                 "(transformers' auto-compile criteria were false: device, cache type)")
         t0 = time.perf_counter()
         out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
@@ -192,17 +192,14 @@ def run_generate(model, ids: torch.Tensor, max_new_tokens: int, cache: str, comp
     return GenerateRun(out[:, ids.shape[1]:].cpu(), secs, warm, settings, extra)
 
 
-def _cb_config_class():
+def cb_config(num_blocks: int | None, max_batch_tokens: int | None):
+    """A ``ContinuousBatchingConfig`` with the two sizes (None: transformers infers it from free memory,
+    which needs psutil on a CPU), everything else at transformers' defaults (page size 256, named
+    ``block_size`` in 5.17 and ``page_size`` from 5.24 on; FIFO scheduler; CUDA graphs and async batching
+    decided by transformers: off with paged sdpa, which needs an attention mask)."""
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-    return ContinuousBatchingConfig
-
-
-def cb_config(num_blocks: int | None, max_batch_tokens: int | None):
-    """A ``ContinuousBatchingConfig`` with the two sizes (None: transformers infers it from free memory),
-    everything else at transformers' defaults (page size 256, named ``block_size`` in 5.17 and
-    ``page_size`` from 5.24 on)."""
-    return _cb_config_class()(num_blocks=num_blocks, max_batch_tokens=max_batch_tokens)
+    return ContinuousBatchingConfig(num_blocks=num_blocks, max_batch_tokens=max_batch_tokens)
 
 
 def _resolved_cb_config(model) -> dict:
@@ -268,8 +265,12 @@ def run_generate_batch(model, prompts: list[list[int]], max_new_tokens: int, num
 
 def cb_blocks_for(batch: int, input_len: int, output_len: int, page: int = 256) -> int:
     """KV pages for ``batch`` requests of ``input_len + output_len`` tokens at ``page`` tokens a page, plus
-    one spare page per request (every request's last page may be partial)."""
-    return batch * (math.ceil((input_len + output_len) / page) + 1)
+    spare pages (a quarter of that, at least one per request): all requests fit at once with >= 20% of the
+    pages free, above the FIFO scheduler's safety margin (no new prefill below 15% free), and the KV-read
+    budget of a batch (all pages' tokens) exceeds every request's KV together, so the size never holds
+    requests back."""
+    need = batch * math.ceil((input_len + output_len) / page)
+    return need + max(batch, math.ceil(need / 4))
 
 
 def _error(stage: str, exc: BaseException) -> dict:
@@ -326,7 +327,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-compile", dest="compile", action="store_false",
                     help="static: static cache without torch.compile (the CPU test's path)")
     ap.add_argument("--cb-num-blocks", type=int, default=None,
-                    help="generate_batch KV pages (default: batch x (ceil((in + out) / 256) + 1))")
+                    help="generate_batch KV pages (default: cb_blocks_for: every request's pages + >= 20%% spare)")
     ap.add_argument("--cb-max-batch-tokens", type=int, default=8192,
                     help="generate_batch tokens per forward (transformers' own default when it infers the sizes)")
     ap.add_argument("--json-out")
