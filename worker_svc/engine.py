@@ -126,16 +126,21 @@ class Engine:
         with self._lock:
             return sum(self.requests.pop(rid, None) is not None for rid in request_ids)
 
-    def forward(self, items: Sequence[ForwardItem], expected_epoch: str, seq: int = 0, after_seq: int = 0) -> ForwardResult:
+    def forward(self, items: Sequence[ForwardItem], expected_epoch: str, seq: int = 0, after_seq: int = 0,
+                cancelled=None) -> ForwardResult:
         """Runs one batch. ``seq`` > 0 records this Forward's outcome; ``after_seq`` > 0 waits until that
-        Forward completed. Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION, ABORTED
-        when the Forward it follows failed or never completed) before any work when the batch is invalid or
-        may not run; then nothing has changed."""
+        Forward completed; ``cancelled()`` (optional) is asked after that wait: True (the caller gave up on
+        the call meanwhile) -> ABORTED without running. Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND /
+        FAILED_PRECONDITION, ABORTED when the Forward it follows failed or never completed) before any work
+        when the batch is invalid or may not run; then nothing has changed."""
         try:
             if expected_epoch != self.epoch:  # before waiting: a restarted worker never saw after_seq
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.wait_for(after_seq, seq)
+            if after_seq > 0 and cancelled is not None and cancelled():
+                raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
+                                             f"for seq {after_seq}")
             with self._lock:
                 stored = {rid for rid, s in self.requests.items() if s.last_hidden is not None}
                 validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)

@@ -211,3 +211,13 @@ def test_epoch_is_checked_before_waiting_and_fields_cross_grpc(model_dir, prompt
         assert o2.skipped and not o2.sampled
     finally:
         server.server.stop(0)
+
+
+def test_a_forward_cancelled_while_it_waited_does_not_run(model_dir, prompts):
+    eng = make_engine(model_dir)
+    _prefill(eng, prompts[:1], iter(range(1, eng.kv_pool.pool_slots)))
+    eng.order.done(3)
+    with pytest.raises(WorkerError, match="cancelled by the caller") as err:
+        eng.forward([ForwardItem("r0", (), len(prompts[0]), (901,), input_from_last_sample=True)], "epoch-1",
+                    seq=4, after_seq=3, cancelled=lambda: True)
+    assert err.value.code == "ABORTED" and len(eng.requests["r0"].slots) == len(prompts[0])
