@@ -306,6 +306,10 @@ class Bench:
         a = self.args
         phases = a.phases.split(",")
         model = self.model()
+        if a.hf_from:  # the baselines of an earlier `--phases hf` run (same machine), for the ratios
+            if "hf" in phases:
+                raise ValueError("--hf-from and the hf phase both give the baselines: use one")
+            self.results["hf"] = {**json.loads(pathlib.Path(a.hf_from).read_text())["hf"], "loaded_from": a.hf_from}
         if "hf" in phases:
             self.guard("hf", lambda: self.hf(model))
             if phases == ["hf"]:  # the transformers baselines alone: no stack
@@ -351,7 +355,8 @@ def over_baselines(tok_s: float, hf: dict) -> dict:
 def hf_table(hf: dict, phases: dict) -> list[str]:
     """Lines: each transformers baseline (tok/s, seconds, compile seconds, or its error), then our c64 and
     c256 (and c64_k1) tok/s over each baseline and over the reference figure."""
-    rows = ["transformers baselines (same GPU, same checkpoint and lengths):"]
+    rows = ["transformers baselines (same GPU, same checkpoint and lengths"
+            + (f"; from {hf['loaded_from']}" if "loaded_from" in hf else "") + "):"]
     for name, b in hf.get("baselines", {}).items():
         if b.get("ok"):
             extra = ""
@@ -394,6 +399,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-baselines", default=",".join(HF_BASELINES),
                     help=f"transformers baselines of the hf phase, in order (of {', '.join(HF_BASELINES)})")
     ap.add_argument("--hf-timeout", type=float, default=240.0, help="seconds each hf baseline process may run")
+    ap.add_argument("--hf-from", default=None, help="serve_bench.json of an earlier --phases hf run on this machine: "
+                    "its baselines give the ratios (to run the hf phase and the stack as two commands)")
     ap.add_argument("--c1-requests", type=int, default=3)
     ap.add_argument("--prefix-fractions", default="0,0.5,0.75,0.9,0.97", help="shared shares of the prompt (prefix phase)")
     ap.add_argument("--cpu-input-len", type=int, default=64)
