@@ -6,10 +6,13 @@ typed error with exit status 1; serve_bench's ratio table reads those results.""
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -108,6 +111,8 @@ def _cli(args: list[str], timeout: float) -> tuple[int, dict]:
     return proc.returncode, json.loads(pathlib.Path(out).read_text())
 
 
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="torch.compile's CPU backend (inductor) needs a C++ compiler: install g++")
 def test_cli_static_compiled_equals_dynamic(model_path, dynamic_run, tmp_path):
     """The GPU's strongest path, compiled by transformers (torch.compile, inductor) here on the CPU."""
     rc, res = _cli(["--baseline", "static", "--model-path", str(model_path), "--device", "cpu", "--batch", str(BATCH),
@@ -144,3 +149,33 @@ def test_serve_bench_ratios_over_each_baseline():
     assert any("compile 40.0 s, graphs 2+0 timed, breaks 0, cudagraph skips 2" in ln for ln in lines)
     row = next(ln for ln in lines if ln.split()[:1] == ["c64"])
     assert row.split() == ["c64", "12800.0", "2.00", "6.40", "n/a", "2.00"]
+
+
+def test_serve_bench_baseline_process_timeout_and_no_result(tmp_path):
+    """A baseline process past --hf-timeout is killed (its whole process group) and recorded as a typed
+    error; one that exits without writing its JSON is recorded with its exit status and log tail."""
+    args = argparse.Namespace(out=str(tmp_path), gpu=False, cpu_input_len=8, cpu_output_len=4, hf_timeout=4.0)
+    bench = serve_bench.Bench(args)
+    pid_file = tmp_path / "child.pid"
+    sleeper = [sys.executable, "-c", "import os, subprocess, sys, time; "
+               f"c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+               f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)"]
+    entry = bench.hf_one(sleeper, tmp_path / "none.json", tmp_path / "sleep.log")
+    assert entry["ok"] is False and entry["error"]["type"] == "TimeoutExpired"
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 10  # SIGKILL is delivered asynchronously
+    while not _gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(grandchild)  # killed with the group
+    failing = [sys.executable, "-c", "import sys; print('bad model path'); sys.exit(3)"]
+    entry = bench.hf_one(failing, tmp_path / "none.json", tmp_path / "fail.log")
+    assert entry["ok"] is False and entry["error"]["type"] == "NoResult"
+    assert "exit status 3" in entry["error"]["message"] and "bad model path" in entry["error"]["message"]
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (no /proc entry, or a zombie awaiting its reaper)."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
