@@ -14,7 +14,7 @@ each, so a run cut short still leaves data):
   continuous-batching ``generate_batch`` of 64 and 256 requests (``generate_batch_64``/``_256``); and the
   device copy bandwidth. A baseline that fails or runs past ``--hf-timeout`` is recorded with a typed
   error and the others still run; the final table gives our tok/s over each, and over issue 5's
-  reference figure (``HF_REFERENCE_TOK_S``);
+  reference figure (``bench/hf_phase.py``);
 - ``cN``: N concurrent streams of fixed lengths (2N requests for N <= 64, N for more);
 - ``prefix``: TTFT against the cached fraction: prompts of P tokens of which a share f is one of 4 common
   prefixes (warmed first), the rest unique;
@@ -37,21 +37,11 @@ import subprocess
 import sys
 import time
 
-from bench import loadgen
+from bench import hf_phase, loadgen
 from launcher.config import StackConfig, commands
 from launcher.stack import Stack
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# Issue 5: transformers static-batch generate measured on the H200 (starcoderbase-1b shape, bf16, 64 x 1,024 in
-# x 256 out, after warm-up): about 6,400 output tokens/s.
-HF_REFERENCE_TOK_S = 6400.0
-# name -> bench.hf_baseline arguments ("{hf_batch}" is --hf-batch); the order they run in.
-HF_BASELINES = {
-    "static_compiled": ["--baseline", "static", "--batch", "{hf_batch}"],
-    "static_dynamic_cache": ["--baseline", "dynamic", "--batch", "{hf_batch}"],
-    "generate_batch_64": ["--baseline", "generate_batch", "--batch", "64"],
-    "generate_batch_256": ["--baseline", "generate_batch", "--batch", "256"],
-}
 
 
 def log(msg: str) -> None:
@@ -204,54 +194,12 @@ class Bench:
         self.save()
 
     def hf(self, model: str) -> None:
-        """Runs each of ``--hf-baselines`` (``HF_BASELINES``) as ``python -m bench.hf_baseline`` in its own
-        process group, at most ``--hf-timeout`` seconds each (then the group is killed), output in
-        ``OUT/hf_<name>.log``, result in ``OUT/hf_<name>.json``; results["hf"]["baselines"][name] is that
-        JSON or a typed error (``TimeoutExpired``, ``NoResult``)."""
+        """The transformers baselines (``bench.hf_phase.run_baselines``); results["hf"] is saved after each."""
         a = self.args
-        hf = self.results["hf"] = {"reference_tok_s": HF_REFERENCE_TOK_S, "baselines": {}}
-        names = a.hf_baselines.split(",")
-        unknown = [n for n in names if n not in HF_BASELINES]
-        if unknown:
-            raise ValueError(f"--hf-baselines: {unknown} not in {list(HF_BASELINES)}")
-        for name in names:
-            json_path, log_path = self.out / f"hf_{name}.json", self.out / f"hf_{name}.log"
-            json_path.unlink(missing_ok=True)
-            argv = [sys.executable, "-m", "bench.hf_baseline", *(x.format(hf_batch=a.hf_batch) for x in HF_BASELINES[name]),
-                    "--model-path", model, "--input-len", str(self.input_len), "--output-len", str(self.output_len),
-                    "--json-out", str(json_path)] + ([] if a.gpu else ["--device", "cpu"])
-            t = time.monotonic()
-            entry = self.hf_one(argv, json_path, log_path)
-            entry["process_seconds"] = round(time.monotonic() - t, 1)
-            hf["baselines"][name] = entry
-            if entry.get("ok") and "copy_bandwidth_Bps" not in hf:
-                hf.update(copy_bandwidth_Bps=entry["copy_bandwidth_Bps"], param_bytes=entry["param_bytes"],
-                          copy_bandwidth_from=name)
-            self.save()
-            log(f"hf {name}: " + (f"{entry['output_tok_s']} tok/s in {entry['seconds']} s" if entry.get("ok")
-                                  else f"FAILED {entry['error']['type']}: {entry['error']['message'][:300]}")
-                + f" (process {entry['process_seconds']} s)")
-
-    def hf_one(self, argv: list[str], json_path: pathlib.Path, log_path: pathlib.Path) -> dict:
-        """One baseline process; its JSON, or ``{"ok": False, "error": {...}}`` when it left none or ran past
-        the limit (the whole process group is killed then: torch.compile's workers too)."""
-        limit = self.args.hf_timeout
-        with open(log_path, "w") as logf:
-            proc = subprocess.Popen(argv, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                rc = proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return {"ok": False, "error": {"type": "TimeoutExpired", "stage": "process",
-                                               "message": f"no result within --hf-timeout {limit} s (killed); log {log_path}"}}
-        if not json_path.exists():
-            tail = log_path.read_text(errors="replace")[-1500:]
-            return {"ok": False, "error": {"type": "NoResult", "stage": "process",
-                                           "message": f"exit status {rc} and no JSON; log tail: {tail}"}}
-        entry = json.loads(json_path.read_text())
-        entry["exit_status"] = rc
-        return entry
+        self.results["hf"] = {"reference_tok_s": hf_phase.HF_REFERENCE_TOK_S, "baselines": {}}
+        hf_phase.run_baselines(self.results["hf"], a.hf_baselines.split(","), model=model, out=self.out,
+                               input_len=self.input_len, output_len=self.output_len, hf_batch=a.hf_batch,
+                               gpu=a.gpu, timeout=a.hf_timeout, on_result=lambda: self.save(), log=log)
 
     # ---- derived figures -------------------------------------------------------------------------------
     def derive(self) -> None:
@@ -259,7 +207,7 @@ class Bench:
         if hf:
             for ph in r["phases"].values():
                 if ph.get("ok"):
-                    ph["over_hf"] = over_baselines(ph["output_tok_s"], hf)
+                    ph["over_hf"] = hf_phase.over_baselines(ph["output_tok_s"], hf)
         if hf and "copy_bandwidth_Bps" in hf:
             bw, wbytes = hf["copy_bandwidth_Bps"], hf["param_bytes"]
             kv_bytes = self.kv_bytes_per_token
@@ -287,7 +235,7 @@ class Bench:
                         f"{f('worker_forward_step_ms', s):>8.2f}{f('outside_worker_share', s):>8.3f}{f('step_over_limit', s):>8.2f}")
         hf = self.results.get("hf")
         if hf:
-            rows += hf_table(hf, self.results["phases"])
+            rows += hf_phase.hf_table(hf, self.results["phases"])
         for c in self.results.get("prefix_curve", []):
             rows.append(f"prefix: shared {c['shared_fraction']:.2f} cached {c['cached_fraction']:.3f} "
                         f"TTFT p50 {c['ttft_p50_ms']} ms p99 {c['ttft_p99_ms']} ms")
@@ -343,46 +291,6 @@ class Bench:
         (self.out / "serve_bench_table.txt").write_text(self.table() + "\n")
 
 
-def over_baselines(tok_s: float, hf: dict) -> dict:
-    """Our output tok/s over each transformers baseline of ``hf`` (results["hf"]): {name: ratio, or None
-    where that baseline has no figure}, plus "reference" = over issue 5's HF_REFERENCE_TOK_S."""
-    out = {name: (round(tok_s / b["output_tok_s"], 2) if b.get("ok") else None)
-           for name, b in hf.get("baselines", {}).items()}
-    out["reference"] = round(tok_s / hf["reference_tok_s"], 2)
-    return out
-
-
-def hf_table(hf: dict, phases: dict) -> list[str]:
-    """Lines: each transformers baseline (tok/s, seconds, compile seconds, or its error), then our c64 and
-    c256 (and c64_k1) tok/s over each baseline and over the reference figure."""
-    rows = ["transformers baselines (same GPU, same checkpoint and lengths"
-            + (f"; from {hf['loaded_from']}" if "loaded_from" in hf else "") + "):"]
-    for name, b in hf.get("baselines", {}).items():
-        if b.get("ok"):
-            extra = ""
-            if "compile_seconds" in b:  # static_compiled: what torch.compile did (recompiles in the timed run, CUDA graphs skipped)
-                w, t = b["dynamo_warmup"], b["dynamo_timed"]
-                extra = (f", compile {b['compile_seconds']} s, graphs {w['unique_graphs']}+{t['unique_graphs']} timed, "
-                         f"breaks {w['graph_breaks'] + t['graph_breaks']}, cudagraph skips {w['cudagraph_skips'] + t['cudagraph_skips']}")
-            rows.append(f"  {name:<22}{b['output_tok_s']:>10.1f} tok/s  ({b['batch']} x {b['input_len']} in x "
-                        f"{b['output_len']} out, {b['dtype']}, {b['seconds']} s{extra}; transformers {b['transformers']})")
-        else:
-            rows.append(f"  {name:<22}{'FAILED':>10}        {b['error']['type']}: {b['error']['message'][:200]}")
-    rows.append(f"  {'issue 5 reference':<22}{hf['reference_tok_s']:>10.1f} tok/s  (static generate on this H200, as reported)")
-    if "copy_bandwidth_Bps" in hf:
-        rows.append(f"  copy bandwidth {hf['copy_bandwidth_Bps'] / 1e12:.2f} TB/s (from {hf['copy_bandwidth_from']})")
-    names = list(hf.get("baselines", {})) + ["reference"]
-    rows.append("ours over each: " + f"{'phase':<8}{'tok/s':>10}" + "".join(f"{n:>22}" for n in names))
-    for ph_name in ("c64", "c256", "c64_k1"):
-        p = phases.get(ph_name)
-        if not p or not p.get("ok"):
-            continue
-        over = p.get("over_hf") or over_baselines(p["output_tok_s"], hf)
-        cells = "".join(f"{over[n]:>22.2f}" if over.get(n) is not None else f"{'n/a':>22}" for n in names)
-        rows.append(f"{'':<16}{ph_name:<8}{p['output_tok_s']:>10.1f}{cells}")
-    return rows
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory for JSON results and service logs")
@@ -396,8 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-running", type=int, default=256)
     ap.add_argument("--client-procs", type=int, default=None)
     ap.add_argument("--hf-batch", type=int, default=64, help="prompts in the static-batch generate baselines")
-    ap.add_argument("--hf-baselines", default=",".join(HF_BASELINES),
-                    help=f"transformers baselines of the hf phase, in order (of {', '.join(HF_BASELINES)})")
+    ap.add_argument("--hf-baselines", default=",".join(hf_phase.HF_BASELINES),
+                    help=f"transformers baselines of the hf phase, in order (of {', '.join(hf_phase.HF_BASELINES)})")
     ap.add_argument("--hf-timeout", type=float, default=240.0, help="seconds each hf baseline process may run")
     ap.add_argument("--hf-from", default=None, help="serve_bench.json of an earlier --phases hf run on this machine: "
                     "its baselines give the ratios (to run the hf phase and the stack as two commands)")

@@ -2,11 +2,11 @@
 tokens): every baseline generates prompts x max_new_tokens tokens, and the greedy tokens of static-cache
 generate, DynamicCache generate, continuous-batching generate_batch and a plain argmax loop over the model
 are the same; the CLI runs the compiled static baseline (torch.compile on the CPU) and reports failures as a
-typed error with exit status 1; serve_bench's ratio table reads those results."""
+typed error with exit status 1; serve_bench's hf phase (bench/hf_phase.py) runs them with a time limit
+and its ratio table reads their results."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import shutil
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from bench import hf_baseline as hb
-from bench import serve_bench
+from bench import hf_phase
 from worker_svc.model.default import ensure_default_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -133,34 +133,32 @@ def test_cli_failure_is_a_typed_error(tmp_path):
     assert res["error"]["stage"] == "load" and res["error"]["type"] and str(tmp_path / "missing") in res["error"]["message"]
 
 
-def test_serve_bench_ratios_over_each_baseline():
+def test_hf_phase_ratios_over_each_baseline():
     ok = {"ok": True, "output_tok_s": 2000.0, "batch": 64, "input_len": 1024, "output_len": 256, "dtype": "bfloat16",
           "seconds": 8.2, "transformers": "5.17.0"}
     counts = {"graph_breaks": 0, "unique_graphs": 2, "calls_captured": 900, "cudagraph_skips": 1}
-    hf = {"reference_tok_s": serve_bench.HF_REFERENCE_TOK_S, "copy_bandwidth_Bps": 4e12, "copy_bandwidth_from": "x",
+    hf = {"reference_tok_s": hf_phase.HF_REFERENCE_TOK_S, "copy_bandwidth_Bps": 4e12, "copy_bandwidth_from": "x",
           "baselines": {"static_compiled": {**ok, "output_tok_s": 6400.0, "compile_seconds": 40.0, "dynamo_warmup": counts,
                                             "dynamo_timed": {**counts, "unique_graphs": 0}},
                         "static_dynamic_cache": ok,
                         "generate_batch_64": {"ok": False, "error": {"type": "TimeoutExpired", "message": "late"}}}}
-    over = serve_bench.over_baselines(12800.0, hf)
+    over = hf_phase.over_baselines(12800.0, hf)
     assert over == {"static_compiled": 2.0, "static_dynamic_cache": 6.4, "generate_batch_64": None, "reference": 2.0}
-    lines = serve_bench.hf_table(hf, {"c64": {"ok": 128, "output_tok_s": 12800.0, "over_hf": over}})
+    lines = hf_phase.hf_table(hf, {"c64": {"ok": 128, "output_tok_s": 12800.0, "over_hf": over}})
     assert any("TimeoutExpired: late" in ln for ln in lines)
     assert any("compile 40.0 s, graphs 2+0 timed, breaks 0, cudagraph skips 2" in ln for ln in lines)
     row = next(ln for ln in lines if ln.split()[:1] == ["c64"])
     assert row.split() == ["c64", "12800.0", "2.00", "6.40", "n/a", "2.00"]
 
 
-def test_serve_bench_baseline_process_timeout_and_no_result(tmp_path):
-    """A baseline process past --hf-timeout is killed (its whole process group) and recorded as a typed
+def test_hf_phase_baseline_process_timeout_and_no_result(tmp_path):
+    """A baseline process past the time limit is killed (its whole process group) and recorded as a typed
     error; one that exits without writing its JSON is recorded with its exit status and log tail."""
-    args = argparse.Namespace(out=str(tmp_path), gpu=False, cpu_input_len=8, cpu_output_len=4, hf_timeout=4.0)
-    bench = serve_bench.Bench(args)
     pid_file = tmp_path / "child.pid"
     sleeper = [sys.executable, "-c", "import os, subprocess, sys, time; "
                f"c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
                f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)"]
-    entry = bench.hf_one(sleeper, tmp_path / "none.json", tmp_path / "sleep.log")
+    entry = hf_phase.run_one(sleeper, tmp_path / "none.json", tmp_path / "sleep.log", timeout=4.0)
     assert entry["ok"] is False and entry["error"]["type"] == "TimeoutExpired"
     grandchild = int(pid_file.read_text())
     deadline = time.monotonic() + 10  # SIGKILL is delivered asynchronously
@@ -168,7 +166,7 @@ def test_serve_bench_baseline_process_timeout_and_no_result(tmp_path):
         time.sleep(0.05)
     assert _gone(grandchild)  # killed with the group
     failing = [sys.executable, "-c", "import sys; print('bad model path'); sys.exit(3)"]
-    entry = bench.hf_one(failing, tmp_path / "none.json", tmp_path / "fail.log")
+    entry = hf_phase.run_one(failing, tmp_path / "none.json", tmp_path / "fail.log", timeout=60.0)
     assert entry["ok"] is False and entry["error"]["type"] == "NoResult"
     assert "exit status 3" in entry["error"]["message"] and "bad model path" in entry["error"]["message"]
 
