@@ -1,9 +1,10 @@
 """Where a decode round's time goes on the CPU stack (not a test: a measurement to run by hand).
 
     python -m tests.scheduler.phase_split [--concurrency 64] [--decode-steps 8] [--new 64] [--no-overlap]
+        [--prompt-len 64] [--model-path DIR --device cuda --dtype bfloat16 --kv-tokens N]
 
-Starts cache + worker + scheduler (tests/stack.py), sends ``concurrency`` greedy requests at once (a
-64-token prompt each, ``new`` output tokens, ignore_eos), and prints the scheduler's decode counters
+Starts cache + worker + scheduler (tests/stack.py; CPU fp32 default model unless told), sends ``concurrency``
+greedy requests at once (a ``prompt-len``-token prompt each, ``new`` output tokens, ignore_eos), and prints the scheduler's decode counters
 (loop_stats) over the run per decode step: wall, worker forward, Allocate, Forward RPC wait, result
 processing, and the share of the wall outside the worker's forward.
 """
@@ -34,12 +35,19 @@ def main() -> None:
     ap.add_argument("--decode-steps", type=int, default=8)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--prompt-len", type=int, default=64)
+    ap.add_argument("--model-path", default=None, help="checkpoint (default: the embedded default model)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--kv-tokens", type=int, default=32768)
+    ap.add_argument("--chunk-size", type=int, default=512)
     a = ap.parse_args()
     args = ("--decode-steps", str(a.decode_steps)) + (() if a.overlap else ("--no-overlap",))
-    with Backend.start(pathlib.Path(tempfile.mkdtemp()), model_path=str(ensure_default_model()), kv_tokens=32768,
-                       max_running_requests=max(64, a.concurrency), scheduler_args=args) as be:
-        reqs = [dict(input_ids=[(7 * i + j) % 500 + 10 for j in range(64)], max_new_tokens=a.new, ignore_eos=True)
-                for i in range(a.concurrency)]
+    with Backend.start(pathlib.Path(tempfile.mkdtemp()), model_path=a.model_path or str(ensure_default_model()),
+                       kv_tokens=a.kv_tokens, device=a.device, dtype=a.dtype, chunk_size=a.chunk_size,
+                       max_running_requests=max(64, a.concurrency), scheduler_args=args, timeout=600) as be:
+        reqs = [dict(input_ids=[(7 * i + 13 * j) % 900 + 10 for j in range(a.prompt_len)], max_new_tokens=a.new,
+                     ignore_eos=True) for i in range(a.concurrency)]
         generate_many(be.scheduler, reqs[:4])  # warm-up
         time.sleep(2.6)
         before = last_stats(be)
