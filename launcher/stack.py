@@ -44,6 +44,14 @@ def http_live(url: str, timeout: float = 1.0) -> bool:
 
 
 @dataclass
+def service_env(environ) -> dict[str, str]:
+    """The environment of a service process: the caller's, unbuffered output, and the repository first on
+    PYTHONPATH with the caller's PYTHONPATH kept after it (packages installed with ``pip --target`` and put
+    on PYTHONPATH must stay importable in the services)."""
+    kept = environ.get("PYTHONPATH", "")
+    return {**environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT) + (os.pathsep + kept if kept else "")}
+
+
 class Stack:
     """Starts and stops the four services. ``cfg`` ports of 0 are replaced by free ports.
 
@@ -96,7 +104,7 @@ class Stack:
         argv = argv or commands(self.cfg, self.model_path)[name]
         port = self.cfg.http_port if name == "gateway" else getattr(self.cfg, name + "_port")
         ensure_free(self.cfg.bind_host, port, name)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+        env = service_env(os.environ)
         # Each service in its own session: a terminal's Ctrl-C (SIGINT to the foreground process group)
         # reaches only the launcher, which then stops the services in order (gateway first, so it drains).
         with open(self.log_dir / f"{name}.log", "ab") as log:

@@ -86,3 +86,16 @@ def test_restart_of_a_killed_worker_and_clean_ctrl_c(tmp_path: pathlib.Path) -> 
         for pid in pids.values():
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_service_env_keeps_the_callers_pythonpath_after_the_repository():
+    """Packages on the caller's PYTHONPATH (e.g. wheels installed with pip --target) stay importable in the
+    services; the repository comes first. Was: PYTHONPATH replaced by the repository alone."""
+    import os
+
+    from launcher.stack import ROOT, service_env
+
+    env = service_env({"PYTHONPATH": "/opt/site", "HOME": "/root"})
+    assert env["PYTHONPATH"] == f"{ROOT}{os.pathsep}/opt/site"
+    assert env["HOME"] == "/root" and env["PYTHONUNBUFFERED"] == "1"
+    assert service_env({})["PYTHONPATH"] == str(ROOT)
