@@ -43,7 +43,6 @@ def http_live(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-@dataclass
 def service_env(environ) -> dict[str, str]:
     """The environment of a service process: the caller's, unbuffered output, and the repository first on
     PYTHONPATH with the caller's PYTHONPATH kept after it (packages installed with ``pip --target`` and put
@@ -52,6 +51,7 @@ def service_env(environ) -> dict[str, str]:
     return {**environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT) + (os.pathsep + kept if kept else "")}
 
 
+@dataclass
 class Stack:
     """Starts and stops the four services. ``cfg`` ports of 0 are replaced by free ports.
 
