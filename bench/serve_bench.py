@@ -19,6 +19,8 @@ each, so a run cut short still leaves data):
 - ``prefix``: TTFT against the cached fraction: prompts of P tokens of which a share f is one of 4 common
   prefixes (warmed first), the rest unique;
 - ``k1``: concurrency 64 again with ``--decode-steps 1`` (one decode step per Forward) for comparison.
+- ``nooverlap``: concurrency 64 again with the scheduler's ``--no-overlap`` (it waits for each Forward's reply
+  before sending the next), same ``--decode-steps``.
 
 Decode figures come from the scheduler's cumulative ``loop_stats`` log line (decode Forwards, steps, wall
 seconds of the decode rounds, the worker's forward seconds): time outside the worker's forward = wall -
@@ -93,9 +95,10 @@ class Bench:
             log(f"{name} ready after {time.monotonic() - t:.1f} s")
         self.decode_steps = decode_steps
 
-    def restart_scheduler(self, decode_steps: int) -> None:
+    def restart_scheduler(self, decode_steps: int, extra: list[str] | None = None) -> None:
         self.stack.kill("scheduler", signal.SIGTERM)
-        argv = commands(self.stack.cfg, self.stack.model_path)["scheduler"] + ["--decode-steps", str(decode_steps)]
+        argv = (commands(self.stack.cfg, self.stack.model_path)["scheduler"] + ["--decode-steps", str(decode_steps)]
+                + (extra or []))
         self.stack.start_one("scheduler", argv, timeout=120)
         self.decode_steps = decode_steps
         self.wait_gateway()
@@ -146,8 +149,10 @@ class Bench:
         recs = loadgen.run(self.stack.url, payloads, concurrency, procs=self.args.client_procs)
         summary = loadgen.summarize(recs)
         after = self.stats()
-        d = {k: after.get(k, 0) - before.get(k, 0) for k in ("decode_batches", "decode_steps", "decode_wall_seconds",
-                                                            "decode_forward_seconds", "generation_tokens", "batches")}
+        d = {k: after.get(k, 0) - before.get(k, 0) for k in (
+            "decode_batches", "decode_steps", "decode_wall_seconds", "decode_forward_seconds", "generation_tokens",
+            "batches", "decode_alloc_seconds", "decode_rpc_seconds", "decode_process_seconds", "decode_chained",
+            "decode_dropped")}
         if d["decode_steps"]:
             d["decode_step_ms"] = round(1000 * d["decode_wall_seconds"] / d["decode_steps"], 3)
             d["worker_forward_step_ms"] = round(1000 * d["decode_forward_seconds"] / d["decode_steps"], 3)
@@ -286,6 +291,9 @@ class Bench:
                 self.guard(ph, self.prefix)
             elif ph == "k1" and self.decode_steps != 1:
                 self.guard(ph, lambda: (self.restart_scheduler(1), self.fixed(64, "c64_k1")))
+            elif ph == "nooverlap":  # same K, the scheduler waits for each Forward before the next
+                self.guard(ph, lambda: (self.restart_scheduler(a.decode_steps, ["--no-overlap"]),
+                                        self.fixed(64, "c64_nooverlap")))
             self.derive()
         print(self.table(), flush=True)
         (self.out / "serve_bench_table.txt").write_text(self.table() + "\n")
