@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import socket
 import threading
 import time
 
 import pytest
 import uvicorn
 
+from gateway.__main__ import bind
 from gateway.app import create_app
 from gateway.scheduler_client import SchedulerClient
 from gateway.settings import GatewaySettings, ModelFacts
@@ -50,9 +50,7 @@ class Gateway:
     """A uvicorn server running the gateway app in a background thread."""
 
     def __init__(self, app) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock = bind("127.0.0.1", 0)  # the gateway's own listening socket (TCP_NODELAY on accepted ones)
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
