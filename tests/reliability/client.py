@@ -38,9 +38,13 @@ def payload(ids: list[int], max_new: int, stream: bool, **params) -> dict:
 
 
 def generate(url: str, ids: list[int], max_new: int, stream: bool = True, timeout: float = 60.0,
-             cancel_after: float | None = None, headers: dict | None = None, rid: str | None = None) -> Outcome:
+             cancel_after: float | None = None, headers: dict | None = None, rid: str | None = None,
+             streaming: threading.Event | None = None, cancel: threading.Event | None = None) -> Outcome:
     """One /generate call. ``cancel_after``: close the connection after that many seconds, waiting or mid-stream
-    (a client that leaves); the outcome then has error "cancelled"."""
+    (a client that leaves); the outcome then has error "cancelled". ``streaming`` (stream=True): set when the
+    first event with output tokens arrives (the request was admitted and is decoding), so a test can wait on
+    that state instead of sampling the scheduler's load. ``cancel`` (stream=True): close the connection at the
+    first event after it is set (mid-stream, on the test's signal); error "cancelled"."""
     out = Outcome(prompt=ids, max_new=max_new)
     t0 = time.monotonic()
     body = payload(ids, max_new, stream)
@@ -62,7 +66,8 @@ def generate(url: str, ids: list[int], max_new: int, stream: bool = True, timeou
                     out.ids, out.finish = data["output_ids"], (data["meta_info"]["finish_reason"] or {}).get("type", "")
                     return out
                 for line in r.iter_lines():
-                    if cancel_after is not None and time.monotonic() - t0 > cancel_after:
+                    if (cancel_after is not None and time.monotonic() - t0 > cancel_after
+                            or cancel is not None and cancel.is_set()):
                         out.error = "cancelled"
                         return out
                     if not line.startswith("data: ") or line == "data: [DONE]":
@@ -73,6 +78,8 @@ def generate(url: str, ids: list[int], max_new: int, stream: bool = True, timeou
                         continue
                     out.ids = event["output_ids"]
                     out.finish = (event["meta_info"]["finish_reason"] or {}).get("type", "") or out.finish
+                    if streaming is not None and out.ids:
+                        streaming.set()
     except httpx.ReadTimeout as exc:
         out.error = "cancelled" if cancel_after is not None else f"ReadTimeout: {exc}"
     except httpx.HTTPError as exc:

@@ -17,6 +17,9 @@ from tests.reliability.conftest import prompts
 from tests.reliability.system import wait_for
 
 
+B_WAITS = 2.0  # seconds R2's waiting request B stays before its client leaves
+
+
 def events(sys_, name: str = "scheduler") -> list[dict]:
     lines = (sys_.be.stack.log_dir / f"{name}.log").read_text().splitlines()
     return [json.loads(line) for line in lines if line.startswith("{")]
@@ -34,19 +37,25 @@ def test_r2_dropped_waiting_request_never_runs_and_a_dropped_running_one_frees_i
     settled(sys_)
     prompt = prompts(1, 8, seed=4)[0]
     idle = sys_.counters()
-    a_t, a = background(generate, sys_.url, prompt, 2000, cancel_after=1.5, rid="r2-a")
-    wait_for(lambda: sys_.be.load().running == 1, 10, "A running")
-    b_t, b = background(generate, sys_.url, prompt + [7], 5, cancel_after=0.7, rid="r2-b")
-    c_t, c = background(generate, sys_.url, prompt + [9], 5, timeout=30, rid="r2-c")
-    wait_for(lambda: sys_.be.load().waiting == 2, 10, "B and C waiting")
-    b_t.join(10)
+    # A leaves on the test's signal (not after a fixed time): every state below is waited on while A holds the
+    # one running slot, however slow the machine. B leaves after B_WAITS s, long enough for B and C to be seen
+    # waiting first (the state this checks) on a loaded machine.
+    a_leave = threading.Event()
+    a_t, a = background(generate, sys_.url, prompt, 4000, cancel=a_leave, rid="r2-a")
+    wait_for(lambda: sys_.be.load().running == 1, 60, "A running")
+    b_t, b = background(generate, sys_.url, prompt + [7], 5, cancel_after=B_WAITS, rid="r2-b")
+    c_t, c = background(generate, sys_.url, prompt + [9], 5, timeout=60, rid="r2-c")
+    wait_for(lambda: sys_.be.load().waiting == 2, B_WAITS, "B and C waiting")
+    b_t.join(B_WAITS + 30)
     assert b[0].error == "cancelled"
-    wait_for(lambda: sys_.be.load().waiting == 1, 5, "B gone from the queue")
+    wait_for(lambda: sys_.be.load().waiting == 1, 30, "B gone from the queue")
+    assert a_t.is_alive() and sys_.be.load().running == 1, a  # A still held the slot while B waited and left
     used_by_a = sys_.counters()
-    a_t.join(10)
+    a_leave.set()
+    a_t.join(30)
     a_dropped = time.monotonic()
     assert a[0].error == "cancelled" and a[0].status == 200
-    c_t.join(30)
+    c_t.join(60)
     c_done = time.monotonic() - a_dropped
     assert c[0].ok and len(c[0].ids) == 5, c
     log = events(sys_)

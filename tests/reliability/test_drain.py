@@ -39,6 +39,26 @@ def in_background(fn, *args, **kw) -> tuple[threading.Thread, list]:
     return thread, box
 
 
+def streaming(sys_, prompt: list[int], max_new: int) -> tuple[threading.Thread, list]:
+    """Starts a streamed /generate call and returns once its first output tokens arrived (admitted and
+    decoding); AssertionError naming the call's outcome when it ended first or nothing came within 60 s."""
+    started = threading.Event()
+    thread, box = in_background(generate, sys_.url, prompt, max_new, stream=True, timeout=30, streaming=started)
+    wait_for(lambda: started.is_set() or not thread.is_alive(), 60, f"streaming ({max_new} new tokens)")
+    assert started.is_set(), box
+    return thread, box
+
+
+def long_then_short(sys_) -> tuple[tuple[threading.Thread, list], tuple[threading.Thread, list]]:
+    """Both requests in flight: the long one (3000 new tokens, outlives any drain) first, then the short one
+    (40 new tokens, well within a drain). Each is waited on until it streams. Sampling GetLoad().running == 2
+    instead (short and long sent together) raced: the short one lives ~0.2 s, and on a loaded machine the long
+    one was admitted only after it had finished, so running == 2 never happened ("not both running")."""
+    long_call = streaming(sys_, PROMPTS[1], 3000)
+    short_call = streaming(sys_, PROMPTS[0], 40)
+    return short_call, long_call
+
+
 @pytest.mark.parametrize("name", ["cache", "worker"])
 def test_sigterm_to_a_dependency_exits_0_and_requests_complete_after_it_returns(sys_, settled, oracle, name):
     settled(sys_)
@@ -58,9 +78,7 @@ def test_sigterm_to_a_dependency_exits_0_and_requests_complete_after_it_returns(
 
 def test_sigterm_to_the_scheduler_drains_in_flight_work_and_fails_the_rest_explicitly(sys_, settled, oracle):
     settled(sys_)
-    short_t, short = in_background(generate, sys_.url, PROMPTS[0], 40, stream=True, timeout=30)
-    long_t, long = in_background(generate, sys_.url, PROMPTS[1], 3000, stream=True, timeout=30)
-    wait_for(lambda: sys_.be.load().running == 2, 10, "both running")
+    (short_t, short), (long_t, long) = long_then_short(sys_)
     t0 = time.monotonic()
     sys_.be.stack.procs["scheduler"].send_signal(signal.SIGTERM)
     wait_for(lambda: sys_.status("/ready") != 200, 2, "/ready non-200 after SIGTERM")
@@ -75,7 +93,7 @@ def test_sigterm_to_the_scheduler_drains_in_flight_work_and_fails_the_rest_expli
     assert short[0].ok and short[0].ids == oracle(PROMPTS[0], 40), short  # finished within the grace period
     assert not long[0].ok and "shutting down" in long[0].error, long      # the rest: an explicit error
     sys_.restart("scheduler")
-    wait_for(lambda: sys_.status("/ready") == 200, 10, "/ready 200 after restart")
+    wait_for(lambda: sys_.status("/ready") == 200, 30, "/ready 200 after restart")
     assert generate(sys_.url, PROMPTS[0], 8, stream=False).ok
     print(f"\nSIGTERM scheduler: /ready non-200 after {ready_down:.2f} s, refused new work with 503 "
           f"({refused.error!r}), exit 0 after {exited:.2f} s (drain {DRAIN} s); long request: {long[0].error!r}")
@@ -83,9 +101,7 @@ def test_sigterm_to_the_scheduler_drains_in_flight_work_and_fails_the_rest_expli
 
 def test_sigterm_to_the_gateway_finishes_in_flight_requests_and_exits_0(sys_, settled, oracle):
     settled(sys_)
-    short_t, short = in_background(generate, sys_.url, PROMPTS[0], 40, stream=True, timeout=30)
-    long_t, long = in_background(generate, sys_.url, PROMPTS[1], 3000, stream=True, timeout=30)
-    wait_for(lambda: sys_.be.load().running == 2, 10, "both running")
+    (short_t, short), (long_t, long) = long_then_short(sys_)
     t0 = time.monotonic()
     sys_.be.stack.procs["gateway"].send_signal(signal.SIGTERM)
     wait_for(lambda: sys_.status("/ready") != 200, 2, "/ready non-200 after SIGTERM")

@@ -5,6 +5,7 @@ session replacement), and service returns after a restart / SIGCONT with outputs
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -18,7 +19,7 @@ PROMPTS = prompts(4, 12, seed=1)
 NEW = 24
 HEALTH_TIMEOUT = 3.0
 PROBE_TIMEOUT = 1.0
-LEASE = 3.0
+LEASE = 6.0  # > the seconds from the SIGKILL to the restarted scheduler's session (2.3 s seen on a loaded 2-core)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def test_scheduler_sigstop_fails_fast_releases_its_session_and_recovers_on_sigco
         assert sys_.integrity() == []
         t1 = time.monotonic()
         sys_.kill("scheduler", signal.SIGCONT)
-        wait_for(lambda: sys_.status("/ready") == 200, 10, "/ready 200 after SIGCONT")
+        wait_for(lambda: sys_.status("/ready") == 200, 30, "/ready 200 after SIGCONT")
         recovered = time.monotonic() - t1
         wait_for(lambda: any(o.ok and s > t1 for s, o in load.outcomes), 30, "served again after SIGCONT")
     counts = check_outcomes(load.outcomes, oracle, t0, t1, bound=15)
@@ -85,7 +86,7 @@ def test_scheduler_sigkill_fails_fast_and_a_restart_replaces_its_session(sys_, s
     with Load(sys_.url, PROMPTS, NEW, clients=3, timeout=30) as load:
         steady(load)
         # kill while requests hold slots (not in the gap between one wave of calls and the next)
-        wait_for(lambda: (lambda c: c.owned + c.protected)(sys_.counters()) > 0, 10, "requests holding slots",
+        wait_for(lambda: (lambda c: c.owned + c.protected)(sys_.counters()) > 0, 30, "requests holding slots",
                  interval=0.005)
         t0 = time.monotonic()
         sys_.kill("scheduler")
@@ -103,8 +104,10 @@ def test_scheduler_sigkill_fails_fast_and_a_restart_replaces_its_session(sys_, s
     since_kill = time.monotonic() - t0
     assert since_kill < LEASE, "too slow to tell replacement from lease expiry"
     assert (c.owned, c.protected, c.available + c.evictable) == (0, 0, c.capacity), c
-    assert '"replaced": "' in sys_.be.stack.log_tail("scheduler", 50)
-    wait_for(lambda: sys_.status("/ready") == 200, 10, "/ready 200 after restart")
+    connected = [json.loads(line) for line in (sys_.be.stack.log_dir / "scheduler.log").read_text().splitlines()
+                 if line.startswith("{") and '"event": "connected"' in line]
+    assert connected[-1]["replaced"] == connected[-2]["session"], connected[-2:]  # the dead one's, replaced
+    wait_for(lambda: sys_.status("/ready") == 200, 30, "/ready 200 after restart")
     recovered = time.monotonic() - t1
     with Load(sys_.url, PROMPTS, NEW, clients=3, timeout=30) as after:
         steady(after)
