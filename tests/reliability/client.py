@@ -16,7 +16,7 @@ import httpx
 class Outcome:
     """What one call ended with. status: HTTP status (0 = the connection failed or timed out); ids: output token
     ids; finish: finish_reason type ("" when none); error: error message (body or error event or exception);
-    retry_after: the Retry-After header; seconds: wall time of the call."""
+    retry_after: the Retry-After header; seconds: wall time of the call; ended_at: time.monotonic() when it ended."""
 
     status: int = 0
     ids: list[int] = field(default_factory=list)
@@ -24,6 +24,7 @@ class Outcome:
     error: str = ""
     retry_after: str | None = None
     seconds: float = 0.0
+    ended_at: float = 0.0
     prompt: list[int] = field(default_factory=list)
     max_new: int = 0
 
@@ -85,7 +86,8 @@ def generate(url: str, ids: list[int], max_new: int, stream: bool = True, timeou
     except httpx.HTTPError as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     finally:
-        out.seconds = time.monotonic() - t0
+        out.ended_at = time.monotonic()
+        out.seconds = out.ended_at - t0
     return out
 
 
