@@ -1,6 +1,6 @@
-"""Overlapped decode (SGLang's overlap scheduler, over our services): during steady decode the loop sends
-decode Forward N+1 before it processes Forward N's reply, so the worker computes N+1 while the loop
-allocates, detokenizes and streams N's tokens.
+"""Overlapped decode (SGLang's overlap scheduler, over our services): during steady decode the loop
+allocates decode Forward N+1 while the worker computes N, sends N+1 the moment N's reply is in, and
+then processes N's reply (detokenize, stream) while the worker computes N+1.
 
 N+1 holds the same running requests, with slots allocated ahead from the cache; each item's input is the
 token the worker sampled last for it (``input_from_last_sample``, unknown to the scheduler yet) at the
@@ -8,16 +8,24 @@ predicted position ``start + steps`` of its N entry, and the Forward carries ``a
 worker runs it only after N. A request predicted to reach max_new_tokens (already capped by the context
 limit) in N is left out of N+1; one that ends at a stop token in N is in N+1 and the worker skips it.
 
+N+1 is sent just in time, not queued behind N: while N runs nothing waits at the worker, so a request that
+arrives meanwhile is admitted at once (Match, Allocate while N runs) and its extend is sent to run right
+after N (``after_seq = N.seq``), then N+1 after the extend. Its first token waits for the rest of N only,
+never for a K-step Forward queued behind N. The cost: the reply of N and the send of N+1 are not hidden
+(one local gRPC round trip per Forward).
+
 Chaining happens only in steady decode (``can_chain``); otherwise the loop drains (waits for and processes
-the in-flight reply) and takes the synchronous path (extend, admission, retract, aborts). Requests that
-finish while N is processed but are in N+1 stream their end at once and are released at the cache and the
-worker after N+1's reply is processed (their N+1 results are dropped): ``Scheduler._zombies``.
+the in-flight replies, in order) and takes the synchronous path (extend, admission, retract, aborts).
+Requests that finish while N is processed but are in a Forward still in flight stream their end at once and
+are released at the cache and the worker after the last in-flight Forward that holds them was processed
+(their results there are dropped): ``Scheduler._zombies``.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from scheduler_svc.batch import Batch, Entry
 from scheduler_svc.multistep import multistep_eligible
@@ -35,13 +43,29 @@ class InFlight:
 
 
 def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, max_running: int) -> bool:
-    """True in steady decode: the in-flight batch is decode, no running request is in PREFILL or has an
-    abort pending, and no admission is possible (``waiting`` requests, none or no room)."""
+    """True in steady decode: the in-flight batch is decode and holds every running request (one admitted
+    while it ran is not in it: its first decode takes the synchronous path), no running request is in
+    PREFILL or has an abort pending, and no admission is possible (``waiting`` requests, none or no room)."""
     if inflight.kind != "decode":
         return False
     if waiting and len(running) < max_running:
         return False
-    return not any(r.state == State.PREFILL or r.abort_requested for r in running)
+    held = {e.req.rid for e in inflight.entries}
+    return not any(r.state == State.PREFILL or r.abort_requested or r.rid not in held for r in running)
+
+
+def wait_reply_or_arrival(pending: PendingForward, wake: threading.Event, arrived: Callable[[], bool]) -> bool:
+    """Waits until ``pending``'s reply is in (False) or ``arrived()`` says a request can be admitted (True),
+    whichever comes first. ``wake`` is the intake's event (set on every submit and abort); the reply sets it
+    too. ``arrived`` runs on this thread after each wake-up."""
+    pending.add_done_callback(wake.set)
+    while True:
+        wake.clear()  # state is read after clearing: a set that comes later wakes the next wait
+        if arrived():
+            return True
+        if pending.done():
+            return False
+        wake.wait(1.0)  # the reply, a submit or an abort sets it; 1 s only bounds a lost wake-up
 
 
 def next_steps(req: Req, after: int, max_steps: int) -> int:

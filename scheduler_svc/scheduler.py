@@ -1,6 +1,7 @@
 """The scheduling loop: admit -> build a batch (extend first, decode otherwise) -> Worker.Forward ->
 process results -> cache and release finished requests. One thread runs it and owns all request state.
-With ``overlap`` (default) steady decode is pipelined: Forward N+1 is sent before N's reply is processed
+With ``overlap`` (default) steady decode is pipelined: Forward N+1 is allocated while N runs and sent
+before N's reply is processed; a request that arrives meanwhile has its extend sent to run right after N
 (``scheduler_svc/overlap.py``)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.errors import AllocationFailed, DependencyUnavailable, SessionLost, WorkerEpochChanged
 from scheduler_svc.intake import Intake
 from scheduler_svc.multistep import apply_tokens, multistep_eligible, steps_for, stop_ids
-from scheduler_svc.overlap import InFlight, can_chain, continuation, continuation_batch
+from scheduler_svc.overlap import InFlight, can_chain, continuation, continuation_batch, wait_reply_or_arrival
 from scheduler_svc.policy import order_waiting, retract_victim
 from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.worker_client import WorkerClient
@@ -64,19 +65,20 @@ class Scheduler:
         self.capacity = 0
         self.last_batch_at = time.monotonic()
         self.snapshot = (0, 0, 0)  # (running, waiting, waiting tokens), published by the loop every round
-        self._inflight: InFlight | None = None  # overlapped decode: the Forward sent and not yet processed
-        self._zombies: list[Req] = []  # finished (end streamed) but in the in-flight Forward: released after it
+        self._inflight: deque[InFlight] = deque()  # overlap: Forwards sent and not yet processed, in order
+        self._zombies: list[Req] = []  # finished (end streamed) but in an in-flight Forward: released after it
         self._alloc_s = 0.0  # seconds of the last decode batch's Cache.Allocate
         self._seq = time.time_ns() // 1000  # Forward seq, unique per worker epoch across scheduler restarts
         # Decode rounds, cumulative seconds (logged by loop_stats; bench/ derives the outside share):
         # wall = the loop's time in decode rounds; alloc = Cache.Allocate; rpc = sending Forward and waiting
         # for its reply (with overlap: only the wait left after the loop's own work); process = results.
         # chained: Forwards sent before the previous reply was processed; dropped: results of requests that
-        # had finished in the previous Forward (sent ahead for them, then dropped).
+        # had finished in the previous Forward (sent ahead for them, then dropped); extends_ahead: extends of
+        # requests that arrived while a decode Forward ran, sent to run right after it.
         self.stats = dict(batches=0, prefix_query=0, prefix_hit=0, prompt_tokens=0, generation_tokens=0,
                           retractions=0, decode_batches=0, decode_steps=0, decode_wall_seconds=0.0,
                           decode_forward_seconds=0.0, decode_alloc_seconds=0.0, decode_rpc_seconds=0.0,
-                          decode_process_seconds=0.0, decode_chained=0, decode_dropped=0)
+                          decode_process_seconds=0.0, decode_chained=0, decode_dropped=0, extends_ahead=0)
 
     # ---- thread-safe API -------------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
@@ -174,8 +176,9 @@ class Scheduler:
         self._intake()
         self._renew_session()
         drained = False
-        if self._inflight is not None:
-            if can_chain(self._inflight.batch, self.running, len(self.waiting), self.cfg.max_running_requests):
+        if self._inflight:
+            if len(self._inflight) == 1 and can_chain(self._inflight[0].batch, self.running, len(self.waiting),
+                                                      self.cfg.max_running_requests):
                 self._chain()
                 self._apply_aborts(running=False)
                 self._publish()
@@ -189,7 +192,7 @@ class Scheduler:
         if batch is None:
             return drained
         if batch.kind == "decode" and self.cfg.overlap:
-            self._inflight = self._send(batch)
+            self._inflight.append(self._send(batch))
             self.stats["decode_rpc_seconds"] += time.perf_counter() - t0 - self._alloc_s
             self.stats["decode_wall_seconds"] += time.perf_counter() - t0
             return True
@@ -213,10 +216,12 @@ class Scheduler:
         return InFlight(batch, self.worker.forward_async(self._items(batch), self._seq, after_seq), self._seq)
 
     def _chain(self) -> None:
-        """Steady decode: allocate and send Forward N+1 (after N), then wait for and process N. An Allocate
-        failure sends nothing (the next round drains and the synchronous path retracts)."""
+        """Steady decode: allocate Forward N+1 while N runs; wait for N's reply or an admissible arrival. On
+        the reply: send N+1 (after N), process N. On an arrival: admit it and send its extend (after N), then
+        N+1 (after the extend), then wait for and process N. An Allocate failure sends no N+1 (the next round
+        drains and the synchronous path retracts)."""
         t0 = time.perf_counter()
-        cur = self._inflight
+        cur = self._inflight[0]
         plan = continuation(cur.batch, self.cfg.decode_steps)
         nxt = None
         if plan:
@@ -226,42 +231,58 @@ class Scheduler:
                 self.log.info("overlap_allocation_failed", error=str(exc), running=len(plan))
                 reply = None
             if reply is not None:
-                batch = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
+                nxt = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
+                self._seq += 1  # built now, while N runs: only the send waits for N's reply
+                nxt_request = self.worker.prepare(self._items(nxt), self._seq, after_seq=cur.seq)
                 for _ in range(max(k for _, k in plan)):
                     self.ratio.on_decode_step()
-                t_alloc = time.perf_counter()
-                nxt = self._send(batch, after_seq=cur.seq)
-                self.stats["decode_alloc_seconds"] += t_alloc - t0
-                self.stats["decode_chained"] += 1
+                self.stats["decode_alloc_seconds"] += time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
+            if wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
+                extend = self._extend_batch()
+                self._publish()
+                if extend is not None:
+                    self._inflight.append(self._send(extend, after_seq=cur.seq))
+                    self.stats["extends_ahead"] += 1
+            if nxt is not None:
+                nxt_request.after_seq = self._inflight[-1].seq
+                self._inflight.append(InFlight(nxt, self.worker.send(nxt_request), nxt_request.seq))
+                self.stats["decode_chained"] += 1
             reply = cur.pending.result()
         except BaseException:
-            if nxt is not None:
-                nxt.pending.cancel()
+            self._drop_inflight()  # N failed: what follows it at the worker is aborted there (resync requeues)
             raise
-        self._inflight = nxt
+        self._inflight.popleft()
         t2 = time.perf_counter()
         self._process(cur.batch, reply)
         self._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
 
+    def _admissible_arrival(self) -> bool:
+        """Takes new requests; True when some wait and the running set has room (admission may still defer)."""
+        self._intake()
+        return bool(self.waiting) and len(self.running) < self.cfg.max_running_requests
+
     def _drain(self) -> None:
-        """Waits for the in-flight Forward and processes it (nothing new is sent)."""
-        t0 = time.perf_counter()
-        cur = self._inflight
-        reply = cur.pending.result()
-        self._inflight = None
-        t1 = time.perf_counter()
-        self._process(cur.batch, reply)
-        self._publish()
-        self._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t1 - t0, process=time.perf_counter() - t1)
+        """Waits for the in-flight Forwards and processes them in order (nothing new is sent)."""
+        while self._inflight:
+            t0 = time.perf_counter()
+            cur = self._inflight[0]
+            reply = cur.pending.result()
+            self._inflight.popleft()
+            t1 = time.perf_counter()
+            self._process(cur.batch, reply)
+            self._publish()
+            if cur.batch.kind == "decode":
+                self._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t1 - t0,
+                                   process=time.perf_counter() - t1)
 
     def _drop_inflight(self) -> None:
         """After a dependency error: forget the in-flight Forward (its requests are requeued by the resync)
         and hand finished-but-unreleased requests to the orphans (the new session frees their slots)."""
-        if self._inflight is not None:
-            self._inflight.pending.cancel()
-            self._inflight = None
+        for sent in self._inflight:
+            sent.pending.cancel()
+        self._inflight.clear()
         for req in self._zombies:
             self._orphans.append(req.rid)
             self._forget(req)
@@ -534,9 +555,9 @@ class Scheduler:
                 finished.append(req)
         self.stats["batches"] += 1
         self.last_batch_at = time.monotonic()
-        in_flight = {e.req.rid for e in self._inflight.batch.entries} if self._inflight is not None else set()
-        release = [r for r in finished if r.rid not in in_flight] + self._zombies
-        self._zombies = []
+        in_flight = {e.req.rid for sent in self._inflight for e in sent.batch.entries}
+        release = [r for r in finished + self._zombies if r.rid not in in_flight]
+        self._zombies = [r for r in self._zombies if r.rid in in_flight]
         for req in finished:
             self.running.remove(req)
             if req.rid in in_flight:  # stream its end now; release after the in-flight Forward

@@ -41,6 +41,14 @@ class PendingForward:
     def cancel(self) -> None:
         self._future.cancel()
 
+    def done(self) -> bool:
+        """True once the reply (or the error) is in: ``result()`` then returns or raises at once."""
+        return self._future.done()
+
+    def add_done_callback(self, fn) -> None:
+        """Calls ``fn()`` (no arguments, on a gRPC thread; at once when already done) when the reply is in."""
+        self._future.add_done_callback(lambda _future: fn())
+
 
 class WorkerClient:
     """Client of one worker at ``target``. ``epoch`` is the epoch the scheduler registered the pool with.
@@ -68,7 +76,14 @@ class WorkerClient:
 
     def forward_async(self, items: list[worker_pb2.ForwardItem], seq: int, after_seq: int = 0) -> PendingForward:
         """Sends one batch without waiting; the worker runs it after Forward ``after_seq`` (0: at once)."""
-        request = worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq)
+        return self.send(self.prepare(items, seq, after_seq))
+
+    def prepare(self, items: list[worker_pb2.ForwardItem], seq: int, after_seq: int = 0) -> worker_pb2.ForwardRequest:
+        """The ForwardRequest of ``forward_async``, built ahead (its ``after_seq`` may be set before ``send``)."""
+        return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq)
+
+    def send(self, request: worker_pb2.ForwardRequest) -> PendingForward:
+        """Sends a prepared ForwardRequest without waiting."""
         return PendingForward(self._stub.Forward.future(request, timeout=self.timeout), self.target)
 
     def release(self, request_ids: list[str]) -> int:

@@ -1,0 +1,222 @@
+"""Overlapped decode and new arrivals: the order of the Forwards the worker receives.
+
+The scheduler runs in this process against the real cache service (in-process gRPC server) and a recording
+worker (a unit test of the loop's sending order; the real worker's output is covered by test_overlap.py).
+A decode Forward's reply is held back until the test lets it go, so "while a decode Forward runs" is a
+state, not a timing: no test here measures or sleeps for time.
+
+- A request that arrives while a decode Forward N runs has its extend sent to run right after N
+  (``after_seq = N.seq``); the next decode Forward (N+1, without the new request) follows the extend. Before
+  the fix N+1 was already queued behind N, so the new request's prefill waited for a whole K-step Forward.
+- With nothing arriving, N+1 follows N (``after_seq = N.seq``), and every request's output is complete.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import structlog
+
+from cache_svc.core import CacheCore
+from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
+from codeserve.v1 import cache_pb2_grpc, scheduler_pb2, worker_pb2
+from common import grpc_server
+from scheduler_svc.cache_client import CacheClient
+from scheduler_svc.output import OutputStream
+from scheduler_svc.request import StreamEnd
+from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+from scheduler_svc.validate import build_request
+
+TOKEN = 77  # every token the recording worker samples (never EOS: the requests ignore it anyway)
+WAIT_S = 30.0  # upper bound for a condition that holds at once in a correct scheduler (not a measured time)
+
+
+class HeldReply:
+    """A PendingForward whose reply is released by ``release()`` (at once when ``hold`` was False)."""
+
+    def __init__(self, reply: worker_pb2.ForwardResponse, hold: bool) -> None:
+        self.reply = reply
+        self._done = threading.Event()
+        self._callbacks: list = []
+        self._lock = threading.Lock()
+        if not hold:
+            self.release()
+
+    def release(self) -> None:
+        with self._lock:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn()
+
+    def result(self) -> worker_pb2.ForwardResponse:
+        if not self._done.wait(WAIT_S):
+            raise AssertionError("a held Forward reply was never released by the test")
+        return self.reply
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def add_done_callback(self, fn) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def cancel(self) -> None:
+        pass
+
+
+class RecordingWorker:
+    """Stands in for WorkerClient: records each Forward (seq, after_seq, items) and answers TOKEN for every
+    sampled position. ``hold_decode``: async decode replies wait for ``HeldReply.release``."""
+
+    def __init__(self) -> None:
+        self.epoch = ""
+        self.sent: list[tuple[int, int, list[worker_pb2.ForwardItem]]] = []
+        self.pending: dict[int, HeldReply] = {}
+        self.released: list[str] = []
+        self.hold_decode = False
+        self.changed = threading.Condition()
+
+    def info(self) -> worker_pb2.WorkerInfo:
+        return worker_pb2.WorkerInfo(worker_id="w0", epoch="e1", model_name="rec", n_positions=2048, vocab_size=1000,
+                                     eos_token_id=0, capacity_tokens=4096, page_size=1, pool_slots=4097)
+
+    @staticmethod
+    def _reply(items) -> worker_pb2.ForwardResponse:
+        out = []
+        for it in items:
+            if it.decode_steps > 1:
+                out.append(worker_pb2.ForwardResult(request_id=it.request_id, next_token_ids=[TOKEN] * it.decode_steps,
+                                                    logprobs=[0.0] * it.decode_steps))
+            else:
+                out.append(worker_pb2.ForwardResult(request_id=it.request_id, sampled=it.sample,
+                                                    next_token_id=TOKEN if it.sample else 0))
+        return worker_pb2.ForwardResponse(results=out)
+
+    def _record(self, seq: int, after_seq: int, items) -> None:
+        with self.changed:
+            self.sent.append((seq, after_seq, list(items)))
+            self.changed.notify_all()
+
+    def forward(self, items, seq: int = 0):
+        self._record(seq, 0, items)
+        return self._reply(items)
+
+    def forward_async(self, items, seq: int, after_seq: int = 0):
+        return self.send(self.prepare(items, seq, after_seq))
+
+    def prepare(self, items, seq: int, after_seq: int = 0) -> worker_pb2.ForwardRequest:
+        return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq)
+
+    def send(self, request: worker_pb2.ForwardRequest) -> HeldReply:
+        seq, after_seq, items = request.seq, request.after_seq, list(request.items)
+        self._record(seq, after_seq, items)
+        held = HeldReply(self._reply(items), hold=self.hold_decode and kind(items) == "decode")
+        self.pending[seq] = held
+        return held
+
+    def release(self, request_ids) -> int:
+        self.released.extend(request_ids)
+        return len(request_ids)
+
+    def wait_sent(self, n: int) -> None:
+        with self.changed:
+            if not self.changed.wait_for(lambda: len(self.sent) >= n, WAIT_S):
+                raise AssertionError(f"the scheduler sent {len(self.sent)} Forwards, expected at least {n}")
+
+
+@pytest.fixture
+def loop(tokenizer):
+    core = CacheCore(lease_seconds=30.0)
+    running = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
+                                [CACHE_SERVICE], "127.0.0.1:0")
+    cache = CacheClient(f"127.0.0.1:{running.port}", "default")
+    worker = RecordingWorker()
+    sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=8, overlap=True), structlog.get_logger())
+    sched.connect()
+
+    def submit(rid: str, prompt: list[int], max_new: int):
+        req = build_request(scheduler_pb2.GenerateRequest(request_id=rid, input_ids=scheduler_pb2.TokenIds(ids=prompt),
+                                                          max_new_tokens=max_new, ignore_eos=True),
+                            tokenizer, sched.info, sched.capacity)
+        req.stream = OutputStream(req, tokenizer, sched.info.eos_token_id)
+        sched.submit(req)
+        return req
+
+    yield sched, worker, submit
+    cache.close()
+    running.server.stop(0)
+
+
+def kind(items) -> str:
+    """"extend" when an item is new to the worker or brings several tokens; "decode" otherwise."""
+    return "extend" if any(it.has_prefix or len(it.input_ids) > 1 for it in items) else "decode"
+
+
+def tokens(req) -> list[int]:
+    """Every token id the request streamed, once it ended (raises when its stream failed)."""
+    out = []
+    while True:
+        item = req.out.get(timeout=WAIT_S)
+        if isinstance(item, StreamEnd):
+            assert item.code is None, item.message
+            return out
+        out.extend(item.token_ids)
+
+
+def run_until_idle(sched: Scheduler) -> None:
+    for _ in range(200):
+        if not sched.step() and not sched.running and not sched.waiting:
+            return
+    raise AssertionError("the loop did not become idle within 200 rounds")
+
+
+def test_a_request_arriving_during_a_decode_forward_has_its_extend_sent_next(loop):
+    sched, worker, submit = loop
+    a = submit("a", list(range(10, 30)), 40)
+    assert sched.step()  # extend of a (synchronous)
+    worker.hold_decode = True
+    assert sched.step()  # decode N of a, sent without waiting (overlap); its reply is held
+    assert [kind(items) for _, _, items in worker.sent] == ["extend", "decode"]
+    n_seq = worker.sent[-1][0]
+    held = worker.pending[n_seq]
+
+    round_n = threading.Thread(target=sched.step)  # the round that waits for N
+    round_n.start()
+    b = submit("b", list(range(40, 52)), 5)  # arrives while N runs
+    worker.wait_sent(3)
+    held.release()
+    round_n.join(WAIT_S)
+    assert not round_n.is_alive()
+
+    seq, after, items = worker.sent[2]
+    assert (kind(items), [it.request_id for it in items], after) == ("extend", ["b"], n_seq), \
+        "the Forward after the in-flight decode must be the new request's extend"
+    worker.wait_sent(4)
+    nxt_seq, nxt_after, nxt_items = worker.sent[3]
+    assert (kind(nxt_items), [it.request_id for it in nxt_items], nxt_after) == ("decode", ["a"], seq)
+    for p in list(worker.pending.values()):
+        p.release()
+    worker.hold_decode = False
+    run_until_idle(sched)
+    assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5
+    assert sorted(worker.released) == ["a", "b"]
+    assert sched.stats["extends_ahead"] == 1
+
+
+def test_without_arrivals_each_decode_forward_follows_the_previous_one(loop):
+    sched, worker, submit = loop
+    reqs = [submit(f"r{i}", list(range(10 + i, 30 + i)), n) for i, n in enumerate((3, 17, 30))]
+    run_until_idle(sched)
+    for r, n in zip(reqs, (3, 17, 30)):
+        assert tokens(r) == [TOKEN] * n
+    decodes = [(seq, after) for seq, after, items in worker.sent if kind(items) == "decode"]
+    assert len(decodes) >= 3 and sched.stats["decode_chained"] >= 2
+    for (prev, _), (seq, after) in zip(decodes, decodes[1:]):
+        assert after in (0, prev)  # chained ones run after the one before; none overtakes
+    assert sched.stats["extends_ahead"] == 0
+    assert sorted(worker.released) == ["r0", "r1", "r2"]
