@@ -1,0 +1,236 @@
+"""TTFT of arrivals against overlapped multi-step decode, with the worker's time simulated (not a test: a
+measurement to run by hand; the CPU model's compute would drown what it shows).
+
+    python -m tests.scheduler.arrival_sim [--step-ms 2.3] [--extend-us-per-token 4] [--decode-steps 8]
+        [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
+
+The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
+drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
+duration: ``step-ms`` per decode step, ``extend-us-per-token`` per computed prompt token (plus 0.3 ms a
+Forward), answering a fixed token. Defaults are the H200 prefix workload of bench/serve_bench.py (2,048-token
+prompts of which a share f is one of 4 common prefixes, 16 output tokens, concurrency 8, K = 8); requests
+go straight to the scheduler (no gateway, no HTTP); ``think-ms`` spreads the arrivals (closed-loop clients
+otherwise stay in lockstep). Prints TTFT p50/p99 per shared fraction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import threading
+import time
+
+import structlog
+
+from cache_svc.core import CacheCore
+from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
+from codeserve.v1 import cache_pb2_grpc, scheduler_pb2, worker_pb2
+from common import grpc_server
+from scheduler_svc.cache_client import CacheClient
+from scheduler_svc.detokenizer import load_tokenizer
+from scheduler_svc.output import OutputStream
+from scheduler_svc.request import StreamEnd
+from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+from scheduler_svc.validate import build_request
+from worker_svc.model.default import ensure_default_model
+
+TOKEN = 77
+
+
+class Reply:
+    """A PendingForward answered by the simulated worker's thread."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list = []
+        self.reply = None
+
+    def set(self, reply) -> None:
+        with self._lock:
+            self.reply = reply
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn()
+
+    def result(self):
+        self._done.wait()
+        return self.reply
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def add_done_callback(self, fn) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def cancel(self) -> None:
+        pass
+
+
+class SimWorker:
+    """Runs Forwards one at a time (a Forward with after_seq waits for that one), sleeping for their duration."""
+
+    def __init__(self, step_s: float, token_s: float, capacity: int) -> None:
+        self.step_s, self.token_s, self.capacity = step_s, token_s, capacity
+        self.epoch = ""
+        self._engine = threading.Lock()
+        self._cond = threading.Condition()
+        self._done: set[int] = set()
+
+    def info(self) -> worker_pb2.WorkerInfo:
+        return worker_pb2.WorkerInfo(worker_id="sim", epoch="e1", model_name="sim", n_positions=4096, vocab_size=1000,
+                                     eos_token_id=0, capacity_tokens=self.capacity, page_size=1,
+                                     pool_slots=self.capacity + 1)
+
+    def _run(self, request: worker_pb2.ForwardRequest) -> worker_pb2.ForwardResponse:
+        if request.after_seq:
+            with self._cond:
+                self._cond.wait_for(lambda: request.after_seq in self._done)
+        with self._engine:
+            steps = max([it.decode_steps for it in request.items] + [1])
+            tokens = sum(len(it.input_ids) for it in request.items if not it.input_from_last_sample)
+            extend = any(it.has_prefix or len(it.input_ids) > 1 for it in request.items)
+            t0 = time.perf_counter()
+            time.sleep(3e-4 + tokens * self.token_s if extend else steps * self.step_s)
+            out = []
+            for it in request.items:
+                if it.decode_steps > 1:
+                    out.append(worker_pb2.ForwardResult(request_id=it.request_id, next_token_ids=[TOKEN] * it.decode_steps,
+                                                        logprobs=[0.0] * it.decode_steps))
+                else:
+                    out.append(worker_pb2.ForwardResult(request_id=it.request_id, sampled=it.sample,
+                                                        next_token_id=TOKEN if it.sample else 0))
+            reply = worker_pb2.ForwardResponse(results=out, forward_seconds=time.perf_counter() - t0)
+        with self._cond:
+            self._done.add(request.seq)
+            self._cond.notify_all()
+        return reply
+
+    def forward(self, items, seq: int = 0):
+        return self._run(self.prepare(items, seq))
+
+    def prepare(self, items, seq: int, after_seq: int = 0) -> worker_pb2.ForwardRequest:
+        return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq)
+
+    def send(self, request: worker_pb2.ForwardRequest) -> Reply:
+        pending = Reply()
+        threading.Thread(target=lambda: pending.set(self._run(request)), daemon=True).start()
+        return pending
+
+    def forward_async(self, items, seq: int, after_seq: int = 0) -> Reply:
+        return self.send(self.prepare(items, seq, after_seq))
+
+    def release(self, request_ids) -> int:
+        return len(request_ids)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--step-ms", type=float, default=2.3)
+    ap.add_argument("--extend-us-per-token", type=float, default=4.0)
+    ap.add_argument("--decode-steps", type=int, default=8)
+    ap.add_argument("--new", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=2048)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--fractions", default="0,0.5,0.9,0.97")
+    ap.add_argument("--think-ms", type=float, default=0.0, help="each client waits uniform [0, think] ms before a request")
+    ap.add_argument("--background", type=int, default=0, help="probe mode: this many long requests keep decode "
+                    "steady while single probes (prompt-len tokens, 1 output token) arrive one at a time")
+    ap.add_argument("--probes", type=int, default=40)
+    ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
+    a = ap.parse_args()
+    tok = load_tokenizer(str(ensure_default_model()))
+    core = CacheCore(lease_seconds=30.0)
+    server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
+                               [CACHE_SERVICE], "127.0.0.1:0")
+    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=400_000)
+    sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
+                      SchedulerConfig(decode_steps=a.decode_steps, overlap=a.overlap, chunk_size=8192,
+                                      max_running_requests=256), structlog.get_logger())
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
+    sched.connect()
+    threading.Thread(target=sched.run, daemon=True).start()
+    rng = random.Random(0)
+    counter = iter(range(1 << 30))
+
+    def one(prompt: list[int], new: int = a.new) -> float:
+        req = build_request(scheduler_pb2.GenerateRequest(request_id=f"q{next(counter)}", max_new_tokens=new,
+                                                          input_ids=scheduler_pb2.TokenIds(ids=prompt), ignore_eos=True),
+                            tok, sched.info, sched.capacity)
+        req.stream = OutputStream(req, tok, sched.info.eos_token_id)
+        t0 = time.perf_counter()
+        sched.submit(req)
+        first = None
+        while not isinstance(item := req.out.get(), StreamEnd):
+            if first is None and item.token_ids:
+                first = time.perf_counter() - t0
+        return first
+
+    def drive(prompts: list[list[int]], conc: int) -> list[float]:
+        out: list[float] = []
+        todo = list(prompts)
+        lock = threading.Lock()
+
+        def client() -> None:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    p = todo.pop(0)
+                    pause = rng.uniform(0, a.think_ms / 1e3)
+                time.sleep(pause)
+                ttft = one(p)
+                with lock:
+                    out.append(ttft)
+
+        threads = [threading.Thread(target=client) for _ in range(conc)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    print(f"overlap={a.overlap} K={a.decode_steps} step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
+          f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency}")
+    if a.background:
+        bg = [threading.Thread(target=one, args=([rng.randrange(100, 1000) for _ in range(64)], 3000), daemon=True)
+              for _ in range(a.background)]
+        for t in bg:
+            t.start()
+        time.sleep(0.5)  # steady decode
+        g0, t0 = sched.stats["generation_tokens"], time.perf_counter()
+        time.sleep(2.0)
+        rate = (sched.stats["generation_tokens"] - g0) / (time.perf_counter() - t0)
+        print(f"steady decode of {a.background}: {rate:.0f} tokens/s (simulated bound "
+              f"{a.background / (a.step_ms / 1e3):.0f})")
+        ttft = []
+        for _ in range(a.probes):
+            time.sleep(rng.uniform(0.005, 0.05))
+            ttft.append(one([rng.randrange(100, 1000) for _ in range(a.prompt_len)], 1) * 1e3)
+        ttft.sort()
+        print(f"probes behind {a.background} decoding: TTFT p50 {statistics.median(ttft):6.1f} ms  "
+              f"p90 {ttft[int(0.9 * (len(ttft) - 1))]:6.1f} ms  extends_ahead {sched.stats.get('extends_ahead', '-')}")
+        a.fractions = ""
+    for frac in (float(x) for x in a.fractions.split(",") if x):
+        shared = int(a.prompt_len * frac)
+        prefixes = [[rng.randrange(100, 1000) for _ in range(shared)] for _ in range(4)]
+        if shared:
+            drive([p + [rng.randrange(100, 1000) for _ in range(8)] for p in prefixes], 4)
+        prompts = [prefixes[i % 4] + [rng.randrange(100, 1000) for _ in range(a.prompt_len - shared)]
+                   for i in range(a.requests)]
+        ttft = sorted(x * 1e3 for x in drive(prompts, a.concurrency))
+        print(f"shared {frac:.2f}: TTFT p50 {statistics.median(ttft):6.1f} ms  p99 {ttft[int(0.99 * (len(ttft) - 1))]:6.1f} ms"
+              f"  extends_ahead {sched.stats['extends_ahead'] if 'extends_ahead' in sched.stats else '-'}")
+    sched.stop("done")
+    server.server.stop(0)
+
+
+if __name__ == "__main__":
+    main()
