@@ -10,8 +10,9 @@ limit) in N is left out of N+1; one that ends at a stop token in N is in N+1 and
 
 N+1 is sent just in time, not queued behind N: while N runs nothing waits at the worker, so a request that
 arrives meanwhile is admitted at once (Match, Allocate while N runs) and its extend is sent to run right
-after N (``after_seq = N.seq``), then N+1 after the extend. Its first token waits for the rest of N only,
-never for a K-step Forward queued behind N. The cost: the reply of N and the send of N+1 are not hidden
+after N (``after_seq = N.seq``; a later arrival's extend after that one), and N+1 goes after the last extend
+when N's reply is in. A first token waits for the rest of N (and earlier arrivals' extends) only, never for
+a K-step Forward queued behind N. The cost: the reply of N and the send of N+1 are not hidden
 (one local gRPC round trip per Forward).
 
 Chaining happens only in steady decode (``can_chain``); otherwise the loop drains (waits for and processes

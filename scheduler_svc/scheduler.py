@@ -216,9 +216,9 @@ class Scheduler:
         return InFlight(batch, self.worker.forward_async(self._items(batch), self._seq, after_seq), self._seq)
 
     def _chain(self) -> None:
-        """Steady decode: allocate Forward N+1 while N runs; wait for N's reply or an admissible arrival. On
-        the reply: send N+1 (after N), process N. On an arrival: admit it and send its extend (after N), then
-        N+1 (after the extend), then wait for and process N. An Allocate failure sends no N+1 (the next round
+        """Steady decode: allocate Forward N+1 while N runs; until N's reply is in, each arrival is admitted
+        at once and its extend sent to run after N (and after the extends sent before it); then N+1 is sent
+        (after N or the last extend) and N is processed. An Allocate failure sends no N+1 (the next round
         drains and the synchronous path retracts)."""
         t0 = time.perf_counter()
         cur = self._inflight[0]
@@ -239,11 +239,11 @@ class Scheduler:
                 self.stats["decode_alloc_seconds"] += time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
-            if wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
-                extend = self._extend_batch()
+            while wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
+                extend = self._extend_batch(new_only=True)  # admitted ones are in an extend already sent
                 self._publish()
                 if extend is not None:
-                    self._inflight.append(self._send(extend, after_seq=cur.seq))
+                    self._inflight.append(self._send(extend, after_seq=self._inflight[-1].seq))
                     self.stats["extends_ahead"] += 1
             if nxt is not None:
                 nxt_request.after_seq = self._inflight[-1].seq
@@ -259,9 +259,9 @@ class Scheduler:
         self._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
 
     def _admissible_arrival(self) -> bool:
-        """Takes new requests; True when some wait and the running set has room (admission may still defer)."""
-        self._intake()
-        return bool(self.waiting) and len(self.running) < self.cfg.max_running_requests
+        """Takes new requests; True when some arrived now and the running set has room (admission may still
+        defer them; requests that waited before are tried again only with a new arrival)."""
+        return bool(self._intake()) and len(self.running) < self.cfg.max_running_requests
 
     def _drain(self) -> None:
         """Waits for the in-flight Forwards and processes them in order (nothing new is sent)."""
@@ -323,11 +323,13 @@ class Scheduler:
         self.running = []
         self._publish()
 
-    def _intake(self) -> None:
+    def _intake(self) -> int:
+        """Moves new requests to the waiting queue; returns how many."""
         taken = self.intake.take()
         if taken:  # publish at once: the queue bound reads inbox + snapshot, and they left the inbox
             self.waiting.extend(taken)
             self._publish()
+        return len(taken)
 
     def _forget(self, req: Req) -> None:
         self.intake.forget(req)
@@ -358,11 +360,13 @@ class Scheduler:
             self.log.info("aborted", rid=req.rid, reason=req.abort_reason, output_tokens=len(req.output_ids))
 
     # ---- extend ----------------------------------------------------------------------------------------
-    def _extend_batch(self) -> Batch | None:
+    def _extend_batch(self, new_only: bool = False) -> Batch | None:
+        """Continuing prefill chunks, then admissions, within the chunk budget. ``new_only``: admissions only
+        (while Forwards are in flight, a request in PREFILL may have its chunk in one of them)."""
         budget = self.cfg.chunk_size
         plan: list[tuple[Req, int]] = []
         for req in self.running:
-            if req.state == State.PREFILL and budget > 0:
+            if req.state == State.PREFILL and budget > 0 and not new_only:
                 n = min(req.pending_tokens, budget)
                 plan.append((req, n))
                 budget -= n

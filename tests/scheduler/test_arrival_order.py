@@ -8,6 +8,7 @@ state, not a timing: no test here measures or sleeps for time.
 - A request that arrives while a decode Forward N runs has its extend sent to run right after N
   (``after_seq = N.seq``); the next decode Forward (N+1, without the new request) follows the extend. Before
   the fix N+1 was already queued behind N, so the new request's prefill waited for a whole K-step Forward.
+- Two requests arriving one after the other while N runs: both extends run after N, before N+1.
 - With nothing arriving, N+1 follows N (``after_seq = N.seq``), and every request's output is complete.
 """
 
@@ -206,6 +207,34 @@ def test_a_request_arriving_during_a_decode_forward_has_its_extend_sent_next(loo
     assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5
     assert sorted(worker.released) == ["a", "b"]
     assert sched.stats["extends_ahead"] == 1
+
+
+def test_every_request_arriving_during_a_decode_forward_runs_before_the_next_decode(loop):
+    sched, worker, submit = loop
+    a = submit("a", list(range(10, 30)), 40)
+    assert sched.step()
+    worker.hold_decode = True
+    assert sched.step()  # decode N of a, reply held
+    n_seq = worker.sent[-1][0]
+    round_n = threading.Thread(target=sched.step)
+    round_n.start()
+    b = submit("b", list(range(40, 52)), 5)
+    worker.wait_sent(3)  # b's extend
+    c = submit("c", list(range(60, 75)), 6)
+    worker.wait_sent(4)  # c's extend, still before N's reply
+    worker.pending[n_seq].release()
+    round_n.join(WAIT_S)
+    assert not round_n.is_alive()
+    worker.wait_sent(5)
+    got = [(kind(items), [it.request_id for it in items], after) for _, after, items in worker.sent[2:5]]
+    seqs = [seq for seq, _, _ in worker.sent[2:5]]
+    assert got == [("extend", ["b"], n_seq), ("extend", ["c"], seqs[0]), ("decode", ["a"], seqs[1])]
+    for p in list(worker.pending.values()):
+        p.release()
+    worker.hold_decode = False
+    run_until_idle(sched)
+    assert (tokens(a), tokens(b), tokens(c)) == ([TOKEN] * 40, [TOKEN] * 5, [TOKEN] * 6)
+    assert sorted(worker.released) == ["a", "b", "c"] and sched.stats["extends_ahead"] == 2
 
 
 def test_without_arrivals_each_decode_forward_follows_the_previous_one(loop):
