@@ -95,6 +95,14 @@ class Bench:
             log(f"{name} ready after {time.monotonic() - t:.1f} s")
         self.decode_steps = decode_steps
 
+    def nooverlap(self) -> None:
+        """c64 with the scheduler's ``--no-overlap``; the default scheduler is back for the phases after it."""
+        self.restart_scheduler(self.decode_steps, ["--no-overlap"])
+        try:
+            self.fixed(64, "c64_nooverlap")
+        finally:
+            self.restart_scheduler(self.decode_steps)
+
     def restart_scheduler(self, decode_steps: int, extra: list[str] | None = None) -> None:
         self.stack.kill("scheduler", signal.SIGTERM)
         argv = (commands(self.stack.cfg, self.stack.model_path)["scheduler"] + ["--decode-steps", str(decode_steps)]
@@ -291,9 +299,8 @@ class Bench:
                 self.guard(ph, self.prefix)
             elif ph == "k1" and self.decode_steps != 1:
                 self.guard(ph, lambda: (self.restart_scheduler(1), self.fixed(64, "c64_k1")))
-            elif ph == "nooverlap":  # same K, the scheduler waits for each Forward before the next
-                self.guard(ph, lambda: (self.restart_scheduler(a.decode_steps, ["--no-overlap"]),
-                                        self.fixed(64, "c64_nooverlap")))
+            elif ph == "nooverlap":  # same K, the scheduler waits for each Forward before the next; then back
+                self.guard(ph, self.nooverlap)
             self.derive()
         print(self.table(), flush=True)
         (self.out / "serve_bench_table.txt").write_text(self.table() + "\n")
