@@ -98,7 +98,7 @@ async def validation_error_handler(_request: Request, exc: RequestValidationErro
         position = first.get("loc", ())[-1:] or ("?",)
         detail = first.get("ctx", {}).get("error", "JSON decode error")
         return invalid(f"request body is not valid JSON: {detail} (at character {position[0]})").response()
-    if first.get("type") == "lone_surrogate":
+    if first.get("type") in ("lone_surrogate", "misplaced_field"):
         return invalid(first["msg"], first["ctx"]["param"]).response()
     loc = [str(part) for part in first.get("loc", ()) if part != "body" and not _is_type_tag(part)]
     param = ".".join(loc) or None

@@ -199,6 +199,19 @@ class NativeGenerateRequest(ApiRequest):
     return_text_in_logprobs: StrictBool = False
     rid: str | list[str] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _sampling_keys_belong_in_sampling_params(cls, data: Any) -> Any:
+        """A sampling parameter at the top level (``{"text": ..., "max_new_tokens": 3}``) would otherwise be
+        ignored like any other unknown key (SGLang clients send fields we do not use): a 400 naming it."""
+        if isinstance(data, dict):
+            misplaced = sorted(k for k in data if k in NativeSamplingParams.model_fields)
+            if misplaced:
+                raise PydanticCustomError(
+                    "misplaced_field", "{param} is a sampling parameter: put it inside sampling_params",
+                    {"param": misplaced[0]})
+        return data
+
 
 class TokenizeRequest(ApiRequest):
     """POST /tokenize: ``prompt`` (a string) or ``messages`` (rendered with the chat template)."""

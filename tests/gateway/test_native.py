@@ -72,6 +72,8 @@ def test_generate_batch_text_and_ids(gateway, fake, tokenizer):
     ({"text": "x", "sampling_params": {"regex": "a+"}}, "sampling_params.regex"),
     ({"text": "x", "sampling_params": {"max_new_tokens": -1}}, "sampling_params.max_new_tokens"),
     ({"input_ids": [1, 99999]}, "input_ids"),
+    ({"text": "x", "max_new_tokens": 3, "temperature": 0}, "max_new_tokens"),  # was ignored: 128 tokens
+    ({"text": "x", "n": 2}, "n"),
 ])
 def test_generate_bad_input(gateway, fake, payload, param):
     assert_error(gen(gateway, **payload), 400, param=param)
