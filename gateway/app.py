@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gateway import admin_api, chat_api, native_api, openai_api
 from gateway.context import GatewayContext
 from gateway.disconnect import ClientDisconnected
-from gateway.errors import ApiError, api_error_handler, validation_error_handler
+from gateway.errors import ApiError, api_error_handler, counted, validation_error_handler
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import JsonBodies, LimitsAndAuth
 from gateway.readiness import SchedulerWatch
@@ -25,19 +25,20 @@ from gateway.tokenizer import GatewayTokenizer
 log = structlog.get_logger()
 
 
-async def _http_exception_handler(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_exception_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     err_type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return ApiError(exc.status_code, str(exc.detail), err_type).response()
+    return counted(request, ApiError(exc.status_code, str(exc.detail), err_type))
 
 
-async def _disconnected_handler(_request: Request, _exc: ClientDisconnected) -> Response:
+async def _disconnected_handler(request: Request, _exc: ClientDisconnected) -> Response:
     # Nobody reads this; 499 is the conventional "client closed request" status for logs.
+    request.app.state.ctx.metrics.count_error(499, "client_disconnected")
     return Response(status_code=499)
 
 
 async def _unexpected_handler(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled_error", path=request.url.path, error=repr(exc), exc_info=exc)
-    return ApiError(500, f"internal error: {exc}", "internal_error").response()
+    return counted(request, ApiError(500, f"internal error: {exc}", "internal_error"))
 
 
 def create_app(scheduler_client: SchedulerClient, tokenizer: GatewayTokenizer, settings: GatewaySettings) -> FastAPI:

@@ -74,9 +74,15 @@ def from_grpc(code: grpc.StatusCode, details: str | None, retry_after_s: int) ->
     return ApiError(status, message, err_type, None, retry_after_s if retry else None)
 
 
-async def api_error_handler(_request: Request, exc: ApiError) -> JSONResponse:
+def counted(request: Request, err: ApiError) -> JSONResponse:
+    """``err``'s response, counted in the app's ``codeserve:request_errors`` metric."""
+    request.app.state.ctx.metrics.count_error(err.status, err.type)
+    return err.response()
+
+
+async def api_error_handler(request: Request, exc: ApiError) -> JSONResponse:
     """FastAPI exception handler for ApiError."""
-    return exc.response()
+    return counted(request, exc)
 
 
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
@@ -89,7 +95,7 @@ def _is_type_tag(part: object) -> bool:
     return "[" in part or part[:1].isupper() or part in _TYPE_TAGS
 
 
-async def validation_error_handler(_request: Request, exc: RequestValidationError) -> JSONResponse:
+async def validation_error_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
     """Turns pydantic / JSON errors into a 400 with the OpenAI body; ``param`` names the field
     (null for a body that is not valid JSON)."""
     errors = exc.errors()
@@ -97,9 +103,9 @@ async def validation_error_handler(_request: Request, exc: RequestValidationErro
     if first.get("type") == "json_invalid":
         position = first.get("loc", ())[-1:] or ("?",)
         detail = first.get("ctx", {}).get("error", "JSON decode error")
-        return invalid(f"request body is not valid JSON: {detail} (at character {position[0]})").response()
+        return counted(request, invalid(f"request body is not valid JSON: {detail} (at character {position[0]})"))
     if first.get("type") in ("lone_surrogate", "misplaced_field"):
-        return invalid(first["msg"], first["ctx"]["param"]).response()
+        return counted(request, invalid(first["msg"], first["ctx"]["param"]))
     loc = [str(part) for part in first.get("loc", ()) if part != "body" and not _is_type_tag(part)]
     param = ".".join(loc) or None
     message = first.get("msg", "invalid request")
@@ -107,4 +113,4 @@ async def validation_error_handler(_request: Request, exc: RequestValidationErro
         message = f"{param}: {message}"
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more errors)"
-    return invalid(message, param).response()
+    return counted(request, invalid(message, param))

@@ -81,6 +81,14 @@ class GatewayMetrics:
                              ["model_name"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.success = Counter("vllm:request_success", "Finished requests by finish reason.",
                                ["model_name", "finished_reason"], registry=self.registry)
+        self.errors = Counter("codeserve:request_errors",
+                              "Requests answered with an error status (HTTP status, error type); 499 = the client "
+                              "went away first. Errors inside an already streaming 200 response are not counted.",
+                              ["model_name", "status", "type"], registry=self.registry)
+
+    def count_error(self, status: int, err_type: str) -> None:
+        """Counts one error answer (status: HTTP status code; err_type: the body's ``error.type``)."""
+        self.errors.labels(self.model_name, str(status), err_type).inc()
 
     def observer(self) -> "RequestObserver":
         """A new observer for one Generate call."""

@@ -150,3 +150,22 @@ def test_ready_and_generation_503_at_once_when_scheduler_unreachable(start_gatew
         return resp.status_code == 503 and "did not answer a health check" in resp.json()["error"]["message"]
 
     assert wait_until(refused_with_reason)
+
+
+def test_metrics_count_error_answers_by_status_and_type(start_gateway, fake):
+    """Rejected requests show in /metrics (was: only successes were counted, so overload and bad input were
+    invisible to an operator)."""
+    import grpc
+
+    gateway = start_gateway()  # fresh counters
+    assert httpx.post(f"{gateway.url}/generate", json={"text": "x", "max_new_tokens": 3}).status_code == 400
+    assert httpx.post(f"{gateway.url}/v1/completions", content=b"{not json",
+                      headers={"Content-Type": "application/json"}).status_code == 400
+    fake.error = (grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+    try:
+        assert complete(gateway, prompt="x", max_tokens=2).status_code == 429
+    finally:
+        fake.error = None
+    s = _samples(httpx.get(f"{gateway.url}/metrics").text)
+    assert s["codeserve:request_errors_total|status=400|type=invalid_request_error"] == 2
+    assert s["codeserve:request_errors_total|status=429|type=rate_limit_error"] == 1
