@@ -33,44 +33,10 @@ from scheduler_svc.output import OutputStream
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
+from tests.scheduler.fake_worker import LaterReply, forward_response
 from worker_svc.model.default import ensure_default_model
 
 TOKEN = 77
-
-
-class Reply:
-    """A PendingForward answered by the simulated worker's thread."""
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._callbacks: list = []
-        self.reply = None
-
-    def set(self, reply) -> None:
-        with self._lock:
-            self.reply = reply
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            fn()
-
-    def result(self):
-        self._done.wait()
-        return self.reply
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def add_done_callback(self, fn) -> None:
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(fn)
-                return
-        fn()
-
-    def cancel(self) -> None:
-        pass
 
 
 class SimWorker:
@@ -98,15 +64,7 @@ class SimWorker:
             extend = any(it.has_prefix or len(it.input_ids) > 1 for it in request.items)
             t0 = time.perf_counter()
             time.sleep(3e-4 + tokens * self.token_s if extend else steps * self.step_s)
-            out = []
-            for it in request.items:
-                if it.decode_steps > 1:
-                    out.append(worker_pb2.ForwardResult(request_id=it.request_id, next_token_ids=[TOKEN] * it.decode_steps,
-                                                        logprobs=[0.0] * it.decode_steps))
-                else:
-                    out.append(worker_pb2.ForwardResult(request_id=it.request_id, sampled=it.sample,
-                                                        next_token_id=TOKEN if it.sample else 0))
-            reply = worker_pb2.ForwardResponse(results=out, forward_seconds=time.perf_counter() - t0)
+            reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0)
         with self._cond:
             self._done.add(request.seq)
             self._cond.notify_all()
@@ -118,12 +76,12 @@ class SimWorker:
     def prepare(self, items, seq: int, after_seq: int = 0) -> worker_pb2.ForwardRequest:
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq)
 
-    def send(self, request: worker_pb2.ForwardRequest) -> Reply:
-        pending = Reply()
-        threading.Thread(target=lambda: pending.set(self._run(request)), daemon=True).start()
+    def send(self, request: worker_pb2.ForwardRequest) -> LaterReply:
+        pending = LaterReply()
+        threading.Thread(target=lambda: pending.answer(self._run(request)), daemon=True).start()
         return pending
 
-    def forward_async(self, items, seq: int, after_seq: int = 0) -> Reply:
+    def forward_async(self, items, seq: int, after_seq: int = 0) -> LaterReply:
         return self.send(self.prepare(items, seq, after_seq))
 
     def release(self, request_ids) -> int:

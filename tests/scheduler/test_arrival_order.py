@@ -15,6 +15,7 @@ state, not a timing: no test here measures or sleeps for time.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
 import structlog
@@ -28,46 +29,29 @@ from scheduler_svc.output import OutputStream
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
+from tests.scheduler.fake_worker import LaterReply, forward_response
 
 TOKEN = 77  # every token the recording worker samples (never EOS: the requests ignore it anyway)
 WAIT_S = 30.0  # upper bound for a condition that holds at once in a correct scheduler (not a measured time)
 
 
-class HeldReply:
+class HeldReply(LaterReply):
     """A PendingForward whose reply is released by ``release()`` (at once when ``hold`` was False)."""
 
     def __init__(self, reply: worker_pb2.ForwardResponse, hold: bool) -> None:
+        super().__init__()
         self.reply = reply
-        self._done = threading.Event()
-        self._callbacks: list = []
-        self._lock = threading.Lock()
         if not hold:
             self.release()
 
     def release(self) -> None:
-        with self._lock:
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            fn()
+        self.answer(self.reply)
 
     def result(self) -> worker_pb2.ForwardResponse:
-        if not self._done.wait(WAIT_S):
-            raise AssertionError("a held Forward reply was never released by the test")
-        return self.reply
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def add_done_callback(self, fn) -> None:
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(fn)
-                return
-        fn()
-
-    def cancel(self) -> None:
-        pass
+        try:
+            return self.future.result(WAIT_S)
+        except FutureTimeout:
+            raise AssertionError("a held Forward reply was never released by the test") from None
 
 
 class RecordingWorker:
@@ -86,18 +70,6 @@ class RecordingWorker:
         return worker_pb2.WorkerInfo(worker_id="w0", epoch="e1", model_name="rec", n_positions=2048, vocab_size=1000,
                                      eos_token_id=0, capacity_tokens=4096, page_size=1, pool_slots=4097)
 
-    @staticmethod
-    def _reply(items) -> worker_pb2.ForwardResponse:
-        out = []
-        for it in items:
-            if it.decode_steps > 1:
-                out.append(worker_pb2.ForwardResult(request_id=it.request_id, next_token_ids=[TOKEN] * it.decode_steps,
-                                                    logprobs=[0.0] * it.decode_steps))
-            else:
-                out.append(worker_pb2.ForwardResult(request_id=it.request_id, sampled=it.sample,
-                                                    next_token_id=TOKEN if it.sample else 0))
-        return worker_pb2.ForwardResponse(results=out)
-
     def _record(self, seq: int, after_seq: int, items) -> None:
         with self.changed:
             self.sent.append((seq, after_seq, list(items)))
@@ -105,7 +77,7 @@ class RecordingWorker:
 
     def forward(self, items, seq: int = 0):
         self._record(seq, 0, items)
-        return self._reply(items)
+        return forward_response(items, TOKEN)
 
     def forward_async(self, items, seq: int, after_seq: int = 0):
         return self.send(self.prepare(items, seq, after_seq))
@@ -116,7 +88,7 @@ class RecordingWorker:
     def send(self, request: worker_pb2.ForwardRequest) -> HeldReply:
         seq, after_seq, items = request.seq, request.after_seq, list(request.items)
         self._record(seq, after_seq, items)
-        held = HeldReply(self._reply(items), hold=self.hold_decode and kind(items) == "decode")
+        held = HeldReply(forward_response(items, TOKEN), hold=self.hold_decode and kind(items) == "decode")
         self.pending[seq] = held
         return held
 
