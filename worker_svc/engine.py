@@ -147,11 +147,8 @@ class Engine:
                 t0 = time.perf_counter()
                 outputs = self._run_unskipped(items)
                 result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0)
-        except WorkerError as e:
-            self.order.done(seq, f"{e.code}: {e.message}")
-            raise
-        except BaseException as e:
-            self.order.done(seq, f"{type(e).__name__}: {e}")
+        except BaseException as e:  # recorded for the Forwards that follow this one, then raised
+            self.order.done(seq, f"{e.code}: {e.message}" if isinstance(e, WorkerError) else f"{type(e).__name__}: {e}")
             raise
         self.order.done(seq)
         return result
