@@ -14,7 +14,7 @@ import pytest
 from codeserve.v1 import scheduler_pb2
 from tests.scheduler import hf, test_small_pool
 from tests.scheduler.test_small_pool import test_pool_too_small_for_everyone_retracts_and_outputs_stay_equal  # noqa: F401
-from tests.stack import Backend, generate, generate_many, request
+from tests.stack import Backend, generate_many, request
 
 
 @pytest.fixture(scope="module")
