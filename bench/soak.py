@@ -11,7 +11,8 @@ their connection at a random moment (waiting or mid-stream); an ``invalid-fracti
 token id outside the vocabulary, prompt over the context limit, negative max_tokens, n too large, malformed
 JSON) and must get a 4xx. At the end, at idle: the cache's integrity check is empty, available + evictable ==
 capacity, after a flush available == capacity, every process is alive, its RSS (VmRSS) grew by at most
---max-rss-growth-mib, and a greedy probe prompt gives the same tokens as at the start. Prints counts and
+--max-rss-growth-mib between two idle points (after --warmup seconds of the same load, and at the end: a
+process's allocator keeps what the largest batch needed, so a cold start is no baseline), and a greedy probe prompt gives the same tokens as at the start. Prints counts and
 p50/p99 latency (and TTFT for streams); exit code 1 when a check failed.
 """
 
@@ -196,6 +197,31 @@ def settle(stack: Stack, timeout: float = 120.0) -> list[str]:
     return problems
 
 
+def drive(url: str, args: argparse.Namespace, seconds: float, tally: Tally, seed: int) -> tuple[int, list[str]]:
+    """``args.concurrency`` clients send requests back to back for ``seconds`` (or until ``args.requests`` are
+    sent), tallying outcomes into ``tally``; returns (requests sent, names of client threads still running)."""
+    sent = [0]
+    sent_lock = threading.Lock()
+    t_end = time.monotonic() + seconds
+
+    def client(i: int) -> None:
+        rng = random.Random(seed * 1000 + i)
+        with httpx.Client(base_url=url) as http:
+            while time.monotonic() < t_end:
+                with sent_lock:
+                    if args.requests and sent[0] >= args.requests:
+                        return
+                    sent[0] += 1
+                one(http, rng, args, tally)
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + args.request_timeout + 30)
+    return sent[0], [t.name for t in threads if t.is_alive()]
+
+
 def run(args: argparse.Namespace) -> dict:
     """Starts the stack, runs the load, checks; returns the report (``report["problems"]`` empty = pass)."""
     log_dir = pathlib.Path(args.log_dir or tempfile.mkdtemp(prefix="soak-"))
@@ -208,22 +234,14 @@ def run(args: argparse.Namespace) -> dict:
         stack.start()
         url = stack.url
         first = probe(url)
+        # Warm-up: the same load, so every process has met the largest shapes (the worker's allocator keeps
+        # what one 1,000-token prefill needs); RSS is then read at idle before and after the measured load.
+        warm = Tally()
+        if args.warmup > 0:
+            drive(url, args, args.warmup, warm, seed=args.seed + 7919)
+        problems = settle(stack) if args.warmup > 0 else []
         rss0 = {n: rss_mib(stack.procs[n].pid) for n in SERVICES}
         tally = Tally()
-        sent = [0]
-        sent_lock = threading.Lock()
-        t_end = time.monotonic() + args.duration
-
-        def client(i: int) -> None:
-            rng = random.Random(args.seed * 1000 + i)
-            with httpx.Client(base_url=url) as http:
-                while time.monotonic() < t_end:
-                    with sent_lock:
-                        if args.requests and sent[0] >= args.requests:
-                            return
-                        sent[0] += 1
-                    one(http, rng, args, tally)
-
         samples: list[dict] = []
         sampling = threading.Event()
 
@@ -235,15 +253,11 @@ def run(args: argparse.Namespace) -> dict:
         t0 = time.monotonic()
         if args.rss_every > 0:
             threading.Thread(target=sample, daemon=True).start()
-        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.concurrency)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(args.duration + args.request_timeout + 30)
+        sent, stuck = drive(url, args, args.duration, tally, seed=args.seed)
         wall = time.monotonic() - t0
         sampling.set()
         report["rss_series_mib"] = samples
-        problems = [f"client thread {t.name} still running" for t in threads if t.is_alive()]
+        problems += [f"client thread {name} still running" for name in stuck]
         problems += [f"{n} exited with {stack.procs[n].poll()}" for n in SERVICES if stack.procs[n].poll() is not None]
         if not problems:
             problems += settle(stack)
@@ -255,8 +269,8 @@ def run(args: argparse.Namespace) -> dict:
             problems += [f"{n} RSS grew {growth[n]:.0f} MiB ({rss0[n]:.0f} -> {rss1[n]:.0f})" for n in SERVICES
                          if growth[n] > args.max_rss_growth_mib]
             report["rss_mib"] = {n: [round(rss0[n]), round(rss1[n])] for n in SERVICES}
-        problems += tally.unexpected[:20]
-        report.update(sent=sent[0], wall_s=round(wall, 1), counts=dict(tally.counts),
+        problems += [f"warm-up: {p}" for p in warm.unexpected[:10]] + tally.unexpected[:20]
+        report.update(sent=sent, wall_s=round(wall, 1), counts=dict(tally.counts),
                       latency_s={"p50": round(pct(tally.latency, 0.5), 3), "p99": round(pct(tally.latency, 0.99), 3),
                                  "n": len(tally.latency)},
                       ttft_s={"p50": round(pct(tally.ttft, 0.5), 3), "p99": round(pct(tally.ttft, 0.99), 3),
@@ -286,6 +300,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-running", type=int, default=32)
     p.add_argument("--max-queued", type=int, default=1024)
     p.add_argument("--request-timeout", type=float, default=120.0, help="client timeout of one request (s)")
+    p.add_argument("--warmup", type=float, default=5.0,
+                   help="seconds of the same load before the starting RSS is read at idle (0 = read after one probe)")
     p.add_argument("--max-rss-growth-mib", type=float, default=150.0)
     p.add_argument("--rss-every", type=float, default=0.0, help="also sample every process's RSS every S s (0 = off)")
     p.add_argument("--seed", type=int, default=0)
