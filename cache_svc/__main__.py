@@ -17,7 +17,8 @@ from codeserve.v1 import cache_pb2_grpc
 from common import grpc_server, logs
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The cache's flags; a lease of 0 or less is a usage error (exit 2)."""
     parser = argparse.ArgumentParser(prog="python -m cache_svc", description=__doc__.splitlines()[0])
     parser.add_argument("--listen", default="127.0.0.1:50051", help="host:port to bind (port 0 = any free port)")
     parser.add_argument("--lease-seconds", type=float, default=30.0, help="default session lease in seconds")
@@ -26,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.lease_seconds <= 0:
         parser.error(f"--lease-seconds must be > 0, got {args.lease_seconds}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     log = logs.configure("cache", args.log_level)
     core = CacheCore(lease_seconds=args.lease_seconds)
     running = grpc_server.start(

@@ -17,30 +17,33 @@ import sys
 import threading
 import time
 
-from launcher.config import HELP, StackConfig
+import yaml
+
+from launcher.config import HELP, StackConfig, not_exposed_help, value_type
 from launcher.stack import ROOT, Stack, StartupError, main_pid_banner
 from launcher.supervisor import Supervisor
 
 
 def parse(argv: list[str] | None = None) -> StackConfig:
-    """Flags override the YAML file given with --config, which overrides the defaults."""
-    parser = argparse.ArgumentParser(prog="python -m launcher", description=__doc__,
+    """Flags override the YAML file given with --config, which overrides the defaults. A bad value or file
+    exits with a usage error (code 2) naming it."""
+    parser = argparse.ArgumentParser(prog="python -m launcher", description=__doc__, epilog=not_exposed_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=pathlib.Path, help="YAML file with any of the settings below")
     for f in dataclasses.fields(StackConfig):
-        kind = {int: int, float: float}.get(type(f.default), None)
-        if f.name in ("kv_tokens",):
-            kind = int
-        if f.name in ("kv_fraction",):
-            kind = float
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind or str, default=None,
+        kind = value_type(f)
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=str if kind is bool else kind,
+                            default=None,
                             help=HELP[f.name] + ("" if f.default is None else f" (default: {f.default})"))
     args = vars(parser.parse_args(argv))
     config = args.pop("config")
     overrides = {k: v for k, v in args.items() if v is not None}
-    if config:
-        return StackConfig.from_yaml(config, **overrides)
-    return StackConfig(**overrides)
+    try:
+        if config:
+            return StackConfig.from_yaml(config, **overrides)
+        return StackConfig(**overrides)
+    except (ValueError, TypeError, OSError, yaml.YAMLError) as exc:
+        parser.error(str(exc))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,16 @@
 """The launcher's settings and the exact command line of each service (one source for local mode,
-tests and the docker-compose check)."""
+tests and the docker-compose check).
+
+Every flag of every service is either passed by the launcher (``PASSED``: a StackConfig field of the same
+name, given to the services listed; ``commands`` also sets the addresses and the model path) or deliberately
+left at the service's own default (``NOT_EXPOSED``, with the reason, printed by ``python -m launcher --help``).
+``tests/deploy/test_launcher_flags.py`` reads each service's ``--help`` and fails on a flag in neither.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import sys
 from dataclasses import dataclass
@@ -26,22 +33,44 @@ HELP = {
     "kv_tokens": "KV pool capacity in tokens (default: the worker's, from free memory)",
     "kv_fraction": "fraction of free device memory after weights given to the KV pool",
     "page_size": "tokens per KV page",
+    "seed": "seed of the worker's generator for unseeded sampling",
+    "cuda_graph_max_batch": "decode batches up to this size replay CUDA graphs (flashinfer on CUDA only; 0 = off)",
     "chunk_size": "prefill tokens per scheduling round (chunked prefill)",
     "max_running_requests": "requests running at once, at most",
     "max_queued_requests": "waiting requests, at most; beyond it HTTP 429",
-    "max_queued_tokens": "waiting prompt tokens, at most; beyond it HTTP 429",
+    "max_queued_tokens": "waiting prompt tokens, at most; beyond it HTTP 429 (the scheduler's own default is 0 = "
+                         "no bound; the launcher and compose bound it)",
     "policy": "waiting-queue order: fcfs or lpm (longest prefix match first)",
     "progress_timeout": "seconds without a completed batch, while work waits, before the scheduler is NOT_SERVING",
-    "lease_seconds": "the scheduler's session lease at the cache, in seconds",
+    "outage_timeout": "seconds the cache or worker may stay unreachable before the scheduler fails queued and "
+                      "running requests with UNAVAILABLE (HTTP 503)",
+    "decode_steps": "decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise",
     "overlap": "overlapped decode (the scheduler sends decode Forward N+1 before processing N); false: --no-overlap",
+    "lease_seconds": "the scheduler's session lease at the cache, in seconds (given to both: the scheduler asks "
+                     "for it, the cache uses it for sessions that ask for none)",
+    "drain_seconds": "on SIGTERM / Ctrl-C: seconds requests in flight may take to finish, at the gateway and at "
+                     "the scheduler; the launcher waits this + 10 s for each before SIGKILL",
     "api_key": "require 'Authorization: Bearer KEY' at the gateway (also read from CODESERVE_API_KEY)",
+    "max_body_bytes": "largest HTTP request body the gateway accepts, in bytes; larger: 413",
+    "max_n": "largest n (completions per prompt) the gateway accepts; larger: 400",
+    "request_timeout": "seconds a generation may take at the gateway before it fails with 503 and the scheduler "
+                       "aborts it (default: no limit)",
+    "health_timeout": "seconds /health_generate may take",
+    "probe_interval": "seconds between the gateway's scheduler health probes (0 = off)",
+    "probe_timeout": "a scheduler that does not answer a probe within this many seconds is unreachable: /ready "
+                     "503, new requests 503 at once, requests in flight end with 503",
 }
 
 
 @dataclass(frozen=True)
 class StackConfig:
     """Settings of a local deployment. Ports are TCP ports on ``bind_host`` (loopback by default);
-    ``model_path`` None means the embedded default model. Token counts are in tokens (KV slots)."""
+    ``model_path`` None means the embedded default model. Token counts are in tokens (KV slots), times in
+    seconds, sizes in bytes. Each service setting has the name and default of the service's flag.
+
+    Raises ValueError naming the setting when a value has the wrong type, or when both kv_tokens and
+    kv_fraction are given (the worker takes one).
+    """
 
     model_path: str | None = None
     model_name: str | None = None
@@ -50,29 +79,57 @@ class StackConfig:
     cache_port: int = 50051
     worker_port: int = 50052
     scheduler_port: int = 50053
+    # worker
     device: str = "auto"
     dtype: str = "auto"
     attention: str = "auto"
     kv_tokens: int | None = None
     kv_fraction: float | None = None
     page_size: int = 1
+    seed: int = 0
+    cuda_graph_max_batch: int = 256
+    # scheduler
     chunk_size: int = 512
     max_running_requests: int = 64
     max_queued_requests: int = 1024
     max_queued_tokens: int = 524288
     policy: str = "fcfs"
     progress_timeout: float = 30.0
-    lease_seconds: float = 30.0
+    outage_timeout: float = 30.0
+    decode_steps: int = 0
     overlap: bool = True
+    # scheduler and cache; scheduler and gateway
+    lease_seconds: float = 30.0
+    drain_seconds: float = 5.0
+    # gateway
     api_key: str | None = None
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_n: int = 16
+    request_timeout: float | None = None
+    health_timeout: float = 10.0
+    probe_interval: float = 0.5
+    probe_timeout: float = 2.0
 
     def __post_init__(self) -> None:
-        """``overlap`` given as text (the launcher's flags are strings): true/false, yes/no, 1/0, on/off."""
+        """``overlap`` given as text (the launcher's flags are strings): true/false, yes/no, 1/0, on/off.
+        An int given for a float setting becomes a float, a path given for a text setting its text."""
         if isinstance(self.overlap, str):
             words = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False, "off": False}
             if self.overlap.lower() not in words:
                 raise ValueError(f"overlap must be true or false, got {self.overlap!r}")
             object.__setattr__(self, "overlap", words[self.overlap.lower()])
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), value_type(f)
+            if value is None and f.type.endswith("| None"):
+                continue
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+            elif kind is str and isinstance(value, os.PathLike):
+                object.__setattr__(self, f.name, os.fspath(value))
+            elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise ValueError(f"{f.name} must be {kind.__name__}, got {value!r}")
+        if self.kv_tokens is not None and self.kv_fraction is not None:
+            raise ValueError("give kv_tokens or kv_fraction, not both (the worker sizes its KV pool from one)")
 
     @classmethod
     def from_yaml(cls, path: pathlib.Path, **overrides: object) -> "StackConfig":
@@ -89,32 +146,92 @@ class StackConfig:
         return cls(**values)
 
 
+def value_type(f: dataclasses.Field) -> type:
+    """The Python type of a StackConfig field's value (its annotation without ``| None``): int, float, bool or str."""
+    return {"int": int, "float": float, "bool": bool, "str": str}[f.type.split(" |")[0]]
+
+
+# The settings each service receives as ``--<name with dashes> VALUE`` (None: the flag is left out; a bool is a
+# switch that is on by default at the service: False is ``--no-<name>``, True passes nothing).
+PASSED: dict[str, tuple[str, ...]] = {
+    "cache": ("lease_seconds",),
+    "worker": ("device", "dtype", "page_size", "attention", "kv_tokens", "kv_fraction", "seed", "cuda_graph_max_batch"),
+    "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
+                  "progress_timeout", "outage_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap"),
+    "gateway": ("model_name", "api_key", "max_body_bytes", "max_n", "request_timeout", "health_timeout",
+                "probe_interval", "probe_timeout", "drain_seconds"),
+}
+
+# Flags the launcher sets from its own layout (addresses, the model, one pool of one worker).
+PLACED: dict[str, tuple[str, ...]] = {
+    "cache": ("--listen",),
+    "worker": ("--listen", "--model-path", "--worker-id"),
+    "scheduler": ("--listen", "--cache", "--worker", "--model-path", "--pool-id"),
+    "gateway": ("--host", "--port", "--scheduler", "--model-path"),
+}
+
+# Service flags the launcher leaves at the service's default, and why.
+NOT_EXPOSED: dict[str, dict[str, str]] = {
+    "cache": {
+        "--drain-seconds": "the cache stops last, after the scheduler: no RPC is in flight (2 s grace)",
+        "--log-level": "every service logs JSON at info to the run's log folder; the worker and scheduler have "
+                       "no level flag, so one launcher flag could not mean the same for all",
+    },
+    "worker": {},
+    "scheduler": {
+        "--owner": "one scheduler: the fixed owner 'scheduler-0' lets a restarted scheduler replace (and release) "
+                   "its predecessor's cache session at once",
+        "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",
+    },
+    "gateway": {
+        "--log-level": "as the cache's --log-level",
+    },
+}
+
+
+def flag_value(value: object) -> str:
+    """A setting as a command-line value: 30.0 -> "30", 0.5 -> "0.5" (exact: repr, not 6 digits), else str()."""
+    if isinstance(value, float):
+        text = repr(value)
+        return text[:-2] if text.endswith(".0") else text
+    return str(value)
+
+
+def passed_flags(cfg: StackConfig, service: str) -> list[str]:
+    """``--flag value`` pairs of the settings ``PASSED`` to ``service``, None values left out, then the switches
+    turned off (``--no-flag``)."""
+    argv: list[str] = []
+    switches: list[str] = []
+    for name in PASSED[service]:
+        value, flag = getattr(cfg, name), name.replace("_", "-")
+        if isinstance(value, bool):
+            switches += [] if value else ["--no-" + flag]
+        elif value is not None:
+            argv += ["--" + flag, flag_value(value)]
+    return argv + switches
+
+
 def commands(cfg: StackConfig, model_path: str, python: str = sys.executable) -> dict[str, list[str]]:
     """The argv of each service, in start order (cache, worker, scheduler, gateway)."""
     host = cfg.bind_host
-    worker = [python, "-m", "worker_svc", "--listen", f"{host}:{cfg.worker_port}", "--model-path", model_path,
-              "--device", cfg.device, "--dtype", cfg.dtype, "--page-size", str(cfg.page_size),
-              "--attention", cfg.attention, "--worker-id", "worker-0"]
-    if cfg.kv_tokens is not None:
-        worker += ["--kv-tokens", str(cfg.kv_tokens)]
-    if cfg.kv_fraction is not None:
-        worker += ["--kv-fraction", f"{cfg.kv_fraction:g}"]
-    gateway = [python, "-m", "gateway", "--host", host, "--port", str(cfg.http_port),
-               "--scheduler", f"{host}:{cfg.scheduler_port}", "--model-path", model_path]
-    if cfg.model_name:
-        gateway += ["--model-name", cfg.model_name]
-    if cfg.api_key:
-        gateway += ["--api-key", cfg.api_key]
     return {
-        "cache": [python, "-m", "cache_svc", "--listen", f"{host}:{cfg.cache_port}",
-                  "--lease-seconds", f"{cfg.lease_seconds:g}"],
-        "worker": worker,
+        "cache": [python, "-m", "cache_svc", "--listen", f"{host}:{cfg.cache_port}"] + passed_flags(cfg, "cache"),
+        "worker": [python, "-m", "worker_svc", "--listen", f"{host}:{cfg.worker_port}", "--model-path", model_path,
+                   "--worker-id", "worker-0"] + passed_flags(cfg, "worker"),
         "scheduler": [python, "-m", "scheduler_svc", "--listen", f"{host}:{cfg.scheduler_port}",
                       "--cache", f"{host}:{cfg.cache_port}", "--worker", f"{host}:{cfg.worker_port}",
-                      "--model-path", model_path, "--pool-id", "default",
-                      "--max-running-requests", str(cfg.max_running_requests), "--chunk-size", str(cfg.chunk_size),
-                      "--policy", cfg.policy, "--max-queued-requests", str(cfg.max_queued_requests),
-                      "--max-queued-tokens", str(cfg.max_queued_tokens),
-                      "--progress-timeout", f"{cfg.progress_timeout:g}"] + ([] if cfg.overlap else ["--no-overlap"]),
-        "gateway": gateway,
+                      "--model-path", model_path, "--pool-id", "default"] + passed_flags(cfg, "scheduler"),
+        "gateway": [python, "-m", "gateway", "--host", host, "--port", str(cfg.http_port),
+                    "--scheduler", f"{host}:{cfg.scheduler_port}", "--model-path", model_path]
+                   + passed_flags(cfg, "gateway"),
     }
+
+
+def not_exposed_help() -> str:
+    """The --help epilog: which service gets which setting, and the service flags left at their defaults."""
+    lines = ["Each setting is the service flag of the same name and default, given to:"]
+    lines += [f"  {service}: " + ", ".join("--" + n.replace("_", "-") for n in names) for service, names in PASSED.items()]
+    lines += ["Service flags the launcher leaves at the service's default:"]
+    lines += [f"  {service} {flag}: {why}" for service, flags in NOT_EXPOSED.items() for flag, why in flags.items()]
+    lines += ["The launcher sets addresses, --model-path, --worker-id worker-0 and --pool-id default itself."]
+    return "\n".join(lines)

@@ -130,8 +130,10 @@ class Stack:
         if sig in (signal.SIGKILL, signal.SIGTERM):
             proc.wait(timeout=60)
 
-    def stop(self, grace: float = 10.0) -> dict[str, int]:
-        """SIGTERM to every service in reverse start order, SIGKILL after ``grace`` s; returns exit codes."""
+    def stop(self, grace: float | None = None) -> dict[str, int]:
+        """SIGTERM to every service in reverse start order, SIGKILL after ``grace`` s (default: the services'
+        drain_seconds + 10 s, so a drain is never cut short); returns exit codes."""
+        grace = self.cfg.drain_seconds + 10.0 if grace is None else grace
         codes: dict[str, int] = {}
         for name in reversed(list(self.procs)):
             proc = self.procs[name]

@@ -1,0 +1,182 @@
+"""The launcher's settings reach the services: every service flag is passed by the launcher (same name, same
+default) or listed as deliberately not, each passed value is what the service's own parser reads, and a real
+``python -m launcher`` run with changed values serves with them (visible over HTTP, in the services' command
+lines and logs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from launcher.__main__ import parse
+from launcher.config import NOT_EXPOSED, PASSED, PLACED, SERVICES, StackConfig, commands, not_exposed_help
+from launcher.ports import free_port
+from tests.deploy.test_launcher import alive, wait_for
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODULES = {"cache": "cache_svc", "worker": "worker_svc", "scheduler": "scheduler_svc", "gateway": "gateway"}
+# Launcher defaults that differ from the service's on purpose (said in the launcher's --help).
+OWN_DEFAULTS = {"max_queued_tokens"}
+
+# A value other than the default for every setting the launcher passes (kv_fraction: see KV_FRACTION).
+CHANGED = StackConfig(
+    model_name="served-name", device="cpu", dtype="float32", attention="torch", kv_tokens=3000, page_size=2,
+    seed=7, cuda_graph_max_batch=16, chunk_size=128, max_running_requests=9, max_queued_requests=33,
+    max_queued_tokens=5000, policy="lpm", progress_timeout=12.5, outage_timeout=7.0, decode_steps=3,
+    overlap=False, lease_seconds=11.0, drain_seconds=3.5, api_key="k-123", max_body_bytes=1000, max_n=2,
+    request_timeout=45.0, health_timeout=4.0, probe_interval=0.25, probe_timeout=1.5,
+)
+KV_FRACTION = dataclasses.replace(CHANGED, kv_tokens=None, kv_fraction=0.3)
+
+
+def parse_service(service: str, argv: list[str]):
+    """The Namespace the service's own argument parser makes of ``argv`` (a full command line)."""
+    module = __import__(MODULES[service] + ".__main__", fromlist=["parse_args"])
+    return module.parse_args(argv[3:])
+
+
+def help_flags(service: str) -> set[str]:
+    """Every option string in ``python -m <service> --help``."""
+    text = subprocess.run([sys.executable, "-m", MODULES[service], "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=True).stdout
+    found: set[str] = set()
+    for line in text.splitlines():
+        if re.match(r"^  -", line):
+            found |= set(re.findall(r"--[a-z][a-z0-9-]*", re.split(r"\s{2,}", line.strip())[0]))
+    return found
+
+
+def test_every_service_flag_is_passed_or_listed_as_not_exposed() -> None:
+    for service in SERVICES:
+        passed = {"--" + n.replace("_", "-") for n in PASSED[service]}
+        passed |= {"--no-" + n.replace("_", "-") for n in PASSED[service] if isinstance(getattr(CHANGED, n), bool)}
+        accounted = passed | set(PLACED[service]) | set(NOT_EXPOSED[service]) | {"--help"}
+        assert help_flags(service) == accounted, f"{service}: decide on {sorted(help_flags(service) ^ accounted)}"
+    epilog = not_exposed_help()
+    for service, flags in NOT_EXPOSED.items():
+        for flag, why in flags.items():
+            assert f"{service} {flag}: {why}" in epilog
+
+
+def test_each_passed_value_is_what_the_service_reads() -> None:
+    for cfg in (CHANGED, KV_FRACTION):
+        argv = commands(cfg, "/models/m", python="python")
+        for service in SERVICES:
+            args = parse_service(service, argv[service])
+            for name in PASSED[service]:
+                assert getattr(args, name) == getattr(cfg, name), f"{service} --{name}"
+    assert parse_service("gateway", commands(CHANGED, "/m")["gateway"]).max_body_bytes == 1000
+    assert parse_service("scheduler", commands(CHANGED, "/m")["scheduler"]).overlap is False
+
+
+def test_launcher_defaults_are_the_services_defaults() -> None:
+    argv = commands(StackConfig(), "/models/m", python="python")
+    for service in SERVICES:
+        placed_only = [a for a in argv[service][:3]]
+        rest = argv[service][3:]
+        for i in range(0, len(rest), 2):  # the addresses and the model path, none of the passed settings
+            if rest[i] in PLACED[service]:
+                placed_only += rest[i:i + 2]
+        defaults = parse_service(service, placed_only)
+        for name in set(PASSED[service]) - OWN_DEFAULTS:
+            assert getattr(defaults, name) == getattr(StackConfig(), name), f"{service} --{name}"
+    assert parse_service("scheduler", argv["scheduler"]).max_queued_tokens == 524288
+
+
+def test_launcher_flags_and_yaml_make_the_config(tmp_path: pathlib.Path) -> None:
+    cfg = parse(["--max-body-bytes", "1000", "--request-timeout", "45", "--drain-seconds", "3.5",
+                 "--overlap", "false", "--outage-timeout", "7"])
+    assert (cfg.max_body_bytes, cfg.request_timeout, cfg.drain_seconds, cfg.overlap, cfg.outage_timeout) == \
+           (1000, 45.0, 3.5, False, 7.0)
+    yml = tmp_path / "deploy.yaml"
+    yml.write_text("max-n: 2\nprobe_timeout: 1\nrequest-timeout: 30\n")
+    cfg = parse(["--config", str(yml), "--max-n", "3"])
+    assert (cfg.max_n, cfg.probe_timeout, cfg.request_timeout) == (3, 1.0, 30.0)
+    assert isinstance(cfg.probe_timeout, float)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-n", "two"], "invalid int value: 'two'"),
+    (["--kv-tokens", "100", "--kv-fraction", "0.5"], "give kv_tokens or kv_fraction, not both"),
+    (["--overlap", "maybe"], "overlap must be true or false"),
+])
+def test_bad_launcher_values_are_usage_errors(argv: list[str], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "launcher", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_yaml_value_of_the_wrong_type_names_the_setting(tmp_path: pathlib.Path) -> None:
+    yml = tmp_path / "deploy.yaml"
+    yml.write_text("max_body_bytes: lots\n")
+    with pytest.raises(ValueError, match="max_body_bytes must be int, got 'lots'"):
+        StackConfig.from_yaml(yml)
+
+
+def cmdline(pid: int) -> list[str]:
+    return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def test_a_real_launcher_run_serves_with_the_changed_settings(tmp_path: pathlib.Path) -> None:
+    """--max-body-bytes 1000 makes a 2,000-byte body a 413 over HTTP; --max-n 2 makes n=3 a 400; every changed
+    setting is on the command line of the service it belongs to; the scheduler logs its decode steps."""
+    ports = {k: free_port() for k in ("http", "cache", "worker", "scheduler")}
+    changed = ["--max-body-bytes", "1000", "--max-n", "2", "--request-timeout", "60", "--outage-timeout", "7",
+               "--lease-seconds", "12", "--drain-seconds", "3", "--decode-steps", "2", "--seed", "5",
+               "--probe-timeout", "1.5", "--health-timeout", "20"]
+    argv = [sys.executable, "-m", "launcher", "--device", "cpu", "--dtype", "float32", "--kv-tokens", "4096",
+            "--http-port", str(ports["http"]), "--cache-port", str(ports["cache"]),
+            "--worker-port", str(ports["worker"]), "--scheduler-port", str(ports["scheduler"]), *changed]
+    out = tmp_path / "launcher.out"
+    with open(out, "wb") as sink:
+        launcher = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    pids: dict[str, int] = {}
+    try:
+        banner = wait_for(lambda: re.search(r"processes: (.*?); logs in (.*?);", out.read_text()), 180,
+                          "the serving banner")
+        pids = {k: int(v) for k, v in (kv.split("=") for kv in banner.group(1).split(", "))}
+        url = f"http://127.0.0.1:{ports['http']}"
+
+        big = {"prompt": "x" * 2000, "max_tokens": 1}
+        reply = httpx.post(f"{url}/v1/completions", json=big, timeout=60)
+        assert reply.status_code == 413, reply.text
+        assert "limit of 1000 bytes" in reply.json()["error"]["message"]
+        small = httpx.post(f"{url}/v1/completions", json={"prompt": "def f():", "max_tokens": 3, "temperature": 0},
+                           timeout=60)
+        assert small.status_code == 200 and small.json()["usage"]["completion_tokens"] == 3
+        three = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 1, "n": 3}, timeout=60)
+        assert three.status_code == 400 and "n is 3; the limit is 2" in three.json()["error"]["message"]
+        assert httpx.get(f"{url}/server_info", timeout=60).json()["gateway_limits"]["max_n"] == 2
+
+        worker = cmdline(pids["worker"])
+        want = commands(parse(argv[3:]), worker[worker.index("--model-path") + 1], python=worker[0])
+        for service, pid in pids.items():
+            assert cmdline(pid) == want[service], service
+        assert cmdline(pids["gateway"])[cmdline(pids["gateway"]).index("--max-body-bytes") + 1] == "1000"
+        assert cmdline(pids["scheduler"])[cmdline(pids["scheduler"]).index("--lease-seconds") + 1] == "12"
+        assert cmdline(pids["cache"])[cmdline(pids["cache"]).index("--lease-seconds") + 1] == "12"
+
+        log_dir = pathlib.Path(banner.group(2))
+        serving = [json.loads(line) for line in (log_dir / "scheduler.log").read_text().splitlines()
+                   if line.startswith("{") and '"serving"' in line]
+        assert serving and serving[-1]["decode_steps"] == 2
+
+        os.killpg(launcher.pid, signal.SIGINT)
+        assert launcher.wait(timeout=90) == 0
+        codes = re.search(r"stopped: \{(.*)\}", out.read_text()).group(1)
+        assert all(code.strip().endswith(": 0") for code in codes.split(",")), codes
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        for pid in pids.values():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
