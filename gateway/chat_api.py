@@ -12,11 +12,10 @@ from fastapi.responses import JSONResponse
 from codeserve.v1 import scheduler_pb2
 from gateway.chat_template import DEFAULT_STOPS, render
 from gateway.context import GatewayContext, get_ctx
-from gateway.disconnect import GuardedStreamingResponse, error_event, sse
 from gateway.errors import invalid
-from gateway.fanout import collect_all, open_streams
+from gateway.fanout import collect_all, open_streams, stream_response
 from gateway.generation import merge_streams
-from gateway.openai_api import sampling_request, usage
+from gateway.openai_api import sampling_request, usage, usage_counts
 from gateway.prompts import cap_new_tokens, check_logprobs, check_n, text_prompt
 from gateway.schemas import ChatCompletionRequest
 
@@ -92,32 +91,21 @@ async def _stream(request: Request, ctx: GatewayContext, body: ChatCompletionReq
     async def events():
         prompt_tokens = cached = 0
         completion = [0] * len(streams)
-        try:
-            for index, first in enumerate(firsts):
-                if index == 0:
-                    prompt_tokens, cached = first.prompt_tokens, first.cached_tokens
-                yield sse({**chunk_head, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
-                                                      "logprobs": None, "finish_reason": None}]})
-            async for index, msg in merge_streams(streams, firsts):
-                if msg.finish_reason:
-                    completion[index] = msg.completion_tokens
-                if not msg.text and not msg.token_ids and not msg.finish_reason:
-                    continue
-                logprobs = {"content": _chat_logprobs(ctx, msg, top_count)} if body.logprobs else None
-                delta = {"content": msg.text} if msg.text or not msg.finish_reason else {}
-                yield sse({**chunk_head, "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
-                                                      "finish_reason": msg.finish_reason or None}]})
-            if include_usage:
-                total = sum(completion)
-                yield sse({**chunk_head, "choices": [], "usage": {
-                    "prompt_tokens": prompt_tokens, "completion_tokens": total, "total_tokens": prompt_tokens + total,
-                    "prompt_tokens_details": {"cached_tokens": cached}}})
-        except Exception as exc:  # reported to the client as an error event, then the stream ends
-            yield sse(error_event(exc))
-        yield sse("[DONE]")
+        for index, first in enumerate(firsts):
+            if index == 0:
+                prompt_tokens, cached = first.prompt_tokens, first.cached_tokens
+            yield {**chunk_head, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
+                                              "logprobs": None, "finish_reason": None}]}
+        async for index, msg in merge_streams(streams, firsts):
+            if msg.finish_reason:
+                completion[index] = msg.completion_tokens
+            if not msg.text and not msg.token_ids and not msg.finish_reason:
+                continue
+            logprobs = {"content": _chat_logprobs(ctx, msg, top_count)} if body.logprobs else None
+            delta = {"content": msg.text} if msg.text or not msg.finish_reason else {}
+            yield {**chunk_head, "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
+                                              "finish_reason": msg.finish_reason or None}]}
+        if include_usage:
+            yield {**chunk_head, "choices": [], "usage": usage_counts(prompt_tokens, sum(completion), cached)}
 
-    def close() -> None:
-        for stream in streams:
-            stream.cancel()
-
-    return GuardedStreamingResponse(events(), close)
+    return stream_response(streams, events())

@@ -1,13 +1,16 @@
 """Running several Generate calls for one HTTP request (a batch of prompts, n > 1), tied to the
-client connection: a disconnect or an error in one call cancels them all."""
+client connection: a disconnect or an error in one call cancels them all; a streamed answer is one
+server-sent-events response over the opened streams."""
 
 from __future__ import annotations
+
+from typing import AsyncIterator
 
 from fastapi import Request
 
 from codeserve.v1 import scheduler_pb2
 from gateway.context import GatewayContext
-from gateway.disconnect import until_disconnect
+from gateway.disconnect import GuardedStreamingResponse, error_event, sse, until_disconnect
 from gateway.generation import GenerationResult, GenerationStream, gather_all
 
 
@@ -52,3 +55,24 @@ async def open_streams(
             stream.cancel()
         raise
     return streams, firsts
+
+
+def stream_response(streams: list[GenerationStream], payloads: AsyncIterator[dict]) -> GuardedStreamingResponse:
+    """The server-sent-events answer over ``streams`` (from ``open_streams``): each dict ``payloads`` yields is one
+    event; an exception it raises becomes an error event (the 200 is already sent: an ApiError's OpenAI body, any
+    other a 500 internal_error); then ``data: [DONE]``. Every stream's call is cancelled however the response
+    ends (finished, client gone, error), even if ``payloads`` never started."""
+
+    async def events() -> AsyncIterator[str]:
+        try:
+            async for payload in payloads:
+                yield sse(payload)
+        except Exception as exc:  # reported to the client as an error event, then the stream ends
+            yield sse(error_event(exc))
+        yield sse("[DONE]")
+
+    def close() -> None:
+        for stream in streams:
+            stream.cancel()
+
+    return GuardedStreamingResponse(events(), close)

@@ -11,9 +11,8 @@ from fastapi.responses import JSONResponse
 from codeserve.v1 import scheduler_pb2
 from gateway.chat_template import render
 from gateway.context import GatewayContext, get_ctx
-from gateway.disconnect import GuardedStreamingResponse, error_event, sse
 from gateway.errors import invalid
-from gateway.fanout import collect_all, open_streams
+from gateway.fanout import collect_all, open_streams, stream_response
 from gateway.generation import GenerationResult, ResultBuilder, SamplingRequest, merge_streams
 from gateway.logprobs import prompt_logprob_lists
 from gateway.prompts import (
@@ -163,23 +162,15 @@ async def _stream(request: Request, ctx: GatewayContext, body: NativeGenerateReq
     seen = [False] * len(requests)
 
     async def events():
-        try:
-            async for index, msg in merge_streams(streams, firsts):
-                builders[index].add(msg, not seen[index])
-                seen[index] = True
-                output = _output(ctx, body, requests[index], builders[index].build(), started, with_text)
-                if batch:
-                    output["index"] = index
-                yield sse(output)
-        except Exception as exc:  # reported to the client as an error event, then the stream ends
-            yield sse(error_event(exc))
-        yield sse("[DONE]")
+        async for index, msg in merge_streams(streams, firsts):
+            builders[index].add(msg, not seen[index])
+            seen[index] = True
+            output = _output(ctx, body, requests[index], builders[index].build(), started, with_text)
+            if batch:
+                output["index"] = index
+            yield output
 
-    def close() -> None:
-        for stream in streams:
-            stream.cancel()
-
-    return GuardedStreamingResponse(events(), close)
+    return stream_response(streams, events())
 
 
 @router.post("/tokenize")

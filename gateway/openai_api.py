@@ -11,9 +11,9 @@ from fastapi.responses import JSONResponse
 
 from codeserve.v1 import scheduler_pb2
 from gateway.context import GatewayContext, get_ctx
-from gateway.disconnect import GuardedStreamingResponse, error_event, sse
+from gateway.disconnect import GuardedStreamingResponse
 from gateway.errors import invalid
-from gateway.fanout import collect_all, open_streams
+from gateway.fanout import collect_all, open_streams, stream_response
 from gateway.generation import GenerationResult, SamplingRequest, merge_streams
 from gateway.logprobs import LegacyLogprobs, legacy_logprobs, merge, prompt_logprob_lists
 from gateway.prompts import (
@@ -53,13 +53,17 @@ def usage(results: list[GenerationResult], per_prompt: int) -> dict:
     """OpenAI usage: prompt tokens and cached tokens counted once per prompt, completion tokens
     summed over all choices."""
     firsts = results[::per_prompt]
-    prompt_tokens = sum(r.prompt_tokens for r in firsts)
-    completion_tokens = sum(r.completion_tokens for r in results)
+    return usage_counts(sum(r.prompt_tokens for r in firsts), sum(r.completion_tokens for r in results),
+                        sum(r.cached_tokens for r in firsts))
+
+
+def usage_counts(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    """The OpenAI ``usage`` object of token counts (whole answers and the last streamed chunk alike)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": sum(r.cached_tokens for r in firsts)},
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -164,41 +168,27 @@ async def _stream(request: Request, ctx: GatewayContext, body: CompletionRequest
         prompt_tokens = [0] * len(jobs)
         cached_tokens = [0] * len(jobs)
         completion_tokens = [0] * len(jobs)
-        try:
-            async for index, msg in merge_streams(streams, firsts):
-                if not states[index].started:
-                    prompt_tokens[index] = msg.prompt_tokens
-                    cached_tokens[index] = msg.cached_tokens
-                text, logprobs = states[index].piece(msg)
-                if msg.finish_reason:
-                    completion_tokens[index] = msg.completion_tokens
-                if not text and not msg.token_ids and not msg.finish_reason:
-                    continue
-                choice = {
-                    "index": index,
-                    "text": text,
-                    "logprobs": logprobs.as_dict() if logprobs is not None else None,
-                    "finish_reason": msg.finish_reason or None,
-                }
-                yield sse({**head, "choices": [choice], "usage": None})
-            if include_usage:
-                prompt_total = sum(prompt_tokens[::n])
-                completion_total = sum(completion_tokens)
-                yield sse({**head, "choices": [], "usage": {
-                    "prompt_tokens": prompt_total,
-                    "completion_tokens": completion_total,
-                    "total_tokens": prompt_total + completion_total,
-                    "prompt_tokens_details": {"cached_tokens": sum(cached_tokens[::n])},
-                }})
-        except Exception as exc:  # reported to the client as an error event, then the stream ends
-            yield sse(error_event(exc))
-        yield sse("[DONE]")
+        async for index, msg in merge_streams(streams, firsts):
+            if not states[index].started:
+                prompt_tokens[index] = msg.prompt_tokens
+                cached_tokens[index] = msg.cached_tokens
+            text, logprobs = states[index].piece(msg)
+            if msg.finish_reason:
+                completion_tokens[index] = msg.completion_tokens
+            if not text and not msg.token_ids and not msg.finish_reason:
+                continue
+            choice = {
+                "index": index,
+                "text": text,
+                "logprobs": logprobs.as_dict() if logprobs is not None else None,
+                "finish_reason": msg.finish_reason or None,
+            }
+            yield {**head, "choices": [choice], "usage": None}
+        if include_usage:
+            counts = usage_counts(sum(prompt_tokens[::n]), sum(completion_tokens), sum(cached_tokens[::n]))
+            yield {**head, "choices": [], "usage": counts}
 
-    def close() -> None:
-        for stream in streams:
-            stream.cancel()
-
-    return GuardedStreamingResponse(events(), close)
+    return stream_response(streams, events())
 
 
 def _model_card(ctx: GatewayContext) -> dict:
