@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from cache_svc import integrity
 from cache_svc.events import EventLog, PrefixEvent
@@ -22,6 +22,8 @@ from cache_svc.items import (
 from cache_svc.pool import Pool
 from cache_svc.receipts import Receipt
 from cache_svc.sessions import OpLog, Session, SessionTable
+
+Outcome = TypeVar("Outcome")
 
 
 def _weight(outcome) -> int:
@@ -73,22 +75,30 @@ class CacheCore:
                 raise InvalidArgument(f"request {rid!r} is registered in pool {where!r}, not {pool_id!r}")
             raise NotFound(f"request {rid!r} is not registered in this session (register it with Match(lock=true) first)")
 
-    def _replay(self, op_id: str, fingerprint: object):
-        stored = self.ops.lookup(op_id, fingerprint)
-        if stored is None:
-            return None
-        return dataclasses.replace(stored, receipt=dataclasses.replace(stored.receipt, replayed=True))
+    def _recorded(self, op_id: str, fingerprint: tuple, run: Callable[[], Outcome]) -> Outcome:
+        """One mutating RPC, idempotent by ``op_id``: under the lock, expired sessions are swept; a retry (same
+        op_id, same ``fingerprint`` of the arguments) gets the stored outcome with ``receipt.replayed = True``
+        and changes nothing; otherwise ``run()`` makes the outcome, which is stored. The same op_id with other
+        arguments raises InvalidArgument (OpLog.lookup); whatever ``run`` raises is not stored."""
+        with self.lock:
+            self._sweep()
+            stored = self.ops.lookup(op_id, fingerprint)
+            if stored is not None:
+                return dataclasses.replace(stored, receipt=dataclasses.replace(stored.receipt, replayed=True))
+            outcome = run()
+            self.ops.record(op_id, fingerprint, outcome, weight=_weight(outcome))
+            return outcome
+
+    def _session_pool(self, session_id: str, pool_id: str) -> tuple[Session, Pool]:
+        """The live session and the pool of a request operation (FailedPrecondition / NotFound otherwise)."""
+        return self.sessions.get(session_id), self._pool(pool_id)
 
     # ---- pools and sessions --------------------------------------------------------------------
     def register_pool(self, op_id: str, pool_id: str, page_size: int, members: Sequence[Member]) -> RegisterOutcome:
         """Creates a pool or, when page size or any member (id, epoch, capacity) changed, flushes it: every
         request in it is released (later calls naming them get FAILED_PRECONDITION) and tree and allocator
         start empty. Unchanged registration: flushed=False, nothing changes."""
-        fp = ("register", pool_id, page_size, tuple(members))
-        with self.lock:
-            self._sweep()
-            if (replay := self._replay(op_id, fp)) is not None:
-                return replay
+        def run() -> RegisterOutcome:
             if not pool_id:
                 raise InvalidArgument("pool_id must be non-empty")
             if len({m.worker_id for m in members}) != len(members):
@@ -106,13 +116,13 @@ class CacheCore:
                 self.pools[pool_id] = new
             pool = self.pools[pool_id]
             after = pool.counters()
-            outcome = RegisterOutcome(
+            return RegisterOutcome(
                 Receipt(pool_id, op_id, "register", after.capacity, after.capacity,
                         before if flushed else after, after),
                 flushed, pool.capacity, pool.page_size, 0,
             )
-            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
-            return outcome
+
+        return self._recorded(op_id, ("register", pool_id, page_size, tuple(members)), run)
 
     def _drop_pool_requests(self, pool: Pool, why: str) -> None:
         for (sid, rid) in list(pool.requests):
@@ -144,13 +154,8 @@ class CacheCore:
     def match(self, op_id: str, session_id: str, pool_id: str, items: Sequence[MatchItem]) -> MatchOutcome:
         """Matches and (lock=true) locks and registers requests. Request ids are unique in a session:
         registering a live id again is FailedPrecondition; lock=true with an empty id is InvalidArgument."""
-        fp = ("match", session_id, pool_id, tuple(items))
-        with self.lock:
-            self._sweep()
-            if (replay := self._replay(op_id, fp)) is not None:
-                return replay
-            session = self.sessions.get(session_id)
-            pool = self._pool(pool_id)
+        def run() -> MatchOutcome:
+            session, pool = self._session_pool(session_id, pool_id)
             ids = [i.request_id for i in items if i.lock]
             if any(not rid for rid in ids):
                 raise InvalidArgument("a locking match needs a request_id")
@@ -166,19 +171,14 @@ class CacheCore:
                 self.dropped.pop((session_id, rid), None)
             receipt = Receipt(pool_id, op_id, "match", sum(len(i.token_ids) for i in items),
                               sum(r.cached_tokens for r in results), before, pool.counters())
-            outcome = MatchOutcome(receipt, tuple(results))
-            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
-            return outcome
+            return MatchOutcome(receipt, tuple(results))
+
+        return self._recorded(op_id, ("match", session_id, pool_id, tuple(items)), run)
 
     def allocate(self, op_id: str, session_id: str, pool_id: str, items: Sequence[tuple[str, int]]) -> AllocateOutcome:
         """All-or-nothing allocation for many requests (see ``Pool.allocate``). asked/delivered are tokens."""
-        fp = ("allocate", session_id, pool_id, tuple(items))
-        with self.lock:
-            self._sweep()
-            if (replay := self._replay(op_id, fp)) is not None:
-                return replay
-            session = self.sessions.get(session_id)
-            pool = self._pool(pool_id)
+        def run() -> AllocateOutcome:
+            session, pool = self._session_pool(session_id, pool_id)
             before = pool.counters()
             try:
                 results, relief = pool.allocate(session_id, items)
@@ -189,19 +189,14 @@ class CacheCore:
             after = pool.counters()
             asked = sum(n for _, n in items)
             receipt = Receipt(pool_id, op_id, "allocate", asked, asked, before, after)
-            outcome = AllocateOutcome(receipt, tuple(results), relief)
-            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
-            return outcome
+            return AllocateOutcome(receipt, tuple(results), relief)
+
+        return self._recorded(op_id, ("allocate", session_id, pool_id, tuple(items)), run)
 
     def cache_requests(self, op_id: str, session_id: str, pool_id: str, items: Sequence[CacheItem]) -> CacheOutcome:
         """Inserts computed prefixes (see ``Pool.cache``); finished requests leave the session."""
-        fp = ("cache", session_id, pool_id, tuple(items))
-        with self.lock:
-            self._sweep()
-            if (replay := self._replay(op_id, fp)) is not None:
-                return replay
-            session = self.sessions.get(session_id)
-            pool = self._pool(pool_id)
+        def run() -> CacheOutcome:
+            session, pool = self._session_pool(session_id, pool_id)
             self._check_requests(session, pool_id, [i.request_id for i in items])
             before = pool.counters()
             results = pool.cache(session_id, items)
@@ -211,19 +206,14 @@ class CacheCore:
                     self._ended(session_id, item.request_id, f"request {item.request_id!r} already finished (CacheRequests)")
             receipt = Receipt(pool_id, op_id, "cache", sum(len(i.token_ids) for i in items),
                               sum(r.inserted_tokens for r in results), before, pool.counters())
-            outcome = CacheOutcome(receipt, tuple(results))
-            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
-            return outcome
+            return CacheOutcome(receipt, tuple(results))
+
+        return self._recorded(op_id, ("cache", session_id, pool_id, tuple(items)), run)
 
     def release_requests(self, op_id: str, session_id: str, pool_id: str, request_ids: Sequence[str]) -> ReleaseOutcome:
         """Frees the requests' uncached slots, unlocks their nodes, forgets them."""
-        fp = ("release", session_id, pool_id, tuple(request_ids))
-        with self.lock:
-            self._sweep()
-            if (replay := self._replay(op_id, fp)) is not None:
-                return replay
-            session = self.sessions.get(session_id)
-            pool = self._pool(pool_id)
+        def run() -> ReleaseOutcome:
+            session, pool = self._session_pool(session_id, pool_id)
             self._check_requests(session, pool_id, request_ids)
             before = pool.counters()
             freed = pool.release(session_id, request_ids)
@@ -231,27 +221,23 @@ class CacheCore:
                 del session.requests[rid]
                 self._ended(session_id, rid, f"request {rid!r} was already released (ReleaseRequests)")
             receipt = Receipt(pool_id, op_id, "release", freed, freed, before, pool.counters())
-            outcome = ReleaseOutcome(receipt, freed)
-            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
-            return outcome
+            return ReleaseOutcome(receipt, freed)
+
+        return self._recorded(op_id, ("release", session_id, pool_id, tuple(request_ids)), run)
 
     # ---- pool-wide operations ------------------------------------------------------------------
     def evict(self, op_id: str, pool_id: str, num_tokens: int, operation: str = "evict") -> EvictOutcome:
         """Evicts LRU unlocked leaves until ``num_tokens`` were released (flush: everything unlocked)."""
-        fp = (operation, pool_id, num_tokens)
-        with self.lock:
-            self._sweep()
-            if (replay := self._replay(op_id, fp)) is not None:
-                return replay
+        def run() -> EvictOutcome:
             pool = self._pool(pool_id)
             if num_tokens < 0:
                 raise InvalidArgument(f"num_tokens must be >= 0, got {num_tokens}")
             eviction = pool.evict(float("inf") if operation == "flush" else num_tokens)
             receipt = Receipt(pool_id, op_id, operation, eviction.asked_tokens, eviction.freed_tokens,
                               eviction.before, eviction.after)
-            outcome = EvictOutcome(receipt, eviction)
-            self.ops.record(op_id, fp, outcome, weight=_weight(outcome))
-            return outcome
+            return EvictOutcome(receipt, eviction)
+
+        return self._recorded(op_id, (operation, pool_id, num_tokens), run)
 
     def flush(self, op_id: str, pool_id: str) -> EvictOutcome:
         """Evicts every unlocked node of the pool."""
