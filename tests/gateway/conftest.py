@@ -4,7 +4,6 @@ real uvicorn server on a free port."""
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 import threading
 import time
 

@@ -33,3 +33,14 @@ def stream(gateway, path: str, payload: dict) -> tuple[int, list]:
             r.read()
             return r.status_code, [r.json()]
         return r.status_code, sse_events(r)
+
+
+def whole_and_streamed(gateway, payload: dict) -> tuple[dict, list[dict]]:
+    """/v1/completions for ``payload`` twice: whole, then streamed. Returns the whole answer's body and the
+    streamed chunks before [DONE]; asserts both answered 200 and the stream ended with [DONE]."""
+    whole = complete(gateway, **payload)
+    assert whole.status_code == 200, whole.text
+    status, events = stream(gateway, "/v1/completions", {"model": MODEL_NAME, **payload, "stream": True})
+    assert status == 200, events
+    assert events[-1] == "[DONE]"
+    return whole.json(), events[:-1]

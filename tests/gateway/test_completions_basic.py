@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from tests.gateway.conftest import MODEL_NAME, N_POSITIONS
-from tests.gateway.helpers import complete, stream
+from tests.gateway.helpers import complete, stream, whole_and_streamed
 
 
 def test_completion_text_prompt(gateway, fake, tokenizer):
@@ -99,12 +99,7 @@ def test_cached_tokens_reported(gateway, fake):
 
 
 def test_stream_equals_nonstream_and_ends_with_done(gateway, fake):
-    payload = {"model": MODEL_NAME, "prompt": "def add(a, b):\n", "max_tokens": 40, "temperature": 0}
-    whole = complete(gateway, **payload).json()
-    status, events = stream(gateway, "/v1/completions", {**payload, "stream": True})
-    assert status == 200
-    assert events[-1] == "[DONE]"
-    chunks = events[:-1]
+    whole, chunks = whole_and_streamed(gateway, {"prompt": "def add(a, b):\n", "max_tokens": 40, "temperature": 0})
     assert all(c["object"] == "text_completion" and c["usage"] is None for c in chunks)
     assert all(c["id"] == chunks[0]["id"] for c in chunks)
     assert "".join(c["choices"][0]["text"] for c in chunks) == whole["choices"][0]["text"]
@@ -155,12 +150,11 @@ def test_stream_without_include_usage_has_no_usage_chunk(gateway, fake):
 
 def test_stop_strings_pass_through_and_stream_equals_whole(gateway, fake):
     fake.continuation = "ABCDEFGHIJKLMNOP"
-    payload = {"model": MODEL_NAME, "prompt": "# alphabet\nletters = 'ABC", "max_tokens": 30, "stop": ["DEFGHIJ"]}
-    whole = complete(gateway, **payload).json()
+    whole, chunks = whole_and_streamed(gateway, {"prompt": "# alphabet\nletters = 'ABC", "max_tokens": 30,
+                                                 "stop": ["DEFGHIJ"]})
     assert whole["choices"][0]["text"] == "ABC"
     assert whole["choices"][0]["finish_reason"] == "stop"
-    status, events = stream(gateway, "/v1/completions", {**payload, "stream": True})
-    pieces = [e["choices"][0]["text"] for e in events[:-1]]
+    pieces = [c["choices"][0]["text"] for c in chunks]
     assert "".join(pieces) == "ABC"
     assert not any("D" in p for p in pieces)
 
@@ -191,23 +185,19 @@ def test_models_endpoint(gateway):
 
 def test_a4_stop_that_matches_at_once_gives_empty_text(gateway, fake):
     fake.continuation = "\nfoo bar"
-    payload = {"model": MODEL_NAME, "prompt": "def f():", "max_tokens": 10, "stop": ["\n"]}
-    whole = complete(gateway, **payload).json()
+    whole, chunks = whole_and_streamed(gateway, {"prompt": "def f():", "max_tokens": 10, "stop": ["\n"]})
     assert whole["choices"][0]["text"] == ""
     assert whole["choices"][0]["finish_reason"] == "stop"
-    status, events = stream(gateway, "/v1/completions", {**payload, "stream": True})
-    assert status == 200
-    assert [e["choices"][0]["text"] for e in events[:-1]] == [""]
-    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+    assert [c["choices"][0]["text"] for c in chunks] == [""]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 def test_a4_code_stop_string_never_streams_a_fragment(gateway, fake):
     fake.continuation = "    return 1\n\ndef g():\n    pass\n"
-    payload = {"model": MODEL_NAME, "prompt": "def f():\n", "max_tokens": 30, "stop": ["\ndef "]}
-    whole = complete(gateway, **payload).json()["choices"][0]["text"]
+    body, chunks = whole_and_streamed(gateway, {"prompt": "def f():\n", "max_tokens": 30, "stop": ["\ndef "]})
+    whole = body["choices"][0]["text"]
     assert whole == "    return 1\n"
-    status, events = stream(gateway, "/v1/completions", {**payload, "stream": True})
-    pieces = [e["choices"][0]["text"] for e in events[:-1]]
+    pieces = [c["choices"][0]["text"] for c in chunks]
     assert "".join(pieces) == whole
     assert not any("def" in p for p in pieces)
 
