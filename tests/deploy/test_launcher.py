@@ -10,35 +10,12 @@ import os
 import pathlib
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 
-from launcher.ports import free_port
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is not alive
-        return f.read().split()[2] != "Z"
+from tests.deploy.launched import alive, launched, wait_for
 
 
 def completion(url: str, max_tokens: int = 4) -> httpx.Response:
@@ -47,45 +24,24 @@ def completion(url: str, max_tokens: int = 4) -> httpx.Response:
 
 
 def test_restart_of_a_killed_worker_and_clean_ctrl_c(tmp_path: pathlib.Path) -> None:
-    ports = {k: free_port() for k in ("http", "cache", "worker", "scheduler")}
-    out = tmp_path / "launcher.out"
-    argv = [sys.executable, "-m", "launcher", "--device", "cpu", "--dtype", "float32", "--kv-tokens", "4096",
-            "--http-port", str(ports["http"]), "--cache-port", str(ports["cache"]),
-            "--worker-port", str(ports["worker"]), "--scheduler-port", str(ports["scheduler"])]
-    with open(out, "wb") as sink:
-        launcher = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    pids: dict[str, int] = {}
-    try:
-        banner = wait_for(lambda: re.search(r"processes: (.*?);", out.read_text()), 180, "the serving banner")
-        pids = {k: int(v) for k, v in (kv.split("=") for kv in banner.group(1).split(", "))}
-        url = f"http://127.0.0.1:{ports['http']}"
-        assert completion(url).status_code == 200
+    with launched(tmp_path) as run:
+        assert completion(run.url).status_code == 200
 
-        os.kill(pids["worker"], signal.SIGKILL)
-        wait_for(lambda: "worker is back" in out.read_text(), 120, "the worker's restart")
-        assert launcher.poll() is None
-        reply = wait_for(lambda: (r := completion(url)).status_code == 200 and r, 60, "serving after the restart")
+        os.kill(run.pids["worker"], signal.SIGKILL)
+        wait_for(lambda: "worker is back" in run.text(), 120, "the worker's restart")
+        assert run.proc.poll() is None
+        run.pids["worker"] = int(re.search(r"worker is back \(pid (\d+)\)", run.text()).group(1))
+        reply = wait_for(lambda: (r := completion(run.url)).status_code == 200 and r, 60, "serving after the restart")
         assert reply.json()["usage"]["completion_tokens"] == 4
 
         results: list[httpx.Response] = []
-        long = threading.Thread(target=lambda: results.append(completion(url, max_tokens=3000)))
+        long = threading.Thread(target=lambda: results.append(completion(run.url, max_tokens=3000)))
         long.start()
         time.sleep(1.0)
-        os.killpg(launcher.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        assert launcher.wait(timeout=90) == 0
+        run.interrupt()
         long.join(timeout=60)
-        text = out.read_text()
-        codes = re.search(r"stopped: \{(.*)\}", text).group(1)
-        assert all(code.strip().endswith(": 0") for code in codes.split(",")), codes
         assert results and results[0].status_code in (200, 503), results[0].text
-        pids["worker"] = int(re.search(r"worker is back \(pid (\d+)\)", text).group(1))
-        assert not any(alive(pid) for pid in pids.values())
-    finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-        for pid in pids.values():
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        assert not any(alive(pid) for pid in run.pids.values())
 
 
 def test_service_env_keeps_the_callers_pythonpath_after_the_repository():

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 
@@ -19,8 +17,7 @@ import pytest
 
 from launcher.__main__ import parse
 from launcher.config import NOT_EXPOSED, PASSED, PLACED, SERVICES, StackConfig, commands, not_exposed_help
-from launcher.ports import free_port
-from tests.deploy.test_launcher import alive, wait_for
+from tests.deploy.launched import launched
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODULES = {"cache": "cache_svc", "worker": "worker_svc", "scheduler": "scheduler_svc", "gateway": "gateway"}
@@ -127,56 +124,34 @@ def cmdline(pid: int) -> list[str]:
 
 
 def test_a_real_launcher_run_serves_with_the_changed_settings(tmp_path: pathlib.Path) -> None:
-    """--max-body-bytes 1000 makes a 2,000-byte body a 413 over HTTP; --max-n 2 makes n=3 a 400; every changed
-    setting is on the command line of the service it belongs to; the scheduler logs its decode steps."""
-    ports = {k: free_port() for k in ("http", "cache", "worker", "scheduler")}
+    """--max-body-bytes 1000 makes a 2,000-byte body a 413 over HTTP; --max-n 2 makes n=3 a 400; every service
+    runs with exactly the command line the launcher's settings make; the scheduler logs its decode steps."""
     changed = ["--max-body-bytes", "1000", "--max-n", "2", "--request-timeout", "60", "--outage-timeout", "7",
                "--lease-seconds", "12", "--drain-seconds", "3", "--decode-steps", "2", "--seed", "5",
                "--probe-timeout", "1.5", "--health-timeout", "20"]
-    argv = [sys.executable, "-m", "launcher", "--device", "cpu", "--dtype", "float32", "--kv-tokens", "4096",
-            "--http-port", str(ports["http"]), "--cache-port", str(ports["cache"]),
-            "--worker-port", str(ports["worker"]), "--scheduler-port", str(ports["scheduler"]), *changed]
-    out = tmp_path / "launcher.out"
-    with open(out, "wb") as sink:
-        launcher = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    pids: dict[str, int] = {}
-    try:
-        banner = wait_for(lambda: re.search(r"processes: (.*?); logs in (.*?);", out.read_text()), 180,
-                          "the serving banner")
-        pids = {k: int(v) for k, v in (kv.split("=") for kv in banner.group(1).split(", "))}
-        url = f"http://127.0.0.1:{ports['http']}"
-
+    with launched(tmp_path, *changed) as run:
         big = {"prompt": "x" * 2000, "max_tokens": 1}
-        reply = httpx.post(f"{url}/v1/completions", json=big, timeout=60)
+        reply = httpx.post(f"{run.url}/v1/completions", json=big, timeout=60)
         assert reply.status_code == 413, reply.text
         assert "limit of 1000 bytes" in reply.json()["error"]["message"]
-        small = httpx.post(f"{url}/v1/completions", json={"prompt": "def f():", "max_tokens": 3, "temperature": 0},
-                           timeout=60)
+        small = httpx.post(f"{run.url}/v1/completions", json={"prompt": "def f():", "max_tokens": 3,
+                                                               "temperature": 0}, timeout=60)
         assert small.status_code == 200 and small.json()["usage"]["completion_tokens"] == 3
-        three = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 1, "n": 3}, timeout=60)
+        three = httpx.post(f"{run.url}/v1/completions", json={"prompt": "x", "max_tokens": 1, "n": 3}, timeout=60)
         assert three.status_code == 400 and "n is 3; the limit is 2" in three.json()["error"]["message"]
-        assert httpx.get(f"{url}/server_info", timeout=60).json()["gateway_limits"]["max_n"] == 2
+        assert httpx.get(f"{run.url}/server_info", timeout=60).json()["gateway_limits"]["max_n"] == 2
 
-        worker = cmdline(pids["worker"])
-        want = commands(parse(argv[3:]), worker[worker.index("--model-path") + 1], python=worker[0])
-        for service, pid in pids.items():
+        worker = cmdline(run.pids["worker"])
+        want = commands(parse(run.argv[3:]), worker[worker.index("--model-path") + 1], python=worker[0])
+        for service, pid in run.pids.items():
             assert cmdline(pid) == want[service], service
-        assert cmdline(pids["gateway"])[cmdline(pids["gateway"]).index("--max-body-bytes") + 1] == "1000"
-        assert cmdline(pids["scheduler"])[cmdline(pids["scheduler"]).index("--lease-seconds") + 1] == "12"
-        assert cmdline(pids["cache"])[cmdline(pids["cache"]).index("--lease-seconds") + 1] == "12"
+        for service, flag, value in [("gateway", "--max-body-bytes", "1000"), ("gateway", "--drain-seconds", "3"),
+                                     ("scheduler", "--lease-seconds", "12"), ("cache", "--lease-seconds", "12"),
+                                     ("scheduler", "--outage-timeout", "7"), ("worker", "--seed", "5")]:
+            argv = cmdline(run.pids[service])
+            assert argv[argv.index(flag) + 1] == value, (service, flag)
 
-        log_dir = pathlib.Path(banner.group(2))
-        serving = [json.loads(line) for line in (log_dir / "scheduler.log").read_text().splitlines()
+        serving = [json.loads(line) for line in (run.log_dir / "scheduler.log").read_text().splitlines()
                    if line.startswith("{") and '"serving"' in line]
         assert serving and serving[-1]["decode_steps"] == 2
-
-        os.killpg(launcher.pid, signal.SIGINT)
-        assert launcher.wait(timeout=90) == 0
-        codes = re.search(r"stopped: \{(.*)\}", out.read_text()).group(1)
-        assert all(code.strip().endswith(": 0") for code in codes.split(",")), codes
-    finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-        for pid in pids.values():
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        run.interrupt()
