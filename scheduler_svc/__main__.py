@@ -14,6 +14,7 @@ from common import grpc_server, logs
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.detokenizer import load_tokenizer
 from scheduler_svc.errors import DependencyUnavailable
+from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.policy import POLICIES
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
@@ -37,6 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds without a completed batch while work waits or runs before health is NOT_SERVING")
     p.add_argument("--outage-timeout", type=float, default=30.0,
                    help="seconds the cache or worker may stay unreachable before queued requests fail with UNAVAILABLE")
+    p.add_argument("--worker-stall-timeout", type=float, default=10.0,
+                   help="seconds the worker may leave its health checks (probed every 1 s, 2 s deadline) unanswered "
+                        "before it counts as frozen: requests in flight, running and waiting fail with UNAVAILABLE, "
+                        "new ones at once, until it answers again (0 = off)")
     p.add_argument("--owner", default="scheduler-0", help="stable session owner name at the cache service")
     p.add_argument("--lease-seconds", type=float, default=30.0)
     p.add_argument("--connect-timeout", type=float, default=120.0,
@@ -49,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_queued_tokens < 0:
         p.error("--max-queued-tokens must be >= 0 (0 = no bound)")
+    if args.worker_stall_timeout < 0:
+        p.error("--worker-stall-timeout must be >= 0 (0 = off)")
     if args.decode_steps < 0:
         p.error("--decode-steps must be >= 0 (0 = auto)")
     for name in ("max_running_requests", "chunk_size", "max_queued_requests"):
@@ -68,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
                           decode_steps=max(args.decode_steps, 1), overlap=args.overlap)
     from scheduler_svc.worker_client import WorkerClient
 
-    sched = Scheduler(CacheClient(args.cache, args.pool_id), WorkerClient(args.worker), cfg, log)
+    liveness = None
+    if args.worker_stall_timeout > 0:
+        liveness = WorkerLiveness.for_target(args.worker, stall_timeout_s=args.worker_stall_timeout,
+                                             timeout_s=min(2.0, args.worker_stall_timeout))
+    sched = Scheduler(CacheClient(args.cache, args.pool_id), WorkerClient(args.worker), cfg, log, liveness=liveness)
     deadline = time.monotonic() + args.connect_timeout
     while True:
         try:
@@ -83,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.decode_steps == 0:  # auto: the worker's device decides
         sched.cfg = dataclasses.replace(cfg, decode_steps=8 if sched.info.device.startswith("cuda") else 1)
 
+    if liveness is not None:
+        liveness.start()
     loop = threading.Thread(target=sched.run, name="scheduler-loop", daemon=True)
     loop.start()
     servicer = SchedulerServicer(sched, tokenizer, log, max_queued_tokens=args.max_queued_tokens)
@@ -92,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     names = ["", SERVICE_NAME]
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
-             decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap)
+             decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap, worker_stall_timeout=args.worker_stall_timeout)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -103,12 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() >= next_stats and sched.stats != logged_stats:  # counters for bench/ (cumulative)
             logged_stats, next_stats = dict(sched.stats), time.monotonic() + 2.0
             log.info("loop_stats", **logged_stats)
-        healthy = sched.progress_ok()
-        if healthy != serving:
-            serving = healthy
+        reason = sched.unhealthy_reason()
+        if (not reason) != serving:
+            serving = not reason
             server.set_serving(serving, names)
-            log.warning("health", serving=serving, reason=sched.stopped_reason or "no batch completed within "
-                        f"{cfg.progress_timeout} s while work waits or runs")
+            log.warning("health", serving=serving, reason=reason)
         if not loop.is_alive():
             log.error("loop_died", reason=sched.stopped_reason)
             server.set_serving(False, names)

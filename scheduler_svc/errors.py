@@ -43,3 +43,8 @@ class SessionLost(RuntimeError):
 
 class WorkerEpochChanged(RuntimeError):
     """The worker restarted (Forward answered FAILED_PRECONDITION): its KV pool is empty."""
+
+
+class WorkerStalled(RuntimeError):
+    """The worker has not answered health checks for longer than the stall timeout (frozen: SIGSTOP, wedged);
+    the message names the worker and the seconds (``liveness.WorkerLiveness``)."""

@@ -2,7 +2,23 @@
 process results -> cache and release finished requests. One thread runs it and owns all request state.
 With ``overlap`` (default) steady decode is pipelined: Forward N+1 is allocated while N runs and sent
 before N's reply is processed; a request that arrives meanwhile has its extend sent to run right after N
-(``scheduler_svc/overlap.py``)."""
+(``scheduler_svc/overlap.py``).
+
+Frozen worker (``liveness``, ``--worker-stall-timeout``): every wait for a Forward reply also watches the
+worker's health checks (``scheduler_svc/liveness.py``). When the worker has not answered them for the stall
+timeout, the loop stops waiting and fails the requests of the Forwards in flight and everything running or
+waiting with UNAVAILABLE naming the worker; new requests are refused at once while it stays silent. Their cache
+state is released as after any dependency failure: the resync opens a new session (the cache frees every slot
+and lock of the old one) and releases the requests at the worker. Safety of the resumed worker's stale writes:
+the Forwards in flight are not cancelled but kept (``_stale``), and the resync first waits until each has
+answered (its reply or its error, bounded by the Forward deadline). The worker runs Forwards one at a time under
+its engine lock, so an answered Forward has finished writing K/V; only then is any new Forward sent. A stale
+Forward writes only slots that its own requests owned (never slots in the radix tree: finished requests are
+inserted after the Forward that wrote them was processed); the new session frees those slots, so new requests
+may get them, and their K/V is written by Forwards that run after the stale one. Nothing stale is read as
+valid K/V. (A freeze longer than the Forward deadline ends the wait with DEADLINE_EXCEEDED: then the guarantee
+rests on the engine lock alone, which holds for a Forward that was running or waiting for the lock when the
+worker froze.)"""
 
 from __future__ import annotations
 
@@ -17,13 +33,16 @@ from codeserve.v1 import cache_pb2
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
 from scheduler_svc.batch import Batch, Entry, forward_item, slots_by_request
 from scheduler_svc.cache_client import CacheClient
-from scheduler_svc.errors import AllocationFailed, DependencyUnavailable, SessionLost, WorkerEpochChanged
+from scheduler_svc.errors import AllocationFailed, DependencyUnavailable, SessionLost, WorkerEpochChanged, WorkerStalled
 from scheduler_svc.intake import Intake
+from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.multistep import apply_tokens, multistep_eligible, steps_for, stop_ids
 from scheduler_svc.overlap import InFlight, can_chain, continuation, continuation_batch, wait_reply_or_arrival
 from scheduler_svc.policy import order_waiting, retract_victim
 from scheduler_svc.request import Finish, Req, State
-from scheduler_svc.worker_client import WorkerClient
+from scheduler_svc.worker_client import PendingForward, WorkerClient
+
+STALL_POLL_S = 0.25  # seconds between looks at the worker's liveness while a Forward reply is awaited
 
 
 @dataclass(frozen=True)
@@ -50,8 +69,11 @@ class Scheduler:
     the loop thread (``run``). Requests' ``out`` queues receive GenerateResponse messages and a StreamEnd.
     """
 
-    def __init__(self, cache: CacheClient, worker: WorkerClient, cfg: SchedulerConfig, log) -> None:
-        self.cache, self.worker, self.cfg, self.log = cache, worker, cfg, log
+    def __init__(self, cache: CacheClient, worker: WorkerClient, cfg: SchedulerConfig, log,
+                 liveness: WorkerLiveness | None = None) -> None:
+        """``liveness``: the worker's health-check monitor (None: no stall detection, waits end only with the
+        Forward deadline)."""
+        self.cache, self.worker, self.cfg, self.log, self.liveness = cache, worker, cfg, log, liveness
         self.intake = Intake(cfg.max_queued_requests)
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -67,6 +89,7 @@ class Scheduler:
         self.snapshot = (0, 0, 0)  # (running, waiting, waiting tokens), published by the loop every round
         self._inflight: deque[InFlight] = deque()  # overlap: Forwards sent and not yet processed, in order
         self._zombies: list[Req] = []  # finished (end streamed) but in an in-flight Forward: released after it
+        self._stale: list[PendingForward] = []  # sent before a failure or stall; answered before any new Forward
         self._alloc_s = 0.0  # seconds of the last decode batch's Cache.Allocate
         self._seq = time.time_ns() // 1000  # Forward seq, unique per worker epoch across scheduler restarts
         # Decode rounds, cumulative seconds (logged by loop_stats; bench/ derives the outside share):
@@ -82,7 +105,10 @@ class Scheduler:
 
     # ---- thread-safe API -------------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
-        """Queues a validated request. Raises QueueFull, SchedulerStopped, ValueError (id in use)."""
+        """Queues a validated request. Raises QueueFull, SchedulerStopped, ValueError (id in use), WorkerStalled
+        (the worker does not answer health checks: fail fast, never queue behind a frozen worker)."""
+        if self.liveness is not None and self.liveness.stalled():
+            raise self._stall_error()
         self.intake.submit(req, self.snapshot[1])
 
     def abort(self, rid: str, reason: str = "aborted by client") -> bool:
@@ -94,11 +120,20 @@ class Scheduler:
         return self.intake.stopped_reason
 
     def progress_ok(self) -> bool:
-        """False when the loop stopped, or work waits or runs and no batch completed within progress_timeout."""
+        """False when the loop stopped, the worker is stalled, or work waits or runs and no batch completed
+        within progress_timeout."""
+        return not self.unhealthy_reason()
+
+    def unhealthy_reason(self) -> str:
+        """Why ``progress_ok`` is False ("" when it is True)."""
         if self.stopped_reason:
-            return False
+            return self.stopped_reason
+        if self.liveness is not None and self.liveness.stalled():
+            return str(self._stall_error())
         since = time.monotonic() - max(self.last_batch_at, self.intake.busy_since)
-        return not self.intake.busy() or since <= self.cfg.progress_timeout
+        if self.intake.busy() and since > self.cfg.progress_timeout:
+            return f"no batch completed for {since:.0f} s (progress timeout {self.cfg.progress_timeout:g} s) while work waits or runs"
+        return ""
 
     def queue_lengths(self) -> tuple[int, int, int]:
         """(running, waiting, waiting prompt tokens), new requests not yet taken by the loop included."""
@@ -129,6 +164,7 @@ class Scheduler:
         """After a worker restart, a lost session or an outage: drop worker state, reconnect, requeue
         every running request at the front (it is recomputed; its output so far is kept)."""
         self._drop_inflight()
+        self._await_stale()  # no new Forward while one sent before may still run (raises WorkerStalled)
         rids = self._orphans + [r.rid for r in self.running if r.worker_knows]
         self.connect()  # raises while the cache or the worker is still down
         self.worker.release(rids)  # same epoch: drop its slot tables; new epoch: it knows none of them
@@ -148,15 +184,22 @@ class Scheduler:
     # ---- the loop --------------------------------------------------------------------------------------
     def run(self) -> None:
         """Runs until ``stop``. Dependency outages: back off and resync; after outage_timeout s of outage,
-        waiting and running requests fail with UNAVAILABLE naming the service. Any other exception fails
-        every request with INTERNAL, marks the loop stopped and is re-raised."""
+        waiting and running requests fail with UNAVAILABLE naming the service. A stalled worker: every request
+        fails with UNAVAILABLE at once, and the loop resyncs when the worker answers again. Any other exception
+        fails every request with INTERNAL, marks the loop stopped and is re-raised."""
         try:
             while not self._stop.is_set():
                 try:
+                    if self.liveness is not None and self.liveness.stalled():
+                        self._on_worker_stalled(self._stall_error())
+                        continue
                     if self._needs_resync:
                         self._resync()
                     worked = self.step()
                     self._down_since = None
+                except WorkerStalled as exc:
+                    self._on_worker_stalled(exc)
+                    continue
                 except (DependencyUnavailable, SessionLost, WorkerEpochChanged) as exc:
                     self._on_dependency_error(exc)
                     continue
@@ -198,7 +241,7 @@ class Scheduler:
             return True
         t1 = time.perf_counter()
         self._seq += 1
-        reply = self.worker.forward(self._items(batch), seq=self._seq)
+        reply = self._reply(self.worker.forward_async(self._items(batch), self._seq))
         t2 = time.perf_counter()
         self._process(batch, reply)
         self._publish()
@@ -261,6 +304,8 @@ class Scheduler:
     def _admissible_arrival(self) -> bool:
         """Takes new requests; True when some arrived now and the running set has room (admission may still
         defer them; requests that waited before are tried again only with a new arrival)."""
+        if self.liveness is not None and self.liveness.stalled():
+            raise self._stall_error()
         return bool(self._intake()) and len(self.running) < self.cfg.max_running_requests
 
     def _drain(self) -> None:
@@ -268,7 +313,7 @@ class Scheduler:
         while self._inflight:
             t0 = time.perf_counter()
             cur = self._inflight[0]
-            reply = cur.pending.result()
+            reply = self._reply(cur.pending)
             self._inflight.popleft()
             t1 = time.perf_counter()
             self._process(cur.batch, reply)
@@ -278,10 +323,10 @@ class Scheduler:
                                    process=time.perf_counter() - t1)
 
     def _drop_inflight(self) -> None:
-        """After a dependency error: forget the in-flight Forward (its requests are requeued by the resync)
-        and hand finished-but-unreleased requests to the orphans (the new session frees their slots)."""
-        for sent in self._inflight:
-            sent.pending.cancel()
+        """After a dependency error or a stall: the in-flight Forwards become stale (the resync waits for their
+        answers before it sends a new Forward; their requests are requeued or failed) and finished-but-unreleased
+        requests go to the orphans (the new session frees their slots)."""
+        self._stale += [sent.pending for sent in self._inflight]
         self._inflight.clear()
         for req in self._zombies:
             self._orphans.append(req.rid)
@@ -310,9 +355,57 @@ class Scheduler:
                            f"{exc} for {down:.0f} s; request not completed (retry later)")
         self._stop.wait(min(2.0, 0.1 * 2 ** min(int(down), 5)) if isinstance(exc, DependencyUnavailable) else 0)
 
+    # ---- frozen worker ---------------------------------------------------------------------------------
+    def _reply(self, pending: PendingForward):
+        """``pending``'s reply (raises what ``PendingForward.result`` raises). Raises WorkerStalled when the
+        worker stops answering health checks first; ``pending`` is then stale (the resync waits for it)."""
+        self._wait_answered(pending)
+        return pending.result()
+
+    def _wait_answered(self, pending: PendingForward) -> None:
+        """Waits until ``pending`` has its reply or error; raises WorkerStalled (keeping ``pending`` stale
+        unless it is in flight, where ``_drop_inflight`` finds it) when the worker is stalled meanwhile."""
+        if self.liveness is None or pending.done():
+            return
+        answered = threading.Event()
+        pending.add_done_callback(answered.set)
+        while not answered.wait(STALL_POLL_S):
+            if self.liveness.stalled():
+                if all(pending is not sent.pending for sent in self._inflight) and pending not in self._stale:
+                    self._stale.append(pending)
+                raise self._stall_error()
+
+    def _await_stale(self) -> None:
+        """Before any new Forward: waits until every Forward sent before a failure or stall has answered, so
+        the worker is done with it (it runs Forwards one at a time under its engine lock)."""
+        while self._stale:
+            self._wait_answered(self._stale[0])
+            self._stale.pop(0)
+
+    def _stall_error(self) -> WorkerStalled:
+        lv = self.liveness
+        worker = self.info.worker_id if self.info is not None else "?"
+        return WorkerStalled(f"worker {worker} has not answered health checks for {lv.unresponsive_for():.1f} s "
+                             f"(stall timeout {lv.stall_timeout_s:g} s; last probe: {lv.last_error}); the request "
+                             f"was not completed: retry when the worker answers again")
+
+    def _on_worker_stalled(self, exc: WorkerStalled) -> None:
+        """Fails every request (in flight, running, waiting, new) with UNAVAILABLE and ``exc``'s message; a
+        resync follows when the worker answers again (when anything was sent or held). Waits a moment."""
+        sent = bool(self.running or self._inflight or self._zombies or self._stale)
+        self._intake()
+        failed = len(self.waiting) + len(self.running)
+        if failed or sent:
+            self.log.error("worker_stalled", error=str(exc), failed=failed, in_flight=len(self._inflight),
+                           stale=len(self._stale))
+        self._fail_all(grpc.StatusCode.UNAVAILABLE, str(exc))
+        self._needs_resync = self._needs_resync or sent
+        self.intake.wake.wait(STALL_POLL_S)
+        self.intake.wake.clear()
+
     def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
         self._drop_inflight()
-        self._orphans += [r.rid for r in self.running if r.worker_knows]
+        self._orphans += [r.rid for r in self.running]  # a first chunk in a stale Forward may still register it
         for req in list(self.waiting) + self.running + self.intake.take():
             if req.stream.has_final:
                 req.stream.close()  # it completed; only its release was cut short (the next session frees it)

@@ -9,7 +9,7 @@ import grpc
 from tokenizers import Tokenizer
 
 from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
-from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost
+from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost, WorkerStalled
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import Finish, StreamEnd
 from scheduler_svc.intake import QueueFull, SchedulerStopped
@@ -54,7 +54,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 self.sched.submit(req)
             except QueueFull as exc:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            except SchedulerStopped as exc:
+            except (SchedulerStopped, WorkerStalled) as exc:
                 context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             except ValueError as exc:
                 context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
