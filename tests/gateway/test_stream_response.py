@@ -1,0 +1,68 @@
+"""fanout.stream_response, the one server-sent-events answer of the three streaming endpoints: one event per
+payload, an error event for an exception, [DONE] last, and every stream cancelled however the response ends."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from gateway.errors import ApiError
+from gateway.fanout import stream_response
+
+
+class RecordingStream:
+    """Stands in for a GenerationStream: counts cancel() calls."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+
+
+def answer(payloads) -> tuple[list, list[RecordingStream], str]:
+    """GET through a real ASGI app whose endpoint returns stream_response over two streams; returns the
+    parsed events, the streams and the content type."""
+    streams = [RecordingStream(), RecordingStream()]
+    app = Starlette(routes=[Route("/", lambda request: stream_response(streams, payloads()))])
+    with TestClient(app) as client:
+        reply = client.get("/")
+    assert reply.status_code == 200
+    events = [line[len("data: "):] for line in reply.text.split("\n\n") if line]
+    return [e if e == "[DONE]" else json.loads(e) for e in events], streams, reply.headers["content-type"]
+
+
+def test_each_payload_is_one_event_then_done_and_the_streams_are_cancelled() -> None:
+    async def payloads():
+        yield {"a": 1}
+        yield {"b": "é"}
+
+    events, streams, content_type = answer(payloads)
+    assert events == [{"a": 1}, {"b": "é"}, "[DONE]"]
+    assert [s.cancelled for s in streams] == [1, 1]
+    assert content_type.startswith("text/event-stream")
+
+
+def test_an_api_error_after_the_first_event_is_its_error_body_then_done() -> None:
+    async def payloads():
+        yield {"a": 1}
+        raise ApiError(503, "worker lost", "service_unavailable")
+
+    events, streams, _ = answer(payloads)
+    assert events == [{"a": 1}, {"error": {"message": "worker lost", "type": "service_unavailable", "param": None,
+                                           "code": 503}}, "[DONE]"]
+    assert [s.cancelled for s in streams] == [1, 1]
+
+
+def test_any_other_exception_is_a_500_internal_error_event() -> None:
+    async def payloads():
+        raise RuntimeError("boom")
+        yield {}  # an async generator
+
+    events, streams, _ = answer(payloads)
+    assert events[0]["error"]["code"] == 500 and events[0]["error"]["message"] == "internal error: boom"
+    assert events[1:] == ["[DONE]"]
+    assert [s.cancelled for s in streams] == [1, 1]
