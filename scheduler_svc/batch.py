@@ -8,7 +8,7 @@ from codeserve.v1 import cache_pb2, worker_pb2
 from scheduler_svc.request import Req
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Entry:
     """One request in a batch: tokens ``all_ids[start:start+n]`` are written at ``slot_ids`` (len n);
     ``sample``: a next token is sampled (False for a non-final prefill chunk). ``steps`` > 1: a multi-step
@@ -23,6 +23,13 @@ class Entry:
     sample: bool
     steps: int = 1
     from_last: bool = False
+
+    def __init__(self, req: Req, start: int, n: int, slot_ids: tuple[int, ...], sample: bool, steps: int = 1,
+                 from_last: bool = False) -> None:
+        # the dataclass __init__ of a frozen class sets each field through object.__setattr__ (a decode
+        # batch builds one Entry per running request per Forward); fields are set once, here
+        self.__dict__.update(req=req, start=start, n=n, slot_ids=slot_ids, sample=sample, steps=steps,
+                             from_last=from_last)
 
 
 @dataclass(frozen=True)
@@ -46,12 +53,20 @@ def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
                          f"from_last={e.from_last} worker_knows={req.worker_knows}")
     p = req.params
     item = worker_pb2.ForwardItem(
-        request_id=req.rid, input_ids=() if e.from_last else req.ids_between(e.start, e.start + e.n),
-        position_start=e.start, slot_ids=e.slot_ids, input_from_last_sample=e.from_last,
-        sampling=p.sampling, sample=e.sample, return_logprob=p.return_logprob and e.sample,
-        top_logprobs_num=p.top_logprobs_num,
-        return_prompt_logprobs=req.wants_prompt_logprobs, prompt_len=len(req.prompt_ids))
-    item.stop_token_ids.extend(stop_token_ids)
+        request_id=req.rid, position_start=e.start, slot_ids=e.slot_ids, sampling=p.sampling, sample=e.sample,
+        prompt_len=len(req.prompt_ids))  # fields left at their defaults are not set (reads the same)
+    if e.from_last:
+        item.input_from_last_sample = True
+    else:
+        item.input_ids.extend(req.ids_between(e.start, e.start + e.n))
+    if p.return_logprob and e.sample:
+        item.return_logprob = True
+    if p.top_logprobs_num:
+        item.top_logprobs_num = p.top_logprobs_num
+    if req.wants_prompt_logprobs:
+        item.return_prompt_logprobs = True
+    if stop_token_ids:
+        item.stop_token_ids.extend(stop_token_ids)
     if e.steps > 1:
         item.decode_steps = e.steps
     if not req.worker_knows:
@@ -66,7 +81,7 @@ def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
 def slots_by_request(reply: cache_pb2.AllocateResponse, plan: list[tuple[Req, int]]) -> dict[str, tuple[int, ...]]:
     """Slots per request id from an Allocate receipt; raises RuntimeError when it delivered other counts
     than ``plan`` (request, tokens) asked: decisions are made on what was delivered."""
-    slots = {r.request_id: tuple(r.slot_ids) for r in reply.results}
+    slots = {r.request_id: tuple(r.slot_ids[:]) for r in reply.results}  # a slice of a repeated field is a list
     for req, n in plan:
         if len(slots.get(req.rid, ())) != n:
             raise RuntimeError(f"Allocate receipt gave {len(slots.get(req.rid, ()))} slots to {req.rid}, "

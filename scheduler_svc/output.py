@@ -21,6 +21,8 @@ class OutputStream:
         self.eos = eos_token_id
         self.detok = IncrementalDetokenizer(tokenizer, req.params.skip_special_tokens)
         self.stops = StopStringMatcher(req.params.stop, req.params.no_stop_trim)
+        # token ids that end the request: its stop token ids, and EOS unless ignore_eos
+        self._stop_ids = frozenset(req.params.stop_token_ids) | (frozenset() if req.params.ignore_eos else {eos_token_id})
         self._final: scheduler_pb2.GenerateResponse | None = None
         self._pending: scheduler_pb2.GenerateResponse | None = None  # deferred messages, merged (``flush``)
 
@@ -47,8 +49,10 @@ class OutputStream:
         if p.top_logprobs_num > 0:
             req.output_top_logprobs.append(top if top is not None else common_pb2.TopLogprobs())
         text = ""
-        if (token_id == self.eos and not p.ignore_eos) or token_id in p.stop_token_ids:
+        if token_id in self._stop_ids:
             req.finish, req.matched_stop = Finish.STOP, str(token_id)
+        elif not self.stops.active:  # nothing to match: the matcher would pass the text through
+            text = self.detok.push([token_id])
         else:
             result = self.stops.push(self.detok.push([token_id]))
             text = result.text
@@ -90,22 +94,27 @@ class OutputStream:
         cut = min(len(token_ids), req.remaining_new_tokens)
         if self._pending is not None or p.top_logprobs_num > 0 or cut <= 0:
             return self._one_by_one(token_ids, logprobs)
-        stop_tok = next((i for i in range(cut) if (token_ids[i] == self.eos and not p.ignore_eos)
-                         or token_ids[i] in p.stop_token_ids), None)
-        if stop_tok is not None:
-            cut = stop_tok + 1
-        marks = self.detok.mark(), self.stops.mark()
-        result = self.stops.push(self.detok.push(list(token_ids[: cut if stop_tok is None else stop_tok])))
-        if result.matched is not None or (self.stops.active and self.detok.holding):
-            # which token completed the stop string (or might have, in text held back): replay one by one
-            self.detok.rewind(marks[0])
-            self.stops.rewind(marks[1])
-            return self._one_by_one(token_ids, logprobs)
         accepted = list(token_ids[:cut])
+        stop_tok = None
+        if self._stop_ids and not self._stop_ids.isdisjoint(accepted):
+            stop_tok = next(i for i, t in enumerate(accepted) if t in self._stop_ids)
+            cut = stop_tok + 1
+            del accepted[cut:]
+        text_ids = accepted if stop_tok is None else accepted[:stop_tok]
+        if self.stops.active:
+            marks = self.detok.mark(), self.stops.mark()
+            result = self.stops.push(self.detok.push(text_ids))
+            if result.matched is not None or self.detok.holding:
+                # which token completed the stop string (or might have, in text held back): replay one by one
+                self.detok.rewind(marks[0])
+                self.stops.rewind(marks[1])
+                return self._one_by_one(token_ids, logprobs)
+            text = result.text
+        else:  # nothing to match: the matcher would pass the text through
+            text = self.detok.push(text_ids)
         req.output_ids.extend(accepted)
         lps = [logprobs[i] if i < len(logprobs) else 0.0 for i in range(cut)] if p.return_logprob else []
         req.output_logprobs.extend(lps)
-        text = result.text
         if stop_tok is not None:
             req.finish, req.matched_stop = Finish.STOP, str(accepted[-1])
         elif req.remaining_new_tokens <= 0:
@@ -115,7 +124,8 @@ class OutputStream:
         msg = self._message()
         msg.token_ids.extend(accepted)
         msg.text = text
-        msg.logprobs.extend(lps)
+        if lps:
+            msg.logprobs.extend(lps)
         req.sent_tokens = len(req.output_ids)
         if req.finish is None:
             req.out.put(msg)

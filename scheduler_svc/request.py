@@ -65,7 +65,8 @@ class StreamEnd:
 class Req:
     """A request. Token lists hold int token ids; ``kv_len`` counts tokens (from position 0) whose KV is
     written in the pool for the current admission. The loop thread owns every mutable field except
-    ``abort_requested`` (set by any thread) and ``out`` (a thread-safe queue read by the servicer).
+    ``abort_requested`` (set by any thread) and ``out`` (a thread-safe queue read by the servicer; a
+    SimpleQueue: put/get without the task accounting of queue.Queue, which nobody uses here).
     """
 
     rid: str
@@ -90,7 +91,7 @@ class Req:
     first_sent: bool = False
     sent_tokens: int = 0                 # output tokens already put on the stream
     stream: Any = None                   # scheduler_svc.output.OutputStream, set on submit
-    out: "queue.Queue[scheduler_pb2.GenerateResponse | StreamEnd]" = field(default_factory=queue.Queue)
+    out: "queue.SimpleQueue[scheduler_pb2.GenerateResponse | StreamEnd]" = field(default_factory=queue.SimpleQueue)
 
     @property
     def all_ids(self) -> list[int]:

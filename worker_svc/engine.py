@@ -38,7 +38,6 @@ from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.multistep import run_multistep
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
-from worker_svc.step_feed import to_device
 from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
 
@@ -142,7 +141,8 @@ class Engine:
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
             with self._lock:
-                stored = {rid for rid, s in self.requests.items() if s.last_hidden is not None}
+                stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
+                          if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
                 validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
                 t0 = time.perf_counter()
                 outputs = self._run_unskipped(items)
@@ -169,10 +169,10 @@ class Engine:
             return (self.requests[it.request_id].last_token,)
         return tuple(it.input_ids)
 
-    def step_inputs(self, its: Sequence[ForwardItem]) -> torch.Tensor:
-        """Step-0 input of each decode item (multi-step decode): int64 [len(its)] on the device."""
-        ids = np.fromiter((self.item_inputs(it)[0] for it in its), dtype=np.int64, count=len(its))
-        return to_device(ids, self.device)  # through pinned memory: a pageable copy would wait for the GPU
+    def first_inputs(self, its: Sequence[ForwardItem]) -> list[int]:
+        """The first new input token id of each item (multi-step decode: its step-0 input), as ints."""
+        requests = self.requests
+        return [requests[it.request_id].last_token if it.input_from_last_sample else it.input_ids[0] for it in its]
 
     def keep_last_token(self, it: ForwardItem, token_id: int) -> None:
         """Records the token the item sampled last (call after its commit): the input of a later

@@ -106,3 +106,49 @@ def layout_from_parts(prefix_tables: Sequence[np.ndarray], new_slots: Sequence[S
         kv_lens=tuple(kv_lens),
         is_decode=is_decode,
     )
+
+
+class DecodeSteps:
+    """The layouts of the decode steps of one multi-step Forward on the eager path, built once per Forward.
+
+    Rows are ordered by steps, largest first (``ks`` non-increasing), so step j runs rows ``[0, n_j)``.
+    ``prefix_tables[b]``: int32 slots of row b's tokens with K/V before this Forward; ``new_slots[b]``: its
+    ``ks[b]`` new slots, one per step. Step j of row b writes ``new_slots[b][j]`` at position
+    ``len(prefix_tables[b]) + j`` and reads its prefix and its first j + 1 new slots: ``layout(j, n)`` equals
+    ``layout_from_parts([full_b[: p_b + j] ...], [full_b[p_b + j : p_b + j + 1] ...])`` over the first n rows,
+    with every row's full table concatenated once here instead of per step. Raises ValueError when a row
+    has not one new slot per step.
+    """
+
+    def __init__(self, prefix_tables: Sequence[np.ndarray], new_slots: Sequence[Sequence[int]], ks: Sequence[int]):
+        if len(new_slots) != len(ks) or any(len(s) != k for s, k in zip(new_slots, ks)):
+            raise ValueError("each row needs one new slot per step")
+        parts = [x for t, s in zip(prefix_tables, new_slots) for x in (t, np.asarray(s, dtype=np.int32))]
+        self.flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)  # int32: row b's full table
+        prefix_lens = [len(t) for t in prefix_tables]
+        starts = [0] * len(ks)
+        for b in range(1, len(ks)):
+            starts[b] = starts[b - 1] + prefix_lens[b - 1] + ks[b - 1]
+        self.starts = starts  # row b's table begins at flat[starts[b]]
+        self.prefix_ends = [s + p for s, p in zip(starts, prefix_lens)]
+        self.prefix_lens = np.asarray(prefix_lens, dtype=np.int64)
+
+    def layout(self, j: int, n: int) -> BatchLayout:
+        """The layout of step j for its n active rows (the first n)."""
+        flat = self.flat
+        kv_indices = np.concatenate([flat[s:e + j + 1] for s, e in zip(self.starts[:n], self.prefix_ends[:n])]) \
+            if n else np.zeros(0, dtype=np.int32)
+        positions = self.prefix_lens[:n] + j
+        kv_lens = positions + 1
+        out_slots = flat[np.asarray(self.prefix_ends[:n], dtype=np.int64) + j].astype(np.int64)
+        return BatchLayout(
+            positions=positions,
+            out_slots=out_slots,
+            qo_indptr=np.arange(n + 1, dtype=np.int32),
+            kv_indptr=indptr(kv_lens),
+            kv_indices=kv_indices,
+            last_rows=np.arange(n, dtype=np.int64),
+            qo_lens=(1,) * n,
+            kv_lens=tuple(kv_lens.tolist()),
+            is_decode=True,
+        )

@@ -19,15 +19,17 @@ greedy rows take the argmax of the same logits, seeded rows draw with the genera
 
 from __future__ import annotations
 
+import bisect
+import operator
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from worker_svc.attention.base import AttentionMeta
-from worker_svc.forward_batch import layout_from_parts
+from worker_svc.forward_batch import DecodeSteps
 from worker_svc.sampler import draw_non_greedy
-from worker_svc.step_feed import StepFeed
+from worker_svc.step_feed import StepFeed, to_device
 from worker_svc.types import ForwardItem, ForwardOutput
 
 
@@ -48,46 +50,52 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
     its = [items[b] for b in order]
     ks = [it.decode_steps for it in its]
     steps = ks[0]
+    active = [bisect.bisect_left(ks, -j, key=operator.neg) for j in range(steps)]  # rows with k > j
+    requests = engine.requests
     prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
-                else engine.requests[it.request_id].slots.view() for it in its]  # K/V before this Forward
-    cur = engine.step_inputs(its)  # [B] int64 on the device: inputs of this step
+                else requests[it.request_id].slots.view() for it in its]  # K/V before this Forward
+    first = engine.first_inputs(its)  # step-0 input of each row (ints)
+    cur = to_device(np.asarray(first, dtype=np.int64), dev)  # [B] int64 on the device: inputs of this step
     want_lp = any(it.return_logprob for it in its)
+    all_greedy = all(it.sampling.greedy for it in its)
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
     lps = torch.zeros((steps, len(its)), dtype=torch.float32, device=dev) if want_lp else None
-    feed = tables = None
+    feed = eager = None
     if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
         # CUDA graphs: every step's metadata is built on the device (worker_svc/step_feed.py)
         feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev)
-    else:  # per row: prefix slots + all its new slots (views give each step's table, no copies)
-        tables = [(np.concatenate([p, np.asarray(it.slot_ids, dtype=np.int32)]), len(p)) for p, it in zip(prefixes, its)]
+    else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
+        eager = DecodeSteps(prefixes, [it.slot_ids for it in its], ks)
     for j in range(steps):
-        n = sum(k > j for k in ks)
+        n = active[j]
         ids = cur[:n]
         if feed is not None:
             logits = engine.graphs.run_step(feed, j, ids)  # [n, vocab] float32
         else:
-            layout = layout_from_parts([t[: p + j] for t, p in tables[:n]],
-                                       [t[p + j: p + j + 1] for t, p in tables[:n]])
+            layout = eager.layout(j, n)
             engine.backend.plan(AttentionMeta.from_layout(layout, dev))
             hidden = engine.model(ids, torch.from_numpy(layout.positions).to(dev), engine.kv_pool, engine.backend,
                                   torch.from_numpy(layout.out_slots).to(dev))
             logits = engine.model.logits(hidden)
-        nxt = sample_on_device(logits, its[:n], [it.position_start + j + 1 for it in its[:n]], engine.generator)
+        if all_greedy:  # what sample_on_device gives when no row draws
+            nxt = logits.argmax(dim=-1)
+        else:
+            nxt = sample_on_device(logits, its[:n], [it.position_start + j + 1 for it in its[:n]], engine.generator)
         if lps is not None:
             lps[j, :n] = torch.log_softmax(logits, dim=-1).gather(1, nxt[:, None])[:, 0]
         toks[j, :n] = nxt
         cur = nxt  # rows past n never run again (k sorted, largest first)
-    all_toks = toks.cpu().numpy()  # the one read-back of the Forward
-    all_lps = lps.cpu().numpy() if lps is not None else None
-    outputs: dict[int, ForwardOutput] = {}
+    rows_toks = toks.cpu().numpy().T.tolist()  # the one read-back of the Forward; [B][steps] ints
+    rows_lps = lps.cpu().numpy().T.tolist() if lps is not None else None
+    outputs: list = [None] * len(items)
     for row, (b, it) in enumerate(zip(order, its)):
-        got = all_toks[: it.decode_steps, row].tolist()
-        stops = set(it.stop_token_ids)
-        n = next((i + 1 for i, t in enumerate(got) if t in stops), len(got))
-        got = got[:n]
-        lp = tuple(float(x) for x in all_lps[:n, row]) if all_lps is not None and it.return_logprob else ()
-        outputs[b] = ForwardOutput(request_id=it.request_id, sampled=True, next_token_id=got[-1],
-                                   logprob=lp[-1] if lp else 0.0, next_token_ids=tuple(got), logprobs=lp)
-        engine.commit_written(it, it.slot_ids[:n], [engine.item_inputs(it)[0]] + got[:-1])
+        got = rows_toks[row][: it.decode_steps]
+        stops = it.stop_token_ids
+        n = next((i + 1 for i, t in enumerate(got) if t in stops), len(got)) if stops else len(got)
+        del got[n:]
+        lp = tuple(rows_lps[row][:n]) if rows_lps is not None and it.return_logprob else ()
+        outputs[b] = ForwardOutput.make((it.request_id, True, got[-1], lp[-1] if lp else 0.0, (), (), (),
+                                         tuple(got), lp, False))  # field order of ForwardOutput
+        engine.commit_written(it, it.slot_ids[:n], [first[row]] + got[:-1])
         engine.keep_last_token(it, got[-1])
-    return tuple(outputs[b] for b in range(len(items)))
+    return tuple(outputs)

@@ -26,17 +26,36 @@ def sampling_from_proto(p: common_pb2.SamplingParams) -> SamplingParams:
     )
 
 
+_SAMPLING: dict[bytes, SamplingParams] = {}  # serialized SamplingParams message -> engine params
+_SAMPLING_MAX = 4096
+
+
+def sampling_of(p: common_pb2.SamplingParams) -> SamplingParams:
+    """``sampling_from_proto`` memoized on the message's bytes (requests of a batch mostly share their
+    parameters; equal bytes are equal fields). Thread-safe: a lost race computes the same value twice."""
+    key = p.SerializeToString()
+    params = _SAMPLING.get(key)
+    if params is None:
+        if len(_SAMPLING) >= _SAMPLING_MAX:
+            _SAMPLING.clear()
+        params = _SAMPLING[key] = sampling_from_proto(p)
+    return params
+
+
+def _ints(field) -> tuple[int, ...]:
+    """A repeated int field as a tuple (a slice of it is a list, made faster than iterating the field)."""
+    return tuple(field[:]) if field else ()
+
+
 def item_from_proto(m: worker_pb2.ForwardItem) -> ForwardItem:
-    """A ForwardItem message as the engine's frozen ForwardItem."""
-    return ForwardItem(
-        request_id=m.request_id, input_ids=tuple(m.input_ids), position_start=m.position_start,
-        slot_ids=tuple(m.slot_ids), has_prefix=m.has_prefix, prefix_slot_ids=tuple(m.prefix_slot_ids),
-        prefix_token_ids=tuple(m.prefix_token_ids), sampling=sampling_from_proto(m.sampling), sample=m.sample,
-        return_logprob=m.return_logprob, top_logprobs_num=m.top_logprobs_num,
-        return_prompt_logprobs=m.return_prompt_logprobs, prompt_len=m.prompt_len,
-        decode_steps=max(m.decode_steps, 1) if m.decode_steps >= 0 else m.decode_steps,
-        stop_token_ids=tuple(m.stop_token_ids), input_from_last_sample=m.input_from_last_sample,
-    )
+    """A ForwardItem message as the engine's frozen ForwardItem (repeated fields as tuples of ints)."""
+    steps = m.decode_steps
+    return ForwardItem.make((  # field order of ForwardItem
+        m.request_id, _ints(m.input_ids), m.position_start, _ints(m.slot_ids), m.has_prefix,
+        _ints(m.prefix_slot_ids), _ints(m.prefix_token_ids), sampling_of(m.sampling), m.sample,
+        m.return_logprob, m.top_logprobs_num, m.return_prompt_logprobs, m.prompt_len,
+        max(steps, 1) if steps >= 0 else steps, _ints(m.stop_token_ids), m.input_from_last_sample,
+    ))
 
 
 def _top(pairs) -> common_pb2.TopLogprobs:
@@ -44,13 +63,21 @@ def _top(pairs) -> common_pb2.TopLogprobs:
 
 
 def result_to_proto(o: ForwardOutput) -> worker_pb2.ForwardResult:
-    """An engine ForwardOutput as a ForwardResult message."""
-    return worker_pb2.ForwardResult(
-        request_id=o.request_id, sampled=o.sampled, next_token_id=o.next_token_id, logprob=o.logprob,
-        top_logprobs=_top(o.top_logprobs), prompt_logprobs=list(o.prompt_logprobs),
-        prompt_top_logprobs=[_top(p) for p in o.prompt_top_logprobs],
-        next_token_ids=list(o.next_token_ids), logprobs=list(o.logprobs), skipped=o.skipped,
-    )
+    """An engine ForwardOutput as a ForwardResult message (empty repeated and message fields left unset:
+    they read the same)."""
+    r = worker_pb2.ForwardResult(request_id=o.request_id, sampled=o.sampled, next_token_id=o.next_token_id,
+                                 logprob=o.logprob, skipped=o.skipped)
+    if o.next_token_ids:
+        r.next_token_ids.extend(o.next_token_ids)
+    if o.logprobs:
+        r.logprobs.extend(o.logprobs)
+    if o.top_logprobs:
+        r.top_logprobs.CopyFrom(_top(o.top_logprobs))
+    if o.prompt_logprobs:
+        r.prompt_logprobs.extend(o.prompt_logprobs)
+    if o.prompt_top_logprobs:
+        r.prompt_top_logprobs.extend(_top(p) for p in o.prompt_top_logprobs)
+    return r
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):

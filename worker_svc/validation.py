@@ -31,6 +31,16 @@ def _check_tokens(rid: str, what: str, ids: Sequence[int], vocab: int) -> None:
         raise _bad(f"request {rid!r}: {what} token id {bad} is outside the vocabulary [0, {vocab - 1}]")
 
 
+def _duplicate_slot(slots: Sequence[int], earlier: set[int]) -> int:
+    """The first slot of ``slots`` that is in ``earlier`` or repeats within ``slots`` (one is known to)."""
+    seen = earlier
+    for s in slots:
+        if s in seen:
+            return s
+        seen.add(s)
+    raise AssertionError("no duplicate slot")  # callers call this only after the set size said there is one
+
+
 def _check_multistep(it: ForwardItem, vocab: int) -> None:
     """An item of a batch with multi-step decode: a sampling decode item without per-step host work."""
     rid = it.request_id
@@ -75,7 +85,7 @@ def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str
     seen_ids: set[str] = set()
     new_slots: set[int] = set()
     multi = any(it.decode_steps > 1 for it in items)
-    for it in items:
+    for index, it in enumerate(items):
         rid = it.request_id
         if not rid:
             raise _bad("empty request_id")
@@ -105,10 +115,11 @@ def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str
         _check_tokens(rid, "input", it.input_ids, cfg.vocab_size)
         _check_tokens(rid, "stop", it.stop_token_ids, cfg.vocab_size)
         _check_slots(rid, "new", it.slot_ids, pool_slots)
-        for s in it.slot_ids:
-            if s in new_slots:
-                raise _bad(f"request {rid!r}: slot id {s} is written twice in one batch")
-            new_slots.add(s)
+        before = len(new_slots)
+        new_slots.update(it.slot_ids)
+        if len(new_slots) != before + len(it.slot_ids):  # a slot of an earlier item, or twice in this one
+            earlier = {s for other in items[:index] for s in other.slot_ids}
+            raise _bad(f"request {rid!r}: slot id {_duplicate_slot(it.slot_ids, earlier)} is written twice in one batch")
         if it.has_prefix:
             if len(it.prefix_slot_ids) != it.position_start:
                 raise _bad(f"request {rid!r}: {len(it.prefix_slot_ids)} prefix_slot_ids but position_start "
