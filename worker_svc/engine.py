@@ -61,13 +61,13 @@ class SlotTable:
         return self._buf[: self._n]
 
     def extend(self, slots) -> None:
-        new = np.asarray(slots, dtype=np.int32)
-        need = self._n + len(new)
+        """Appends ``slots`` (a sequence of ints or an int array)."""
+        need = self._n + len(slots)
         if need > len(self._buf):
             grown = np.empty(max(need, 2 * len(self._buf), 16), dtype=np.int32)
             grown[: self._n] = self._buf[: self._n]
             self._buf = grown
-        self._buf[self._n:need] = new
+        self._buf[self._n:need] = slots
         self._n = need
 
 
@@ -287,9 +287,10 @@ class Engine:
             tops = tuple(tuple(zip(ii, vv)) for ii, vv in zip(i.tolist(), v.tolist()))
         return chosen, tops
 
-    def commit_written(self, it: ForwardItem, slots, tokens) -> None:
+    def commit_written(self, it: ForwardItem, slots, tokens, last_token: int | None = None) -> None:
         """Records that ``tokens`` (K/V written at ``slots``, same length) follow the request's history
-        (creating its state from the item's prefix when ``has_prefix``). Multi-step decode uses this."""
+        (creating its state from the item's prefix when ``has_prefix``). Multi-step decode uses this, with
+        ``last_token``: the token sampled last (as ``keep_last_token`` after the commit)."""
         if it.has_prefix:
             self.requests[it.request_id] = RequestState(slots=SlotTable(it.prefix_slot_ids),
                                                         tokens=list(it.prefix_token_ids), prompt_len=self._prompt_len(it))
@@ -298,7 +299,7 @@ class Engine:
             state.prompt_len = it.prompt_len
         state.slots.extend(slots)
         state.tokens.extend(tokens)
-        state.last_token, state.stopped = None, False
+        state.last_token, state.stopped = last_token, last_token is not None and last_token in it.stop_token_ids
         state.last_hidden = None
 
     def _commit(self, items: Sequence[ForwardItem], inputs: list[tuple[int, ...]], hidden: torch.Tensor,

@@ -96,6 +96,6 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
         lp = tuple(rows_lps[row][:n]) if rows_lps is not None and it.return_logprob else ()
         outputs[b] = ForwardOutput.make((it.request_id, True, got[-1], lp[-1] if lp else 0.0, (), (), (),
                                          tuple(got), lp, False))  # field order of ForwardOutput
-        engine.commit_written(it, it.slot_ids[:n], [first[row]] + got[:-1])
-        engine.keep_last_token(it, got[-1])
+        got.insert(0, first[row])  # written: the input, then every sampled token but the last
+        engine.commit_written(it, it.slot_ids[:n], got[:n], last_token=got[n])
     return tuple(outputs)

@@ -62,11 +62,9 @@ def _top(pairs) -> common_pb2.TopLogprobs:
     return common_pb2.TopLogprobs(entries=[common_pb2.TokenLogprob(token_id=t, logprob=lp) for t, lp in pairs])
 
 
-def result_to_proto(o: ForwardOutput) -> worker_pb2.ForwardResult:
-    """An engine ForwardOutput as a ForwardResult message (empty repeated and message fields left unset:
-    they read the same)."""
-    r = worker_pb2.ForwardResult(request_id=o.request_id, sampled=o.sampled, next_token_id=o.next_token_id,
-                                 logprob=o.logprob, skipped=o.skipped)
+def _fill_result(r: worker_pb2.ForwardResult, o: ForwardOutput) -> worker_pb2.ForwardResult:
+    """Sets ``r`` (a fresh ForwardResult) from ``o``; empty repeated and message fields are left unset (they
+    read the same)."""
     if o.next_token_ids:
         r.next_token_ids.extend(o.next_token_ids)
     if o.logprobs:
@@ -78,6 +76,23 @@ def result_to_proto(o: ForwardOutput) -> worker_pb2.ForwardResult:
     if o.prompt_top_logprobs:
         r.prompt_top_logprobs.extend(_top(p) for p in o.prompt_top_logprobs)
     return r
+
+
+def result_to_proto(o: ForwardOutput) -> worker_pb2.ForwardResult:
+    """An engine ForwardOutput as a ForwardResult message."""
+    return _fill_result(worker_pb2.ForwardResult(request_id=o.request_id, sampled=o.sampled, next_token_id=o.next_token_id,
+                                                 logprob=o.logprob, skipped=o.skipped), o)
+
+
+def response_to_proto(outputs, forward_seconds: float) -> worker_pb2.ForwardResponse:
+    """The ForwardResponse of a Forward's outputs (each result built in place: a list handed to the
+    constructor would be copied message by message)."""
+    reply = worker_pb2.ForwardResponse(forward_seconds=forward_seconds)
+    add = reply.results.add
+    for o in outputs:
+        _fill_result(add(request_id=o.request_id, sampled=o.sampled, next_token_id=o.next_token_id, logprob=o.logprob,
+                         skipped=o.skipped), o)
+    return reply
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
@@ -103,8 +118,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             if self.log is not None:
                 self.log.exception("forward_failed", error=repr(e))
             context.abort(grpc.StatusCode.INTERNAL, f"forward failed: {type(e).__name__}: {e}")
-        return worker_pb2.ForwardResponse(results=[result_to_proto(o) for o in res.outputs],
-                                          forward_seconds=res.forward_seconds)
+        return response_to_proto(res.outputs, res.forward_seconds)
 
     def Release(self, request, context):
         return worker_pb2.ReleaseResponse(released=self.engine.release(list(request.request_ids)))

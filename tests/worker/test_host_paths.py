@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from codeserve.v1 import common_pb2, worker_pb2
 from worker_svc.forward_batch import DecodeSteps, layout_from_parts
 from worker_svc.sampler import SamplingParams
-from worker_svc.service import item_from_proto, result_to_proto, sampling_of
+from worker_svc.service import item_from_proto, response_to_proto, result_to_proto, sampling_of
 from worker_svc.types import ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
 
@@ -101,6 +101,8 @@ def test_result_to_proto_keeps_every_field():
     assert [[(e.token_id, e.logprob) for e in t.entries] for t in r.prompt_top_logprobs] == [[(1, -1.0)], [(2, -0.5)]]
     bare = result_to_proto(ForwardOutput(request_id="s", sampled=False, skipped=True))
     assert (bare.next_token_id, bare.skipped, list(bare.next_token_ids), list(bare.top_logprobs.entries)) == (-1, True, [], [])
+    reply = response_to_proto([out, ForwardOutput(request_id="s", sampled=False, skipped=True)], 0.5)
+    assert list(reply.results) == [result_to_proto(out), bare] and reply.forward_seconds == 0.5
 
 
 def _item(rid, slots):
