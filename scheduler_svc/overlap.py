@@ -20,18 +20,29 @@ the in-flight replies, in order) and takes the synchronous path (extend, admissi
 Requests that finish while N is processed but are in a Forward still in flight stream their end at once and
 are released at the cache and the worker after the last in-flight Forward that holds them was processed
 (their results there are dropped): ``Scheduler._zombies``.
+
+``Pipeline`` is the Scheduler's part that owns the Forwards in flight: it sends them, chains the next one in
+steady decode, drains them, and drops them after a failure or a worker stall (they become the scheduler's
+stale Forwards, answered before any new Forward is sent). It runs on the loop thread and works on the
+scheduler's state.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from scheduler_svc.batch import Batch, Entry
+from scheduler_svc.batch import Batch, Entry, slots_by_request
+from scheduler_svc.errors import AllocationFailed
 from scheduler_svc.multistep import multistep_eligible
 from scheduler_svc.request import Req, State
 from scheduler_svc.worker_client import PendingForward
+
+if TYPE_CHECKING:
+    from scheduler_svc.scheduler import Scheduler
 
 
 @dataclass(frozen=True)
@@ -101,3 +112,117 @@ def continuation_batch(plan: list[tuple[Entry, int]], slots: dict[str, tuple[int
     entry, with ``slots[rid]`` (as many as its steps)."""
     return Batch("decode", tuple(Entry(e.req, e.start + e.steps, 1, slots[e.req.rid], True, steps=k, from_last=True)
                                  for e, k in plan))
+
+
+class Pipeline:
+    """The Forwards in flight of one Scheduler (``sched``): sent and not yet processed, processed in order.
+    Loop thread only. ``len()`` is their number; a Pipeline is true while any is in flight."""
+
+    def __init__(self, sched: "Scheduler") -> None:
+        self.s = sched
+        self.inflight: deque[InFlight] = deque()
+
+    def __len__(self) -> int:
+        return len(self.inflight)
+
+    def request_ids(self) -> set[str]:
+        """Ids of the requests in some Forward in flight."""
+        return {e.req.rid for sent in self.inflight for e in sent.batch.entries}
+
+    def holds(self, pending: PendingForward) -> bool:
+        """True when ``pending`` is the reply of a Forward in flight."""
+        return any(pending is sent.pending for sent in self.inflight)
+
+    def chainable(self) -> bool:
+        """One Forward in flight and steady decode (``can_chain``): the next round chains instead of draining."""
+        s = self.s
+        return len(self.inflight) == 1 and can_chain(self.inflight[0].batch, s.running, len(s.waiting),
+                                                     s.cfg.max_running_requests)
+
+    def send(self, batch: Batch, after_seq: int = 0) -> InFlight:
+        """Sends ``batch`` without waiting (to run after Forward ``after_seq``; 0: at once) and queues it."""
+        s = self.s
+        s._seq += 1
+        sent = InFlight(batch, s.worker.forward_async(s._items(batch), s._seq, after_seq), s._seq)
+        self.inflight.append(sent)
+        return sent
+
+    def chain(self) -> None:
+        """Steady decode: allocate Forward N+1 while N runs; until N's reply is in, each arrival is admitted
+        at once and its extend sent to run after N (and after the extends sent before it); then N+1 is sent
+        (after N or the last extend) and N is processed. An Allocate failure sends no N+1 (the next round
+        drains and the synchronous path retracts)."""
+        s = self.s
+        t0 = time.perf_counter()
+        cur = self.inflight[0]
+        plan = continuation(cur.batch, s.cfg.decode_steps)
+        nxt = None
+        if plan:
+            try:
+                reply = s.cache.allocate([(e.req.rid, k) for e, k in plan])
+            except AllocationFailed as exc:
+                s.log.info("overlap_allocation_failed", error=str(exc), running=len(plan))
+                reply = None
+            if reply is not None:
+                nxt = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
+                s._seq += 1  # built now, while N runs: only the send waits for N's reply
+                nxt_request = s.worker.prepare(s._items(nxt), s._seq, after_seq=cur.seq)
+                for _ in range(max(k for _, k in plan)):
+                    s.ratio.on_decode_step()
+                s.stats["decode_alloc_seconds"] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        try:
+            while wait_reply_or_arrival(cur.pending, s.intake.wake, self.admissible_arrival):
+                extend = s._extend_batch(new_only=True)  # admitted ones are in an extend already sent
+                s._publish()
+                if extend is not None:
+                    self.send(extend, after_seq=self.inflight[-1].seq)
+                    s.stats["extends_ahead"] += 1
+            if nxt is not None:
+                nxt_request.after_seq = self.inflight[-1].seq
+                self.inflight.append(InFlight(nxt, s.worker.send(nxt_request), nxt_request.seq))
+                s.stats["decode_chained"] += 1
+            reply = cur.pending.result()
+        except BaseException:
+            self.drop()  # N failed: what follows it at the worker is aborted there (resync requeues)
+            raise
+        self.inflight.popleft()
+        t2 = time.perf_counter()
+        s._process(cur.batch, reply)
+        s._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
+
+    def admissible_arrival(self) -> bool:
+        """Takes new requests; True when some arrived now and the running set has room (admission may still
+        defer them; requests that waited before are tried again only with a new arrival). Raises WorkerStalled
+        when the worker has stopped answering health checks."""
+        s = self.s
+        if s.liveness is not None and s.liveness.stalled():
+            raise s._stall_error()
+        return bool(s._intake()) and len(s.running) < s.cfg.max_running_requests
+
+    def drain(self) -> None:
+        """Waits for the in-flight Forwards and processes them in order (nothing new is sent)."""
+        s = self.s
+        while self.inflight:
+            t0 = time.perf_counter()
+            cur = self.inflight[0]
+            reply = s._reply(cur.pending)
+            self.inflight.popleft()
+            t1 = time.perf_counter()
+            s._process(cur.batch, reply)
+            s._publish()
+            if cur.batch.kind == "decode":
+                s._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t1 - t0,
+                                process=time.perf_counter() - t1)
+
+    def drop(self) -> None:
+        """After a dependency error or a stall: the in-flight Forwards become stale (the resync waits for their
+        answers before it sends a new Forward; their requests are requeued or failed) and finished-but-unreleased
+        requests go to the orphans (the new session frees their slots)."""
+        s = self.s
+        s._stale += [sent.pending for sent in self.inflight]
+        self.inflight.clear()
+        for req in s._zombies:
+            s._orphans.append(req.rid)
+            s._forget(req)
+        s._zombies = []

@@ -37,7 +37,7 @@ from scheduler_svc.errors import AllocationFailed, DependencyUnavailable, Sessio
 from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.multistep import apply_tokens, multistep_eligible, steps_for, stop_ids
-from scheduler_svc.overlap import InFlight, can_chain, continuation, continuation_batch, wait_reply_or_arrival
+from scheduler_svc.overlap import Pipeline
 from scheduler_svc.policy import order_waiting, retract_victim
 from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.worker_client import PendingForward, WorkerClient
@@ -87,7 +87,7 @@ class Scheduler:
         self.capacity = 0
         self.last_batch_at = time.monotonic()
         self.snapshot = (0, 0, 0)  # (running, waiting, waiting tokens), published by the loop every round
-        self._inflight: deque[InFlight] = deque()  # overlap: Forwards sent and not yet processed, in order
+        self.pipeline = Pipeline(self)  # overlap: Forwards sent and not yet processed, in order
         self._zombies: list[Req] = []  # finished (end streamed) but in an in-flight Forward: released after it
         self._stale: list[PendingForward] = []  # sent before a failure or stall; answered before any new Forward
         self._alloc_s = 0.0  # seconds of the last decode batch's Cache.Allocate
@@ -163,7 +163,7 @@ class Scheduler:
     def _resync(self) -> None:
         """After a worker restart, a lost session or an outage: drop worker state, reconnect, requeue
         every running request at the front (it is recomputed; its output so far is kept)."""
-        self._drop_inflight()
+        self.pipeline.drop()
         self._await_stale()  # no new Forward while one sent before may still run (raises WorkerStalled)
         rids = self._orphans + [r.rid for r in self.running if r.worker_knows]
         self.connect()  # raises while the cache or the worker is still down
@@ -219,14 +219,13 @@ class Scheduler:
         self._intake()
         self._renew_session()
         drained = False
-        if self._inflight:
-            if len(self._inflight) == 1 and can_chain(self._inflight[0].batch, self.running, len(self.waiting),
-                                                      self.cfg.max_running_requests):
-                self._chain()
+        if self.pipeline:
+            if self.pipeline.chainable():
+                self.pipeline.chain()
                 self._apply_aborts(running=False)
                 self._publish()
                 return True
-            self._drain()
+            self.pipeline.drain()
             drained = True
         self._apply_aborts()
         t0 = time.perf_counter()
@@ -235,7 +234,7 @@ class Scheduler:
         if batch is None:
             return drained
         if batch.kind == "decode" and self.cfg.overlap:
-            self._inflight.append(self._send(batch))
+            self.pipeline.send(batch)
             self.stats["decode_rpc_seconds"] += time.perf_counter() - t0 - self._alloc_s
             self.stats["decode_wall_seconds"] += time.perf_counter() - t0
             return True
@@ -249,89 +248,10 @@ class Scheduler:
             self._decode_stats(batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
         return True
 
-    # ---- overlapped decode -----------------------------------------------------------------------------
+    # ---- Forwards ----------------------------------------------------------------------------------------
     def _items(self, batch: Batch) -> list:
         eos = self.info.eos_token_id
         return [forward_item(e, stop_ids(e.req, eos) if e.sample else ()) for e in batch.entries]
-
-    def _send(self, batch: Batch, after_seq: int = 0) -> InFlight:
-        self._seq += 1
-        return InFlight(batch, self.worker.forward_async(self._items(batch), self._seq, after_seq), self._seq)
-
-    def _chain(self) -> None:
-        """Steady decode: allocate Forward N+1 while N runs; until N's reply is in, each arrival is admitted
-        at once and its extend sent to run after N (and after the extends sent before it); then N+1 is sent
-        (after N or the last extend) and N is processed. An Allocate failure sends no N+1 (the next round
-        drains and the synchronous path retracts)."""
-        t0 = time.perf_counter()
-        cur = self._inflight[0]
-        plan = continuation(cur.batch, self.cfg.decode_steps)
-        nxt = None
-        if plan:
-            try:
-                reply = self.cache.allocate([(e.req.rid, k) for e, k in plan])
-            except AllocationFailed as exc:
-                self.log.info("overlap_allocation_failed", error=str(exc), running=len(plan))
-                reply = None
-            if reply is not None:
-                nxt = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
-                self._seq += 1  # built now, while N runs: only the send waits for N's reply
-                nxt_request = self.worker.prepare(self._items(nxt), self._seq, after_seq=cur.seq)
-                for _ in range(max(k for _, k in plan)):
-                    self.ratio.on_decode_step()
-                self.stats["decode_alloc_seconds"] += time.perf_counter() - t0
-        t1 = time.perf_counter()
-        try:
-            while wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
-                extend = self._extend_batch(new_only=True)  # admitted ones are in an extend already sent
-                self._publish()
-                if extend is not None:
-                    self._inflight.append(self._send(extend, after_seq=self._inflight[-1].seq))
-                    self.stats["extends_ahead"] += 1
-            if nxt is not None:
-                nxt_request.after_seq = self._inflight[-1].seq
-                self._inflight.append(InFlight(nxt, self.worker.send(nxt_request), nxt_request.seq))
-                self.stats["decode_chained"] += 1
-            reply = cur.pending.result()
-        except BaseException:
-            self._drop_inflight()  # N failed: what follows it at the worker is aborted there (resync requeues)
-            raise
-        self._inflight.popleft()
-        t2 = time.perf_counter()
-        self._process(cur.batch, reply)
-        self._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
-
-    def _admissible_arrival(self) -> bool:
-        """Takes new requests; True when some arrived now and the running set has room (admission may still
-        defer them; requests that waited before are tried again only with a new arrival)."""
-        if self.liveness is not None and self.liveness.stalled():
-            raise self._stall_error()
-        return bool(self._intake()) and len(self.running) < self.cfg.max_running_requests
-
-    def _drain(self) -> None:
-        """Waits for the in-flight Forwards and processes them in order (nothing new is sent)."""
-        while self._inflight:
-            t0 = time.perf_counter()
-            cur = self._inflight[0]
-            reply = self._reply(cur.pending)
-            self._inflight.popleft()
-            t1 = time.perf_counter()
-            self._process(cur.batch, reply)
-            self._publish()
-            if cur.batch.kind == "decode":
-                self._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t1 - t0,
-                                   process=time.perf_counter() - t1)
-
-    def _drop_inflight(self) -> None:
-        """After a dependency error or a stall: the in-flight Forwards become stale (the resync waits for their
-        answers before it sends a new Forward; their requests are requeued or failed) and finished-but-unreleased
-        requests go to the orphans (the new session frees their slots)."""
-        self._stale += [sent.pending for sent in self._inflight]
-        self._inflight.clear()
-        for req in self._zombies:
-            self._orphans.append(req.rid)
-            self._forget(req)
-        self._zombies = []
 
     def _decode_stats(self, batch: Batch, reply, wall: float, rpc: float, process: float) -> None:
         st = self.stats
@@ -364,14 +284,14 @@ class Scheduler:
 
     def _wait_answered(self, pending: PendingForward) -> None:
         """Waits until ``pending`` has its reply or error; raises WorkerStalled (keeping ``pending`` stale
-        unless it is in flight, where ``_drop_inflight`` finds it) when the worker is stalled meanwhile."""
+        unless it is in flight, where ``Pipeline.drop`` finds it) when the worker is stalled meanwhile."""
         if self.liveness is None or pending.done():
             return
         answered = threading.Event()
         pending.add_done_callback(answered.set)
         while not answered.wait(STALL_POLL_S):
             if self.liveness.stalled():
-                if all(pending is not sent.pending for sent in self._inflight) and pending not in self._stale:
+                if not self.pipeline.holds(pending) and pending not in self._stale:
                     self._stale.append(pending)
                 raise self._stall_error()
 
@@ -392,11 +312,11 @@ class Scheduler:
     def _on_worker_stalled(self, exc: WorkerStalled) -> None:
         """Fails every request (in flight, running, waiting, new) with UNAVAILABLE and ``exc``'s message; a
         resync follows when the worker answers again (when anything was sent or held). Waits a moment."""
-        sent = bool(self.running or self._inflight or self._zombies or self._stale)
+        sent = bool(self.running or self.pipeline or self._zombies or self._stale)
         self._intake()
         failed = len(self.waiting) + len(self.running)
         if failed or sent:
-            self.log.error("worker_stalled", error=str(exc), failed=failed, in_flight=len(self._inflight),
+            self.log.error("worker_stalled", error=str(exc), failed=failed, in_flight=len(self.pipeline),
                            stale=len(self._stale))
         self._fail_all(grpc.StatusCode.UNAVAILABLE, str(exc))
         self._needs_resync = self._needs_resync or sent
@@ -404,7 +324,7 @@ class Scheduler:
         self.intake.wake.clear()
 
     def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
-        self._drop_inflight()
+        self.pipeline.drop()
         self._orphans += [r.rid for r in self.running]  # a first chunk in a stale Forward may still register it
         for req in list(self.waiting) + self.running + self.intake.take():
             if req.stream.has_final:
@@ -652,7 +572,7 @@ class Scheduler:
                 finished.append(req)
         self.stats["batches"] += 1
         self.last_batch_at = time.monotonic()
-        in_flight = {e.req.rid for sent in self._inflight for e in sent.batch.entries}
+        in_flight = self.pipeline.request_ids()
         release = [r for r in finished + self._zombies if r.rid not in in_flight]
         self._zombies = [r for r in self._zombies if r.rid in in_flight]
         for req in finished:
