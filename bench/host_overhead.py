@@ -206,7 +206,8 @@ def worker_phases(b: int, k: int, context: int, forwards: int, warmup: int, mode
         _dump_profile(prof, profile / f"worker_b{b}_k{k}.txt")
     out = {p: round(_median(v), 4) for p, v in times.items()}
     sample_reply = worker_pb2.ForwardResponse.FromString(reply_bytes)
-    if len(sample_reply.results) != b or any(len(x.next_token_ids) != k for x in sample_reply.results):
+    if len(sample_reply.results) != b or any(len(x.next_token_ids) != (k if k > 1 else 0) or not x.sampled
+                                             for x in sample_reply.results):
         raise RuntimeError(f"worker reply has {len(sample_reply.results)} results, not {b} of {k} tokens each")
     return out, req_bytes, reply_bytes
 
@@ -251,10 +252,10 @@ def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, t
         # what the cache answers to Allocate for N+1 and what the worker answers to N (not timed: theirs)
         alloc = cache_pb2.AllocateResponse(results=[
             cache_pb2.AllocResult(request_id=e.req.rid, slot_ids=[s + k for s in e.slot_ids]) for e in cur.entries])
-        reply_bytes = worker_pb2.ForwardResponse(results=[
-            worker_pb2.ForwardResult(request_id=e.req.rid, sampled=True,
-                                     next_token_ids=[tokens[(i * 7 + e.start + j) % len(tokens)] for j in range(k)])
-            for i, e in enumerate(cur.entries)]).SerializeToString()
+        got = [[tokens[(i * 7 + e.start + j) % len(tokens)] for j in range(k)] for i, e in enumerate(cur.entries)]
+        reply_bytes = worker_pb2.ForwardResponse(results=[  # K = 1: one next_token_id, as the worker answers
+            worker_pb2.ForwardResult(request_id=e.req.rid, sampled=True, next_token_id=g[-1],
+                                     next_token_ids=g if k > 1 else ()) for e, g in zip(cur.entries, got)]).SerializeToString()
         if profile is not None and r == warmup:
             import cProfile
             prof = cProfile.Profile()
