@@ -44,6 +44,8 @@ HELP = {
     "progress_timeout": "seconds without a completed batch, while work waits, before the scheduler is NOT_SERVING",
     "outage_timeout": "seconds the cache or worker may stay unreachable before the scheduler fails queued and "
                       "running requests with UNAVAILABLE (HTTP 503)",
+    "worker_stall_timeout": "seconds the worker may leave its health checks unanswered (a frozen process) before the "
+                            "scheduler fails its requests with UNAVAILABLE (HTTP 503) and new ones at once; 0 = off",
     "decode_steps": "decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise",
     "overlap": "overlapped decode (the scheduler sends decode Forward N+1 before processing N); false: --no-overlap",
     "lease_seconds": "the scheduler's session lease at the cache, in seconds (given to both: the scheduler asks "
@@ -96,6 +98,7 @@ class StackConfig:
     policy: str = "fcfs"
     progress_timeout: float = 30.0
     outage_timeout: float = 30.0
+    worker_stall_timeout: float = 10.0
     decode_steps: int = 0
     overlap: bool = True
     # scheduler and cache; scheduler and gateway
@@ -157,7 +160,7 @@ PASSED: dict[str, tuple[str, ...]] = {
     "cache": ("lease_seconds",),
     "worker": ("device", "dtype", "page_size", "attention", "kv_tokens", "kv_fraction", "seed", "cuda_graph_max_batch"),
     "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
-                  "progress_timeout", "outage_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap"),
+                  "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap"),
     "gateway": ("model_name", "api_key", "max_body_bytes", "max_n", "request_timeout", "health_timeout",
                 "probe_interval", "probe_timeout", "drain_seconds"),
 }
