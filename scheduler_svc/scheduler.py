@@ -279,18 +279,20 @@ class Scheduler:
     def _reply(self, pending: PendingForward):
         """``pending``'s reply (raises what ``PendingForward.result`` raises). Raises WorkerStalled when the
         worker stops answering health checks first; ``pending`` is then stale (the resync waits for it)."""
-        self._wait_answered(pending)
+        if self.liveness is not None:
+            self._wait_answered(pending)
         return pending.result()
 
     def _wait_answered(self, pending: PendingForward) -> None:
-        """Waits until ``pending`` has its reply or error; raises WorkerStalled (keeping ``pending`` stale
-        unless it is in flight, where ``Pipeline.drop`` finds it) when the worker is stalled meanwhile."""
-        if self.liveness is None or pending.done():
+        """Waits until ``pending`` has its reply or error (bounded by the Forward deadline); raises WorkerStalled
+        (keeping ``pending`` stale unless it is in flight, where ``Pipeline.drop`` finds it) when the worker is
+        stalled meanwhile (never without ``liveness``)."""
+        if pending.done():
             return
         answered = threading.Event()
         pending.add_done_callback(answered.set)
         while not answered.wait(STALL_POLL_S):
-            if self.liveness.stalled():
+            if self.liveness is not None and self.liveness.stalled():
                 if not self.pipeline.holds(pending) and pending not in self._stale:
                     self._stale.append(pending)
                 raise self._stall_error()
