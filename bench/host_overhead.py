@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import platform
 import statistics
@@ -319,7 +320,7 @@ def _dump_profile(prof, path: pathlib.Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
+    pstats.Stats(prof, stream=buf).sort_stats(os.environ.get("HO_SORT", "tottime")).print_stats(40)
     path.write_text(buf.getvalue())
 
 

@@ -174,13 +174,6 @@ class Engine:
         requests = self.requests
         return [requests[it.request_id].last_token if it.input_from_last_sample else it.input_ids[0] for it in its]
 
-    def keep_last_token(self, it: ForwardItem, token_id: int) -> None:
-        """Records the token the item sampled last (call after its commit): the input of a later
-        ``input_from_last_sample`` item; the request is stopped when it is one of the item's stop ids."""
-        state = self.requests[it.request_id]
-        state.last_token = token_id
-        state.stopped = token_id in it.stop_token_ids
-
     def warmup(self) -> None:
         """Runs one extend and one decode step on slots 1..3 (no request state is kept), so the attention
         kernels are compiled before serving. The garbage K/V written there is overwritten by later use."""
@@ -246,19 +239,11 @@ class Engine:
         for b, it in enumerate(items):
             res = results.get(b)
             plp, ptop = prompt.get(b, ((), ()))
-            outputs.append(ForwardOutput(
-                request_id=it.request_id,
-                sampled=res is not None,
-                next_token_id=res.token_id if res is not None else -1,
-                logprob=res.logprob if res is not None and it.return_logprob else 0.0,
-                top_logprobs=res.top if res is not None else (),
-                prompt_logprobs=plp,
-                prompt_top_logprobs=ptop,
-            ))
-        self._commit(items, inputs, hidden, qo)
-        for it, out in zip(items, outputs):
-            if out.sampled:
-                self.keep_last_token(it, out.next_token_id)
+            outputs.append(ForwardOutput.make((  # field order of ForwardOutput
+                it.request_id, res is not None, res.token_id if res is not None else -1,
+                res.logprob if res is not None and it.return_logprob else 0.0, res.top if res is not None else (),
+                plp, ptop, (), (), False)))
+        self._commit(items, inputs, hidden, qo, outputs)
         return tuple(outputs)
 
     def _prompt_len(self, it: ForwardItem) -> int:
@@ -290,7 +275,8 @@ class Engine:
     def commit_written(self, it: ForwardItem, slots, tokens, last_token: int | None = None) -> None:
         """Records that ``tokens`` (K/V written at ``slots``, same length) follow the request's history
         (creating its state from the item's prefix when ``has_prefix``). Multi-step decode uses this, with
-        ``last_token``: the token sampled last (as ``keep_last_token`` after the commit)."""
+        ``last_token``: the token sampled last (the input of a later ``input_from_last_sample`` item; the
+        request is stopped when it is one of the item's stop ids)."""
         if it.has_prefix:
             self.requests[it.request_id] = RequestState(slots=SlotTable(it.prefix_slot_ids),
                                                         tokens=list(it.prefix_token_ids), prompt_len=self._prompt_len(it))
@@ -303,7 +289,9 @@ class Engine:
         state.last_hidden = None
 
     def _commit(self, items: Sequence[ForwardItem], inputs: list[tuple[int, ...]], hidden: torch.Tensor,
-                qo: list[int]) -> None:
+                qo: list[int], outputs: Sequence[ForwardOutput]) -> None:
+        """Each request's table grows by its new slots and tokens; its sampled token is kept as ``last_token``
+        (the request is stopped when it is one of the item's stop ids)."""
         for b, it in enumerate(items):
             if it.has_prefix:
                 state = RequestState(slots=SlotTable(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
@@ -315,5 +303,9 @@ class Engine:
                     state.prompt_len = it.prompt_len
             state.slots.extend(it.slot_ids)
             state.tokens.extend(inputs[b])
-            state.last_token, state.stopped = None, False
+            out = outputs[b]
+            if out.sampled:
+                state.last_token, state.stopped = out.next_token_id, out.next_token_id in it.stop_token_ids
+            else:
+                state.last_token, state.stopped = None, False
             state.last_hidden = hidden[qo[b + 1] - 1].clone() if it.return_prompt_logprobs else None

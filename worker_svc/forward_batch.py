@@ -90,10 +90,12 @@ def layout_from_parts(prefix_tables: Sequence[np.ndarray], new_slots: Sequence[S
     kv_lens = [p + n for p, n in zip(prefix_lens, new_lens)]
     qo_ptr = indptr(new_lens)
     out_slots = np.fromiter(itertools.chain.from_iterable(new_slots), dtype=np.int64, count=int(qo_ptr[-1]))
+    out32 = out_slots.astype(np.int32)
+    ptr = qo_ptr.tolist()
     parts: list[np.ndarray] = []
     for b, t in enumerate(prefix_tables):
         parts.append(t)
-        parts.append(out_slots[qo_ptr[b]:qo_ptr[b + 1]].astype(np.int32))
+        parts.append(out32[ptr[b]:ptr[b + 1]])
     is_decode = all(n == 1 for n in new_lens)
     return BatchLayout(
         positions=np.asarray(prefix_lens, dtype=np.int64) if is_decode else positions(prefix_lens, new_lens),

@@ -28,7 +28,7 @@ import torch
 
 from worker_svc.attention.base import AttentionMeta
 from worker_svc.forward_batch import DecodeSteps
-from worker_svc.sampler import draw_non_greedy
+from worker_svc.sampler import argmax_rows, draw_non_greedy
 from worker_svc.step_feed import StepFeed, to_device
 from worker_svc.types import ForwardItem, ForwardOutput
 
@@ -37,7 +37,7 @@ def sample_on_device(logits: torch.Tensor, items: Sequence[ForwardItem], positio
                      generator: torch.Generator | None) -> torch.Tensor:
     """One token per row without reading anything back. logits [N, V] float32; ``positions[i]``: absolute
     position of the token row i samples (for seeded draws). Returns int64 [N] on logits' device."""
-    chosen = logits.argmax(dim=-1)
+    chosen = argmax_rows(logits)
     draw_non_greedy(logits, chosen, [it.sampling for it in items], positions, generator)
     return chosen
 
@@ -78,7 +78,7 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
                                   torch.from_numpy(layout.out_slots).to(dev))
             logits = engine.model.logits(hidden)
         if all_greedy:  # what sample_on_device gives when no row draws
-            nxt = logits.argmax(dim=-1)
+            nxt = argmax_rows(logits)
         else:
             nxt = sample_on_device(logits, its[:n], [it.position_start + j + 1 for it in its[:n]], engine.generator)
         if lps is not None:

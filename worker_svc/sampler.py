@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 MASK64 = (1 << 64) - 1
@@ -90,6 +91,15 @@ class SampleResult:
     top: tuple[tuple[int, float], ...]
 
 
+def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(dim=-1)`` for x [N, V]: int64 [N], each row's first maximal index (NaN counts as the
+    maximum), on x's device. A float32 CPU tensor goes through numpy, whose argmax gives the same indices
+    ~20x faster than torch's CPU kernel (0.4 ms -> 0.02 ms at [256, 1024]; it runs once per decode step)."""
+    if x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 2 and not x.requires_grad:
+        return torch.from_numpy(x.numpy().argmax(axis=-1).astype(np.int64, copy=False))
+    return x.argmax(dim=-1)
+
+
 def mix(seed: int, position: int) -> int:
     """A 63-bit generator seed from (seed, position): splitmix64 over both."""
     x = (seed * 0x9E3779B97F4A7C15 + position + 1) & MASK64
@@ -148,7 +158,7 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], generator: torch.Gen
     if any(r.params.has_penalties for r in rows):
         processed = torch.stack([apply_penalties(logits[i], r) if r.params.has_penalties else logits[i]
                                  for i, r in enumerate(rows)])
-    chosen = processed.argmax(dim=-1)  # greedy for every row; sampled rows are overwritten below
+    chosen = argmax_rows(processed)  # greedy for every row; sampled rows are overwritten below
     draw_non_greedy(processed, chosen, [r.params for r in rows], [r.position for r in rows], generator)
     chosen_lp = raw_logprobs.gather(1, chosen[:, None])[:, 0].tolist()
     chosen_ids = chosen.tolist()
@@ -187,4 +197,4 @@ def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence
         seed = params[i].seed
         gen = generator if seed is None else torch.Generator(device=dev).manual_seed(mix(seed, positions[i]))
         noise[j].exponential_(generator=gen)
-    chosen[idx] = (probs / noise).argmax(dim=-1)
+    chosen[idx] = argmax_rows(probs / noise)

@@ -9,12 +9,13 @@ import types
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codeserve.v1 import common_pb2, worker_pb2
 from worker_svc.forward_batch import DecodeSteps, layout_from_parts
-from worker_svc.sampler import SamplingParams
+from worker_svc.sampler import SamplingParams, argmax_rows
 from worker_svc.service import item_from_proto, response_to_proto, result_to_proto, sampling_of
 from worker_svc.types import ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
@@ -120,3 +121,14 @@ def test_slot_written_twice_names_the_first(batch, slot):
     with pytest.raises(WorkerError, match=f"request 'b': slot id {slot} is written twice in one batch"):
         validate_batch(batch, "e", "e", cfg, 50, {}, frozenset())
     validate_batch(batch[:1], "e", "e", cfg, 50, {}, frozenset())  # the first item alone is fine
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 9), st.integers(0, 10 ** 6))
+def test_argmax_rows_equals_torch_argmax(n, v, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.choice(np.array([-1.0, 0.0, 0.5, 2.0, np.inf, -np.inf, np.nan], dtype=np.float32), size=(n, v))  # ties
+    t = torch.from_numpy(x)
+    got = argmax_rows(t)
+    assert got.dtype == torch.int64 and got.tolist() == t.argmax(dim=-1).tolist()
+    assert argmax_rows(t.double()).tolist() == got.tolist()  # other dtypes take torch's kernel
