@@ -39,9 +39,19 @@ async def ready(request: Request):
                        retry_after_s=retry) from exc
     ctx.client.down = None  # it answered: new requests need not wait for the next background probe
     if status != health_pb2.HealthCheckResponse.SERVING:
-        raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}",
-                       "service_unavailable", retry_after_s=retry)
+        raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
+                            f"{await _unhealthy_reason(ctx)}", "service_unavailable", retry_after_s=retry)
     return {"status": "ok"}
+
+
+async def _unhealthy_reason(ctx) -> str:
+    """": <why>" from the scheduler's GetLoad (a frozen worker, no progress, stopping), "" when it gives none;
+    when GetLoad itself fails, that failure is the text (the 503 stands either way)."""
+    try:
+        reason = (await ctx.client.get_load()).unhealthy_reason
+    except ApiError as exc:
+        return f" (its reason could not be read: GetLoad answered {exc.status} {exc.message})"
+    return f": {reason}" if reason else ""
 
 
 @router.get("/health_generate")

@@ -98,7 +98,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             pools=[pool_counters(self._pool(context))],
             seconds_since_last_batch=time.monotonic() - self.sched.last_batch_at, batches_completed=s["batches"],
             prefix_query_tokens=s["prefix_query"], prefix_hit_tokens=s["prefix_hit"],
-            prompt_tokens_total=s["prompt_tokens"], generation_tokens_total=s["generation_tokens"])
+            prompt_tokens_total=s["prompt_tokens"], generation_tokens_total=s["generation_tokens"],
+            unhealthy_reason=self.sched.unhealthy_reason())
 
     def FlushCache(self, request, context):
         try:

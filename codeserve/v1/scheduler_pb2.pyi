@@ -110,7 +110,7 @@ class PoolCounters(_message.Message):
     def __init__(self, pool_id: _Optional[str] = ..., capacity: _Optional[int] = ..., available: _Optional[int] = ..., evictable: _Optional[int] = ..., protected: _Optional[int] = ..., staged: _Optional[int] = ..., owned: _Optional[int] = ...) -> None: ...
 
 class GetLoadResponse(_message.Message):
-    __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total")
+    __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total", "unhealthy_reason")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     WAITING_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +121,7 @@ class GetLoadResponse(_message.Message):
     PREFIX_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     GENERATION_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_REASON_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     waiting_tokens: int
@@ -131,7 +132,8 @@ class GetLoadResponse(_message.Message):
     prefix_hit_tokens: int
     prompt_tokens_total: int
     generation_tokens_total: int
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolCounters, _Mapping]]] = ..., seconds_since_last_batch: _Optional[float] = ..., batches_completed: _Optional[int] = ..., prefix_query_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ...) -> None: ...
+    unhealthy_reason: str
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolCounters, _Mapping]]] = ..., seconds_since_last_batch: _Optional[float] = ..., batches_completed: _Optional[int] = ..., prefix_query_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., unhealthy_reason: _Optional[str] = ...) -> None: ...
 
 class FlushCacheRequest(_message.Message):
     __slots__ = ()

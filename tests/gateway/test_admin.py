@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grpc
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -135,6 +136,10 @@ def test_ready(gateway, fake_server, fake):
     assert httpx.get(f"{gateway.url}/ready").json() == {"status": "ok"}
     fake_server[1].set_serving(False)
     assert_error(httpx.get(f"{gateway.url}/ready"), 503, "NOT_SERVING")
+    fake.load.unhealthy_reason = "worker w0 has not answered health checks for 12.0 s"
+    assert_error(httpx.get(f"{gateway.url}/ready"), 503, "NOT_SERVING: worker w0 has not answered health checks")
+    fake.error = (grpc.StatusCode.INTERNAL, "load broke")  # the 503 stands and says why the reason is missing
+    assert_error(httpx.get(f"{gateway.url}/ready"), 503, "NOT_SERVING (its reason could not be read", "load broke")
 
 
 def test_ready_and_generation_503_at_once_when_scheduler_unreachable(start_gateway, fake):

@@ -60,6 +60,8 @@ def test_a_frozen_worker_fails_streams_and_new_requests_fast_and_serves_the_same
         assert fresh.status == 503 and fresh.retry_after and STALLED in fresh.error, fresh
         assert fresh.seconds < STALL_S / 2, f"a new request took {fresh.seconds:.2f} s to be refused"
         wait_for(lambda: sys_.status("/ready") == 503, 10, "/ready 503 while the worker is frozen")
+        ready = sys_.http.get("/ready", timeout=10).json()["error"]["message"]
+        assert "NOT_SERVING" in ready and STALLED in ready, ready  # /ready says why
     finally:
         t1 = time.monotonic()
         sys_.kill("worker", signal.SIGCONT)
