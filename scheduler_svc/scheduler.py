@@ -432,10 +432,21 @@ class Scheduler(BatchFormation):
 
     def _cache_finished(self, finished: list[Req]) -> None:
         """Inserts each finished request's written tokens into the tree and releases it (cache and worker);
-        the ones not yet streamed end their stream. They are no longer in ``running``."""
-        self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len], finished=True)
-                                   for r in finished])
-        self.worker.release([r.rid for r in finished])
+        the ones not yet streamed end their stream. They are no longer in ``running``. When a call fails, the
+        error propagates (the dependency path resyncs), but the requests are answered and forgotten all the same
+        (their output is complete) and become orphans, which the resync releases at the worker (the new cache
+        session frees their slots): they are in no list the failure path walks, so they would hang otherwise."""
+        try:
+            self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
+                                                           finished=True) for r in finished])
+            self.worker.release([r.rid for r in finished])
+        except Exception:
+            self._orphans += [r.rid for r in finished]
+            raise
+        finally:
+            self._deliver(finished)
+
+    def _deliver(self, finished: list[Req]) -> None:
         for req in finished:
             if req.stream.has_final:
                 req.stream.close()
