@@ -7,31 +7,36 @@ and the port when ready. SIGTERM/SIGINT: health NOT_SERVING, drain briefly, exit
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
 
-from cache_svc.core import CacheCore
-from cache_svc.service import SERVICE_NAME, CacheServicer
-from codeserve.v1 import cache_pb2_grpc
-from common import grpc_server, logs
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The cache's flags; a lease of 0 or less is a usage error (exit 2)."""
+    """The cache's flags. A lease that is not a finite number > 0, or a drain that is not a finite number >= 0,
+    is a usage error (exit 2) naming the flag. Imports nothing beyond argparse (the launcher checks its settings
+    with this parser before it starts anything)."""
     parser = argparse.ArgumentParser(prog="python -m cache_svc", description=__doc__.splitlines()[0])
     parser.add_argument("--listen", default="127.0.0.1:50051", help="host:port to bind (port 0 = any free port)")
     parser.add_argument("--lease-seconds", type=float, default=30.0, help="default session lease in seconds")
     parser.add_argument("--drain-seconds", type=float, default=2.0, help="grace period on SIGTERM")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    if args.lease_seconds <= 0:
-        parser.error(f"--lease-seconds must be > 0, got {args.lease_seconds}")
+    if not (math.isfinite(args.lease_seconds) and args.lease_seconds > 0):
+        parser.error(f"--lease-seconds must be > 0 (got {args.lease_seconds})")
+    if not (math.isfinite(args.drain_seconds) and args.drain_seconds >= 0):
+        parser.error(f"--drain-seconds must be >= 0 (got {args.drain_seconds})")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from cache_svc.core import CacheCore
+    from cache_svc.service import SERVICE_NAME, CacheServicer
+    from codeserve.v1 import cache_pb2_grpc
+    from common import grpc_server, logs
+
     log = logs.configure("cache", args.log_level)
     core = CacheCore(lease_seconds=args.lease_seconds)
     running = grpc_server.start(

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import pathlib
 import signal
 import socket
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from common.logs import configure
-from gateway.app import create_app
-from gateway.errors import ApiError
-from gateway.scheduler_client import SchedulerClient
-from gateway.settings import GatewaySettings, ModelFacts
-from gateway.tokenizer import GatewayTokenizer
+if TYPE_CHECKING:  # the rest of the gateway is imported in main: parsing the flags stays light for the launcher
+    from gateway.scheduler_client import SchedulerClient
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,12 +43,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="on SIGTERM: seconds requests in flight may take to finish; those still running "
                              "1 s before the end get a 503 (an error event when streaming)")
     parser.add_argument("--log-level", default="info")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_ranges(parser, args)
+    return args
+
+
+def check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error (exit 2) naming the flag for a value out of its range: --port 0..65535, --max-body-bytes and
+    --max-n >= 1, the timeouts (seconds) finite and > 0, --probe-interval and --drain-seconds finite and >= 0."""
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be in 0..65535 (got {args.port})")
+    for name in ("max_body_bytes", "max_n"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
+    for name, low in (("health_timeout", 0), ("request_timeout", 0), ("probe_timeout", 0),
+                      ("probe_interval", None), ("drain_seconds", None)):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if not math.isfinite(value) or (value <= 0 if low == 0 else value < 0):
+            bound = "> 0" if low == 0 else ">= 0"
+            parser.error(f"--{name.replace('_', '-')} must be a finite number {bound} (got {value})")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Loads the tokenizer and model facts, builds the app and serves it until SIGINT/SIGTERM."""
     args = parse_args(argv)
+    from common.logs import configure
+    from gateway.app import create_app
+    from gateway.scheduler_client import SchedulerClient
+    from gateway.settings import GatewaySettings, ModelFacts
+    from gateway.tokenizer import GatewayTokenizer
+
     log = configure("gateway", args.log_level)
     model_dir = args.model_path.resolve()
     settings = GatewaySettings(
@@ -92,6 +116,8 @@ class DrainingServer(uvicorn.Server):
         self.client, self.retry_after_s = client, retry_after_s
 
     async def shutdown(self, sockets=None) -> None:
+        from gateway.errors import ApiError
+
         async def abandon_later() -> None:
             await asyncio.sleep(max(0.0, (self.config.timeout_graceful_shutdown or 0) - 1.0))
             for stream in list(self.client.streams):

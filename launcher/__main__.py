@@ -20,13 +20,15 @@ import time
 import yaml
 
 from launcher.config import HELP, StackConfig, not_exposed_help, value_type
-from launcher.stack import ROOT, Stack, StartupError, main_pid_banner
+from launcher.stack import ROOT, Stack, StartupError, StartupInterrupted, main_pid_banner
 from launcher.supervisor import Supervisor
+from launcher.validate import check
 
 
 def parse(argv: list[str] | None = None) -> StackConfig:
-    """Flags override the YAML file given with --config, which overrides the defaults. A bad value or file
-    exits with a usage error (code 2) naming it."""
+    """Flags override the YAML file given with --config, which overrides the defaults. A bad value or file, or a
+    value out of range (``launcher.validate.check``: every service's own parser reads what it would be given)
+    exits with a usage error (code 2) naming it, before anything starts."""
     parser = argparse.ArgumentParser(prog="python -m launcher", description=__doc__, epilog=not_exposed_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=pathlib.Path, help="YAML file with any of the settings below")
@@ -39,17 +41,18 @@ def parse(argv: list[str] | None = None) -> StackConfig:
     config = args.pop("config")
     overrides = {k: v for k, v in args.items() if v is not None}
     try:
-        if config:
-            return StackConfig.from_yaml(config, **overrides)
-        return StackConfig(**overrides)
+        cfg = StackConfig.from_yaml(config, **overrides) if config else StackConfig(**overrides)
+        check(cfg)
+        return cfg
     except (ValueError, TypeError, OSError, yaml.YAMLError) as exc:
         parser.error(str(exc))
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the stack until Ctrl-C / SIGTERM. Exit codes: 0 after a requested stop (also one during start-up:
+    what was started is stopped, each service SIGTERM then SIGKILL after its grace), 1 when start-up or a restart
+    fails, 2 for a usage error (nothing started)."""
     cfg = parse(argv)
-    log_dir = ROOT / ".cache" / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    stack = Stack(cfg, log_dir=log_dir)
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -57,9 +60,15 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    log_dir = ROOT / ".cache" / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    stack = Stack(cfg, log_dir=log_dir, interrupt=stopping)
     try:
         print("starting cache, worker, scheduler, gateway ...", flush=True)
         stack.start()
+    except StartupInterrupted as exc:
+        print(f"{exc}; stopping what was started", file=sys.stderr, flush=True)
+        print(f"stopped: {stack.stop()}", flush=True)
+        return 0
     except (StartupError, RuntimeError) as exc:
         print(f"start-up failed: {exc}", file=sys.stderr, flush=True)
         stack.stop()
@@ -69,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     while not stopping.wait(1.0):
         try:
             supervisor.check(stopping)
+        except StartupInterrupted:
+            break  # stopped while restarting a service: the stop below ends it with the others
         except (StartupError, RuntimeError) as exc:
             print(f"giving up: {exc}; stopping everything", file=sys.stderr, flush=True)
             stack.stop()

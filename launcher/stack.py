@@ -8,6 +8,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +24,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 class StartupError(RuntimeError):
     """A service exited or did not become ready in time; the message names it and its last log lines."""
+
+
+class StartupInterrupted(Exception):
+    """``Stack.interrupt`` was set (Ctrl-C / SIGTERM) while a service was starting; the message names it. Not a
+    StartupError: a requested stop, not a failure."""
 
 
 def grpc_serving(target: str, timeout: float = 1.0) -> bool:
@@ -56,12 +62,15 @@ class Stack:
     """Starts and stops the four services. ``cfg`` ports of 0 are replaced by free ports.
 
     Logs of each service go to ``log_dir/<name>.log``. Use as a context manager or call start()/stop().
+    Setting ``interrupt`` (the launcher's signal handler does) makes a start in progress raise
+    StartupInterrupted within about a second; the services already started keep running until stop().
     """
 
     cfg: StackConfig
     log_dir: pathlib.Path
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     model_path: str = ""
+    interrupt: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         ports = {name: (getattr(self.cfg, name) or free_port(self.cfg.bind_host))
@@ -85,7 +94,8 @@ class Stack:
         """Starts the services named in ``only`` in order, each waited on until ready.
 
         Raises StartupError (naming the service and the tail of its log) when one exits or is not
-        ready within ``timeout`` seconds; RuntimeError when a port is already held (naming the PIDs).
+        ready within ``timeout`` seconds; RuntimeError when a port is already held (naming the PIDs);
+        StartupInterrupted when ``interrupt`` is set meanwhile.
         """
         if not self.model_path:
             if self.cfg.model_path:
@@ -100,7 +110,10 @@ class Stack:
         return self
 
     def start_one(self, name: str, argv: list[str] | None = None, timeout: float = 180.0) -> None:
-        """Starts (or restarts) one service and waits until it is ready."""
+        """Starts (or restarts) one service and waits until it is ready; raises StartupInterrupted (the process
+        left running, for stop()) when ``interrupt`` is set before or meanwhile."""
+        if self.interrupt.is_set():
+            raise StartupInterrupted(f"interrupted before {name} started")
         argv = argv or commands(self.cfg, self.model_path)[name]
         port = self.cfg.http_port if name == "gateway" else getattr(self.cfg, name + "_port")
         ensure_free(self.cfg.bind_host, port, name)
@@ -112,12 +125,14 @@ class Stack:
                                                 start_new_session=True)
         deadline = time.monotonic() + timeout
         while not self.ready(name):
+            if self.interrupt.is_set():
+                raise StartupInterrupted(f"interrupted while {name} was starting")
             code = self.procs[name].poll()
             if code is not None:
                 raise StartupError(f"{name} exited with code {code} during start-up:\n{self.log_tail(name)}")
             if time.monotonic() > deadline:
                 raise StartupError(f"{name} not ready after {timeout:.0f} s:\n{self.log_tail(name)}")
-            time.sleep(0.2)
+            self.interrupt.wait(0.2)
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.log_dir / f"{name}.log"

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import signal
 import sys
 import threading
 import time
 
-from codeserve.v1 import scheduler_pb2_grpc
-from common import grpc_server, logs
-from scheduler_svc.cache_client import CacheClient
-from scheduler_svc.detokenizer import load_tokenizer
-from scheduler_svc.errors import DependencyUnavailable
-from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.policy import POLICIES
-from scheduler_svc.scheduler import Scheduler, SchedulerConfig
-from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
+
+# The parser imports nothing heavy (the rest is imported in main): the launcher checks its settings with it
+# before it starts anything.
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,20 +48,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlapped decode: in steady decode send Forward N+1 before processing N's reply")
     args = p.parse_args(argv)
-    if args.max_queued_tokens < 0:
-        p.error("--max-queued-tokens must be >= 0 (0 = no bound)")
-    if args.worker_stall_timeout < 0:
-        p.error("--worker-stall-timeout must be >= 0 (0 = off)")
-    if args.decode_steps < 0:
-        p.error("--decode-steps must be >= 0 (0 = auto)")
-    for name in ("max_running_requests", "chunk_size", "max_queued_requests"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    check_ranges(p, args)
     return args
+
+
+def check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error (exit 2) naming the flag for a value out of its range: counts >= 1, --max-queued-tokens and
+    --decode-steps >= 0 (0 = no bound / auto); times in seconds finite, > 0 (progress, outage, lease) or >= 0
+    (worker stall: 0 = off; connect, drain)."""
+    for name, low in (("max_running_requests", 1), ("chunk_size", 1), ("max_queued_requests", 1),
+                      ("max_queued_tokens", 0), ("decode_steps", 0)):
+        if getattr(args, name) < low:
+            p.error(f"--{name.replace('_', '-')} must be >= {low} (got {getattr(args, name)})")
+    for name, positive in (("progress_timeout", True), ("outage_timeout", True), ("lease_seconds", True),
+                           ("worker_stall_timeout", False), ("connect_timeout", False), ("drain_seconds", False)):
+        value = getattr(args, name)
+        if not math.isfinite(value) or (value <= 0 if positive else value < 0):
+            p.error(f"--{name.replace('_', '-')} must be a finite number {'> 0' if positive else '>= 0'} (got {value})")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from codeserve.v1 import scheduler_pb2_grpc
+    from common import grpc_server, logs
+    from scheduler_svc.cache_client import CacheClient
+    from scheduler_svc.detokenizer import load_tokenizer
+    from scheduler_svc.errors import DependencyUnavailable
+    from scheduler_svc.liveness import WorkerLiveness
+    from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+    from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
+
     log = logs.configure("scheduler")
     tokenizer = load_tokenizer(args.model_path)
     cfg = SchedulerConfig(pool_id=args.pool_id, max_running_requests=args.max_running_requests,

@@ -8,13 +8,11 @@ SIGTERM/SIGINT: NOT_SERVING, drain for a moment, exit 0. The epoch (boot id) is 
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import signal
 import sys
 import threading
-
-from common import grpc_server, logs
-from worker_svc.build import WorkerOptions, build_engine
-from worker_svc.service import SERVICE_NAME, add_to_server
 
 DRAIN_SECONDS = 2.0
 
@@ -23,7 +21,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m worker_svc", description="codeserve GPTBigCode worker")
     ap.add_argument("--listen", default="127.0.0.1:50052", help="host:port to bind (port 0 = any free port)")
     ap.add_argument("--model-path", required=True, help="Hugging Face GPTBigCode checkpoint directory")
-    ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    ap.add_argument("--device", default="auto", type=device_name, help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
     kv = ap.add_mutually_exclusive_group()
     kv.add_argument("--kv-tokens", type=int, default=None, help="KV pool capacity in tokens")
@@ -34,11 +32,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="seed of the generator for unseeded sampling")
     ap.add_argument("--cuda-graph-max-batch", type=int, default=256,
                     help="decode batches up to this size replay CUDA graphs (flashinfer on CUDA only; 0 = off)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    check_ranges(ap, args)
+    return args
+
+
+def device_name(text: str) -> str:
+    """``--device``'s value: cpu, cuda, cuda:N or auto; anything else is a usage error (argparse names the flag)."""
+    if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or auto (got {text!r})")
+    return text
+
+
+def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error (exit 2) naming the flag for a value out of its range: --page-size >= 1, --kv-tokens >= the
+    page size (the pool holds one whole page besides the reserved one), --kv-fraction finite in (0, 1],
+    --cuda-graph-max-batch >= 0, --seed within torch's seed range [-2**63, 2**64). Imports nothing heavy: the
+    launcher checks its settings with this parser before it starts anything."""
+    if args.page_size < 1:
+        ap.error(f"--page-size must be >= 1 (got {args.page_size})")
+    if args.kv_tokens is not None and args.kv_tokens < args.page_size:
+        ap.error(f"--kv-tokens must be >= the page size {args.page_size} (got {args.kv_tokens})")
+    if args.kv_fraction is not None and not (math.isfinite(args.kv_fraction) and 0 < args.kv_fraction <= 1):
+        ap.error(f"--kv-fraction must be in (0, 1] (got {args.kv_fraction})")
+    if args.cuda_graph_max_batch < 0:
+        ap.error(f"--cuda-graph-max-batch must be >= 0 (got {args.cuda_graph_max_batch})")
+    if not -2**63 <= args.seed < 2**64:
+        ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from common import grpc_server, logs
+    from worker_svc.build import WorkerOptions, build_engine
+    from worker_svc.service import SERVICE_NAME, add_to_server
+
     log = logs.configure("worker")
     opts = WorkerOptions(model_path=args.model_path, device=args.device, dtype=args.dtype, kv_tokens=args.kv_tokens,
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,

@@ -1,0 +1,52 @@
+"""The launcher's check of a whole configuration before it starts anything: every service's own argument parser
+reads the command line the launcher would give it, so a value a service refuses is refused here, at once, with
+the launcher's usage error (exit 2) naming the setting (the launcher's flags have the services' names)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import math
+
+from launcher.config import SERVICES, StackConfig, commands
+
+# The module ``python -m`` runs for each service; its ``__main__.parse_args(argv)`` is the service's parser.
+MODULES = {"cache": "cache_svc", "worker": "worker_svc", "scheduler": "scheduler_svc", "gateway": "gateway"}
+PORTS = ("http_port", "cache_port", "worker_port", "scheduler_port")
+# Stands in for the model directory, which the parsers take as text (the launcher may write the default model
+# later, at start; checking settings must not).
+MODEL_PLACEHOLDER = "MODEL_DIR"
+
+
+def service_parse_error(service: str, argv: list[str]) -> str | None:
+    """The message of ``service``'s parser for ``argv`` (the arguments after ``python -m MODULE``), without its
+    usage lines; None when the parser accepts it. Nothing is started: the parser runs in this process."""
+    module = importlib.import_module(MODULES[service] + ".__main__")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            module.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code == 0:
+            raise RuntimeError(f"{service}'s parser exited 0 on {argv} (help?)") from exc
+        last = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {exc.code}"
+        return last.split(": error: ", 1)[-1]
+    return None
+
+
+def check(cfg: StackConfig) -> None:
+    """Raises ValueError naming the first setting out of range: a port outside 0..65535 (0 = a free port),
+    kv_fraction outside (0, 1], or any value a service's own parser refuses (its message, e.g.
+    ``--max-body-bytes must be >= 1 (got -1)``, with the service named)."""
+    for name in PORTS:
+        port = getattr(cfg, name)
+        if not 0 <= port <= 65535:
+            raise ValueError(f"--{name.replace('_', '-')} must be in 0..65535 (got {port})")
+    if cfg.kv_fraction is not None and not (math.isfinite(cfg.kv_fraction) and 0 < cfg.kv_fraction <= 1):
+        raise ValueError(f"--kv-fraction must be in (0, 1] (got {cfg.kv_fraction})")
+    argv = commands(cfg, cfg.model_path or MODEL_PLACEHOLDER, python="python")
+    for service in SERVICES:
+        message = service_parse_error(service, argv[service][3:])
+        if message is not None:
+            raise ValueError(f"{message} (refused by the {service}'s own parser)")
