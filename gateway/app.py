@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gateway import admin_api, chat_api, native_api, openai_api
 from gateway.context import GatewayContext
 from gateway.disconnect import ClientDisconnected
-from gateway.errors import ApiError, api_error_handler, counted, validation_error_handler
+from gateway.errors import ApiError, api_error_handler, counted, not_utf8, validation_error_handler
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import JsonBodies, LimitsAndAuth
 from gateway.readiness import SchedulerWatch
@@ -26,6 +26,8 @@ log = structlog.get_logger()
 
 
 async def _http_exception_handler(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing the body" for non-UTF-8 bytes
+        return counted(request, not_utf8(exc.__cause__))
     err_type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     return counted(request, ApiError(exc.status_code, str(exc.detail), err_type))
 

@@ -44,6 +44,21 @@ async def _prompts(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[li
     return [PromptInput(None, check_ids(list(ids), ctx.settings, "input_ids"))], False
 
 
+def _check_logprob_start(start: int, prompts: list[PromptInput], batch: bool, used: bool) -> None:
+    """``logprob_start_len`` must be -1 (no prompt logprobs) or a prompt position; when ``used``
+    (return_logprob) it must lie inside every prompt (0..len - 1). Raises ApiError 400 naming it (and the
+    prompt and its length when past its end)."""
+    if start < -1:
+        raise invalid(f"logprob_start_len is {start}: give -1 (no prompt logprobs) or a prompt position "
+                      f"0..prompt length - 1", "logprob_start_len")
+    for i, prompt in enumerate(prompts if used else ()):
+        if start >= len(prompt.ids):
+            which = f"input_ids[{i}]" if batch and prompt.text is None else (
+                f"text[{i}]" if batch else "the prompt")
+            raise invalid(f"logprob_start_len is {start} but {which} has {len(prompt.ids)} tokens: give -1 or a "
+                          f"position 0..{len(prompt.ids) - 1}", "logprob_start_len")
+
+
 def _sampling(params: NativeSamplingParams, prompt: PromptInput, body: NativeGenerateRequest,
               ctx: GatewayContext) -> SamplingRequest:
     asked = params.max_new_tokens if params.max_new_tokens is not None else ctx.settings.native_default_max_new_tokens
@@ -71,6 +86,7 @@ def _sampling(params: NativeSamplingParams, prompt: PromptInput, body: NativeGen
 async def _requests(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[list[scheduler_pb2.GenerateRequest], bool]:
     prompts, batch = await _prompts(body, ctx)
     check_logprobs(body.top_logprobs_num, ctx.settings, "top_logprobs_num")
+    _check_logprob_start(body.logprob_start_len, prompts, batch, body.return_logprob)
     params = body.sampling_params if body.sampling_params is not None else NativeSamplingParams()
     if isinstance(params, list):
         if len(params) != len(prompts):
@@ -130,7 +146,7 @@ def _output(ctx: GatewayContext, body: NativeGenerateRequest, request: scheduler
         if body.logprob_start_len >= 0:
             ids = list(request.input_ids.ids)
             lps, tops = prompt_logprob_lists(tuple(ids), result.prompt_logprobs, result.prompt_top_logprobs)
-            start = min(body.logprob_start_len, len(ids))
+            start = body.logprob_start_len  # < len(ids): checked by _check_logprob_start
             meta["input_token_logprobs"] = _logprob_triples(ctx, ids[start:], lps[start:], with_text)
             if body.top_logprobs_num:
                 tops = tops[start:]

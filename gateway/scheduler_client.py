@@ -51,8 +51,9 @@ class SchedulerClient:
         return self._stub
 
     def error(self, exc: grpc.aio.AioRpcError) -> ApiError:
-        """The ApiError for a failed call (Retry-After uses this client's setting)."""
-        return from_grpc(exc.code(), exc.details(), self._retry_after_s)
+        """The ApiError for a failed call (Retry-After uses this client's setting; transport failures name
+        this client's target)."""
+        return from_grpc(exc.code(), exc.details(), self._retry_after_s, self.target)
 
     def start_generate(
         self, request: scheduler_pb2.GenerateRequest, timeout_s: float | None = None

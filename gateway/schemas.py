@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 UINT64_MAX = 2**64 - 1
@@ -135,11 +135,22 @@ class ContentPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """One chat message."""
+    """One chat message. ``content`` is required and not null: OpenAI allows null content only for an
+    assistant message with tool calls, which this server does not support (a ``content_required`` error
+    at ``messages[i].content``)."""
 
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart] | None = Field(None, validate_default=True)
+
+    @field_validator("content", mode="after")
+    @classmethod
+    def _content_given(cls, value: Any) -> Any:
+        if value is None:
+            raise PydanticCustomError(
+                "content_required", "content is required: a string or a list of text parts (null content is only "
+                "for assistant tool calls, which are not supported)")
+        return value
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -194,7 +205,7 @@ class NativeGenerateRequest(ApiRequest):
     sampling_params: NativeSamplingParams | list[NativeSamplingParams] | None = None
     stream: StrictBool = False
     return_logprob: StrictBool = False
-    logprob_start_len: StrictInt = -1
+    logprob_start_len: StrictInt = -1  # -1: none, else 0..prompt length - 1 (checked by native_api per prompt)
     top_logprobs_num: StrictInt = Field(0, ge=0)
     return_text_in_logprobs: StrictBool = False
     rid: str | list[str] | None = None

@@ -169,7 +169,7 @@ def test_b3_a_slow_tokenization_does_not_block_other_requests(fake_server, fake,
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "stream": 1}, "stream"),
     ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": True}}, "sampling_params.max_new_tokens"),
     ("/generate", {"input_ids": [1.0, 2]}, None),
-    ("/detokenize", {"tokens": [1.0]}, "tokens.0"),
+    ("/detokenize", {"tokens": [1.0]}, "tokens[0]"),
 ])
 def test_l1_loose_types_are_400(gateway, fake, path, payload, param):
     r = httpx.post(f"{gateway.url}{path}", json=payload, timeout=30)
