@@ -17,10 +17,10 @@ import pytest
 
 from launcher.__main__ import parse
 from launcher.config import NOT_EXPOSED, PASSED, PLACED, SERVICES, StackConfig, commands, not_exposed_help
+from launcher.validate import MODULES
 from tests.deploy.launched import launched
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODULES = {"cache": "cache_svc", "worker": "worker_svc", "scheduler": "scheduler_svc", "gateway": "gateway"}
 # Launcher defaults that differ from the service's on purpose (said in the launcher's --help).
 OWN_DEFAULTS = {"max_queued_tokens"}
 
