@@ -66,8 +66,8 @@ async def health_generate(request: Request):
     async def probe() -> dict:
         status = await ctx.client.health_status()
         if status != health_pb2.HealthCheckResponse.SERVING:
-            raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}",
-                           "service_unavailable", retry_after_s=retry)
+            raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
+                                f"{await _unhealthy_reason(ctx)}", "service_unavailable", retry_after_s=retry)
         prompt = ctx.tokenizer.encode("def")
         req = SamplingRequest(max_new_tokens=1, temperature=0.0).to_proto(f"health-{uuid.uuid4().hex}", prompt)
         req.namespace = "__health_generate__"

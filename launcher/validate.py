@@ -36,13 +36,21 @@ def service_parse_error(service: str, argv: list[str]) -> str | None:
 
 
 def check(cfg: StackConfig) -> None:
-    """Raises ValueError naming the first setting out of range: a port outside 0..65535 (0 = a free port),
+    """Raises ValueError naming the first setting out of range: a port outside 0..65535 (0 = a free port) or
+    the same port for two services,
     kv_fraction outside (0, 1], or any value a service's own parser refuses (its message, e.g.
     ``--max-body-bytes must be >= 1 (got -1)``, with the service named)."""
     for name in PORTS:
         port = getattr(cfg, name)
         if not 0 <= port <= 65535:
             raise ValueError(f"--{name.replace('_', '-')} must be in 0..65535 (got {port})")
+    taken: dict[int, str] = {}
+    for name in PORTS:  # 0 = a free port, chosen at start
+        port = getattr(cfg, name)
+        if port and port in taken:
+            raise ValueError(f"--{name.replace('_', '-')} {port} is also --{taken[port].replace('_', '-')}: "
+                             f"each service needs its own port")
+        taken[port] = name
     if cfg.kv_fraction is not None and not (math.isfinite(cfg.kv_fraction) and 0 < cfg.kv_fraction <= 1):
         raise ValueError(f"--kv-fraction must be in (0, 1] (got {cfg.kv_fraction})")
     argv = commands(cfg, cfg.model_path or MODEL_PLACEHOLDER, python="python")

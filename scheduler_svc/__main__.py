@@ -12,6 +12,8 @@ import time
 
 from scheduler_svc.policy import POLICIES
 
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+
 # The parser imports nothing heavy (the rest is imported in main): the launcher checks its settings with it
 # before it starts anything.
 
@@ -53,13 +55,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A usage error (exit 2) naming the flag for a value out of its range: counts >= 1, --max-queued-tokens and
+    """A usage error (exit 2) naming the flag for a value out of its range: counts >= 1 and within their wire
+    type (int32; --max-queued-tokens int64), --max-queued-tokens and
     --decode-steps >= 0 (0 = no bound / auto); times in seconds finite, > 0 (progress, outage, lease) or >= 0
     (worker stall: 0 = off; connect, drain)."""
-    for name, low in (("max_running_requests", 1), ("chunk_size", 1), ("max_queued_requests", 1),
-                      ("max_queued_tokens", 0), ("decode_steps", 0)):
-        if getattr(args, name) < low:
-            p.error(f"--{name.replace('_', '-')} must be >= {low} (got {getattr(args, name)})")
+    for name, low, high in (("max_running_requests", 1, INT32_MAX), ("chunk_size", 1, INT32_MAX),
+                            ("max_queued_requests", 1, INT32_MAX), ("max_queued_tokens", 0, INT64_MAX),
+                            ("decode_steps", 0, INT32_MAX)):
+        if not low <= getattr(args, name) <= high:  # high: the wire type (ServerInfoResponse, ForwardItem)
+            p.error(f"--{name.replace('_', '-')} must be in {low}..{high} (got {getattr(args, name)})")
     for name, positive in (("progress_timeout", True), ("outage_timeout", True), ("lease_seconds", True),
                            ("worker_stall_timeout", False), ("connect_timeout", False), ("drain_seconds", False)):
         value = getattr(args, name)

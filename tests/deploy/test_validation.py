@@ -44,7 +44,7 @@ OUT_OF_RANGE = [
     ("--lease-seconds", "0", "--lease-seconds must be > 0 (got 0.0)"),
     ("--kv-fraction", "2", "--kv-fraction must be in (0, 1] (got 2.0)"),
     ("--kv-fraction", "0", "--kv-fraction must be in (0, 1] (got 0.0)"),
-    ("--decode-steps", "-1", "--decode-steps must be >= 0 (got -1)"),
+    ("--decode-steps", "-1", "--decode-steps must be in 0..2147483647 (got -1)"),
     ("--policy", "xyz", "argument --policy: invalid choice: 'xyz'"),
     ("--dtype", "int8", "argument --dtype: invalid choice: 'int8'"),
     ("--device", "gpu", "argument --device: must be cpu, cuda, cuda:N or auto (got 'gpu')"),
@@ -52,10 +52,14 @@ OUT_OF_RANGE = [
     ("--http-port", "70000", "--http-port must be in 0..65535 (got 70000)"),
     ("--cache-port", "-1", "--cache-port must be in 0..65535 (got -1)"),
     ("--health-timeout", "0", "--health-timeout must be a finite number > 0 (got 0.0)"),
-    ("--max-queued-requests", "0", "--max-queued-requests must be >= 1 (got 0)"),
-    ("--max-running-requests", "0", "--max-running-requests must be >= 1 (got 0)"),
-    ("--max-queued-tokens", "-1", "--max-queued-tokens must be >= 0 (got -1)"),
-    ("--chunk-size", "0", "--chunk-size must be >= 1 (got 0)"),
+    ("--max-queued-requests", "0", "--max-queued-requests must be in 1..2147483647 (got 0)"),
+    ("--max-queued-requests", "2147483648", "--max-queued-requests must be in 1..2147483647 (got 2147483648)"),
+    ("--max-running-requests", "0", "--max-running-requests must be in 1..2147483647 (got 0)"),
+    ("--max-running-requests", "99999999999999999999",
+     "--max-running-requests must be in 1..2147483647 (got 99999999999999999999)"),
+    ("--max-queued-tokens", "-1", "--max-queued-tokens must be in 0..9223372036854775807 (got -1)"),
+    ("--chunk-size", "0", "--chunk-size must be in 1..2147483647 (got 0)"),
+    ("--chunk-size", "4294967296", "--chunk-size must be in 1..2147483647 (got 4294967296)"),
     ("--outage-timeout", "-3", "--outage-timeout must be a finite number > 0 (got -3.0)"),
     ("--progress-timeout", "0", "--progress-timeout must be a finite number > 0 (got 0.0)"),
     ("--page-size", "0", "--page-size must be >= 1 (got 0)"),
@@ -102,6 +106,12 @@ def test_the_edges_of_each_range_are_accepted() -> None:
                       drain_seconds=0.0, max_queued_tokens=0, cuda_graph_max_batch=0, kv_fraction=1.0,
                       request_timeout=0.001, device="cuda:1", seed=-1))
     check(StackConfig())
+    check(StackConfig(http_port=0, cache_port=0, worker_port=0, scheduler_port=0))  # free ports may all be 0
+    check(StackConfig(max_running_requests=2**31 - 1, chunk_size=2**31 - 1, max_queued_requests=2**31 - 1,
+                      max_queued_tokens=2**63 - 1))  # the wire types' limits
+    with pytest.raises(ValueError, match=re.escape("--worker-port 18051 is also --cache-port: each service needs "
+                                                   "its own port")):
+        check(StackConfig(cache_port=18051, worker_port=18051))
     with pytest.raises(ValueError, match=re.escape("--seed must be in [-2**63, 2**64) (got 18446744073709551616)")):
         check(StackConfig(seed=2**64))
 

@@ -44,6 +44,8 @@ def test_health_generate_503_when_scheduler_is_stuck(start_gateway, fake):
 def test_health_generate_503_when_scheduler_not_serving(gateway, fake_server, fake):
     fake_server[1].set_serving(False)
     assert_error(httpx.get(f"{gateway.url}/health_generate"), 503, "NOT_SERVING")
+    fake.load.unhealthy_reason = "no batch completed for 31 s (progress timeout 30 s) while work waits or runs"
+    assert_error(httpx.get(f"{gateway.url}/health_generate"), 503, "NOT_SERVING: no batch completed for 31 s")
     assert fake.requests == []  # no generation was attempted
 
 
