@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import io
 import math
+import pathlib
 
 from launcher.config import SERVICES, StackConfig, commands
 
@@ -37,13 +38,16 @@ def service_parse_error(service: str, argv: list[str]) -> str | None:
 
 def check(cfg: StackConfig) -> None:
     """Raises ValueError naming the first setting out of range: a port outside 0..65535 (0 = a free port) or
-    the same port for two services,
+    the same port for two services, a --model-path without config.json,
     kv_fraction outside (0, 1], or any value a service's own parser refuses (its message, e.g.
     ``--max-body-bytes must be >= 1 (got -1)``, with the service named)."""
     for name in PORTS:
         port = getattr(cfg, name)
         if not 0 <= port <= 65535:
             raise ValueError(f"--{name.replace('_', '-')} must be in 0..65535 (got {port})")
+    if cfg.model_path and not (pathlib.Path(cfg.model_path) / "config.json").is_file():
+        raise ValueError(f"--model-path {cfg.model_path}: no config.json there (an HF GPTBigCode checkpoint "
+                         f"directory; leave it out for the embedded default model)")
     taken: dict[int, str] = {}
     for name in PORTS:  # 0 = a free port, chosen at start
         port = getattr(cfg, name)

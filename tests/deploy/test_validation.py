@@ -112,6 +112,8 @@ def test_the_edges_of_each_range_are_accepted() -> None:
     with pytest.raises(ValueError, match=re.escape("--worker-port 18051 is also --cache-port: each service needs "
                                                    "its own port")):
         check(StackConfig(cache_port=18051, worker_port=18051))
+    with pytest.raises(ValueError, match=re.escape("--model-path /nonexistent: no config.json there")):
+        check(StackConfig(model_path="/nonexistent"))
     with pytest.raises(ValueError, match=re.escape("--seed must be in [-2**63, 2**64) (got 18446744073709551616)")):
         check(StackConfig(seed=2**64))
 
