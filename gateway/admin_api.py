@@ -39,19 +39,21 @@ async def ready(request: Request):
                        retry_after_s=retry) from exc
     ctx.client.down = None  # it answered: new requests need not wait for the next background probe
     if status != health_pb2.HealthCheckResponse.SERVING:
-        raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
-                            f"{await _unhealthy_reason(ctx)}", "service_unavailable", retry_after_s=retry)
+        raise await _not_serving(ctx, status)
     return {"status": "ok"}
 
 
-async def _unhealthy_reason(ctx) -> str:
-    """": <why>" from the scheduler's GetLoad (a frozen worker, no progress, stopping), "" when it gives none;
-    when GetLoad itself fails, that failure is the text (the 503 stands either way)."""
+async def _not_serving(ctx, status: int) -> ApiError:
+    """The 503 for a scheduler whose health is ``status`` (not SERVING), with the reason from its GetLoad (a
+    frozen worker, no progress, stopping) when it gives one; when GetLoad itself fails, that failure is named
+    (the 503 stands either way)."""
     try:
         reason = (await ctx.client.get_load()).unhealthy_reason
+        why = f": {reason}" if reason else ""
     except ApiError as exc:
-        return f" (its reason could not be read: GetLoad answered {exc.status} {exc.message})"
-    return f": {reason}" if reason else ""
+        why = f" (its reason could not be read: GetLoad answered {exc.status} {exc.message})"
+    return ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}{why}",
+                    "service_unavailable", retry_after_s=ctx.settings.retry_after_s)
 
 
 @router.get("/health_generate")
@@ -66,8 +68,7 @@ async def health_generate(request: Request):
     async def probe() -> dict:
         status = await ctx.client.health_status()
         if status != health_pb2.HealthCheckResponse.SERVING:
-            raise ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
-                                f"{await _unhealthy_reason(ctx)}", "service_unavailable", retry_after_s=retry)
+            raise await _not_serving(ctx, status)
         prompt = ctx.tokenizer.encode("def")
         req = SamplingRequest(max_new_tokens=1, temperature=0.0).to_proto(f"health-{uuid.uuid4().hex}", prompt)
         req.namespace = "__health_generate__"

@@ -142,8 +142,8 @@ class Pipeline:
     def send(self, batch: Batch, after_seq: int = 0) -> InFlight:
         """Sends ``batch`` without waiting (to run after Forward ``after_seq``; 0: at once) and queues it."""
         s = self.s
-        s._seq += 1
-        sent = InFlight(batch, s.worker.forward_async(s._items(batch), s._seq, after_seq), s._seq)
+        seq = s.next_seq()
+        sent = InFlight(batch, s.worker.forward_async(s._items(batch), seq, after_seq), seq)
         self.inflight.append(sent)
         return sent
 
@@ -165,8 +165,8 @@ class Pipeline:
                 reply = None
             if reply is not None:
                 nxt = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
-                s._seq += 1  # built now, while N runs: only the send waits for N's reply
-                nxt_request = s.worker.prepare(s._items(nxt), s._seq, after_seq=cur.seq)
+                # built now, while N runs: only the send waits for N's reply
+                nxt_request = s.worker.prepare(s._items(nxt), s.next_seq(), after_seq=cur.seq)
                 for _ in range(max(k for _, k in plan)):
                     s.ratio.on_decode_step()
                 s.stats["decode_alloc_seconds"] += time.perf_counter() - t0
@@ -196,7 +196,7 @@ class Pipeline:
         defer them; requests that waited before are tried again only with a new arrival). Raises WorkerStalled
         when the worker has stopped answering health checks."""
         s = self.s
-        if s.liveness is not None and s.liveness.stalled():
+        if s.worker_stalled():
             raise s._stall_error()
         return bool(s._intake()) and len(s.running) < s.cfg.max_running_requests
 

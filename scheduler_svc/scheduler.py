@@ -107,9 +107,13 @@ class Scheduler(BatchFormation):
     def submit(self, req: Req) -> None:
         """Queues a validated request. Raises QueueFull, SchedulerStopped, ValueError (id in use), WorkerStalled
         (the worker does not answer health checks: fail fast, never queue behind a frozen worker)."""
-        if self.liveness is not None and self.liveness.stalled():
+        if self.worker_stalled():
             raise self._stall_error()
         self.intake.submit(req, self.snapshot[1])
+
+    def worker_stalled(self) -> bool:
+        """True when the worker has not answered health checks past the stall timeout (False without liveness)."""
+        return self.liveness is not None and self.liveness.stalled()
 
     def abort(self, rid: str, reason: str = "aborted by client") -> bool:
         """Flags a live request for abort; the loop frees it within one step. False when unknown."""
@@ -128,7 +132,7 @@ class Scheduler(BatchFormation):
         """Why ``progress_ok`` is False ("" when it is True)."""
         if self.stopped_reason:
             return self.stopped_reason
-        if self.liveness is not None and self.liveness.stalled():
+        if self.worker_stalled():
             return str(self._stall_error())
         since = time.monotonic() - max(self.last_batch_at, self.intake.busy_since)
         if self.intake.busy() and since > self.cfg.progress_timeout:
@@ -190,7 +194,7 @@ class Scheduler(BatchFormation):
         try:
             while not self._stop.is_set():
                 try:
-                    if self.liveness is not None and self.liveness.stalled():
+                    if self.worker_stalled():
                         self._on_worker_stalled(self._stall_error())
                         continue
                     if self._needs_resync:
@@ -239,8 +243,7 @@ class Scheduler(BatchFormation):
             self.stats["decode_wall_seconds"] += time.perf_counter() - t0
             return True
         t1 = time.perf_counter()
-        self._seq += 1
-        reply = self._reply(self.worker.forward_async(self._items(batch), self._seq))
+        reply = self._reply(self.worker.forward_async(self._items(batch), self.next_seq()))
         t2 = time.perf_counter()
         self._process(batch, reply)
         self._publish()
@@ -249,6 +252,11 @@ class Scheduler(BatchFormation):
         return True
 
     # ---- Forwards ----------------------------------------------------------------------------------------
+    def next_seq(self) -> int:
+        """The seq of the next Forward (unique per worker epoch; the worker orders Forwards by it)."""
+        self._seq += 1
+        return self._seq
+
     def _items(self, batch: Batch) -> list:
         eos = self.info.eos_token_id
         return [forward_item(e, stop_ids(e.req, eos) if e.sample else ()) for e in batch.entries]
@@ -292,7 +300,7 @@ class Scheduler(BatchFormation):
         answered = threading.Event()
         pending.add_done_callback(answered.set)
         while not answered.wait(STALL_POLL_S):
-            if self.liveness is not None and self.liveness.stalled():
+            if self.worker_stalled():
                 if not self.pipeline.holds(pending) and pending not in self._stale:
                     self._stale.append(pending)
                 raise self._stall_error()

@@ -112,10 +112,8 @@ def validate_batch(items: Sequence[ForwardItem], expected_epoch: str, epoch: str
         if last >= cfg.n_positions:
             raise _bad(f"request {rid!r}: position {last} (position_start {it.position_start} + {n_slots} tokens) "
                        f">= n_positions {cfg.n_positions}")
-        if it.input_ids:
-            _check_tokens(rid, "input", it.input_ids, cfg.vocab_size)
-        if it.stop_token_ids:
-            _check_tokens(rid, "stop", it.stop_token_ids, cfg.vocab_size)
+        _check_tokens(rid, "input", it.input_ids, cfg.vocab_size)
+        _check_tokens(rid, "stop", it.stop_token_ids, cfg.vocab_size)
         _check_slots(rid, "new", it.slot_ids, pool_slots)
         before = len(new_slots)
         new_slots.update(it.slot_ids)
