@@ -70,26 +70,63 @@ class Launched:
         assert all(code.strip().endswith(": 0") for code in codes.split(",")), codes
 
 
-@contextmanager
-def launched(tmp_path: pathlib.Path, *flags: str) -> Iterator[Launched]:
-    """Runs ``python -m launcher`` on free ports (CPU, float32, 4096 KV tokens, then ``flags``) until it prints
-    its banner (at most 180 s); afterwards SIGKILLs whatever of it is still alive."""
+def start(tmp_path: pathlib.Path, flags: tuple[str, ...]) -> Launched:
+    """Starts ``python -m launcher`` on free ports and waits for its banner (at most 200 s). Raises
+    AssertionError with the launcher's output when it exits first or the banner does not come; PortTaken when
+    it exited because one of the ports picked here was taken meanwhile (the pick-then-bind race)."""
     ports = {name: free_port() for name in ("http", "cache", "worker", "scheduler")}
     argv = [sys.executable, "-m", "launcher", "--device", "cpu", "--dtype", "float32", "--kv-tokens", "4096",
             *(a for name, port in ports.items() for a in (f"--{name}-port", str(port))), *flags]
-    out = tmp_path / "launcher.out"
+    out = tmp_path / f"launcher-{len(list(tmp_path.glob('launcher-*.out')))}.out"
     with open(out, "wb") as sink:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     run = Launched(proc, argv, out, ports["http"])
+
+    def banner_or_exit():
+        found = re.search(r"processes: (.*?); logs in (.*?);", run.text())
+        return found or (proc.poll() is not None and "exited")
+
     try:
-        banner = wait_for(lambda: re.search(r"processes: (.*?); logs in (.*?);", run.text()), 180,
-                          "the serving banner")
-        run.pids.update({k: int(v) for k, v in (kv.split("=") for kv in banner.group(1).split(", "))})
-        run.log_dir = pathlib.Path(banner.group(2))
+        # 200 s: past the launcher's own 180 s per service, so its StartupError (with the log tail) shows
+        banner = wait_for(banner_or_exit, 200, "the serving banner")
+    except AssertionError as exc:
+        kill(run)
+        raise AssertionError(f"{exc}; the launcher printed:\n{run.text()[-4000:]}") from exc
+    if banner == "exited":
+        if re.search(r"port \S+ is in use", run.text()):
+            raise PortTaken(run.text())
+        raise AssertionError(f"the launcher exited with {proc.returncode} before its banner:\n{run.text()[-4000:]}")
+    run.pids.update({k: int(v) for k, v in (kv.split("=") for kv in banner.group(1).split(", "))})
+    run.log_dir = pathlib.Path(banner.group(2))
+    return run
+
+
+class PortTaken(Exception):
+    """The launcher refused a port that another process took after ``free_port`` picked it."""
+
+
+def kill(run: Launched) -> None:
+    """SIGKILLs the launcher's group and every service PID it reported."""
+    if run.proc.poll() is None:
+        os.killpg(run.proc.pid, signal.SIGKILL)
+    for pid in run.pids.values():
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextmanager
+def launched(tmp_path: pathlib.Path, *flags: str) -> Iterator[Launched]:
+    """Runs ``python -m launcher`` on free ports (CPU, float32, 4096 KV tokens, then ``flags``) until it prints
+    its banner (``start``; tried again on fresh ports, up to 3 times, when a picked port was taken meanwhile);
+    afterwards SIGKILLs whatever of it is still alive."""
+    for attempt in range(3):
+        try:
+            run = start(tmp_path, flags)
+            break
+        except PortTaken:
+            if attempt == 2:
+                raise
+    try:
         yield run
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        for pid in run.pids.values():
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill(run)

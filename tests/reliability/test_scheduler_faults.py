@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 
 import pytest
 
-from tests.reliability.client import Load, generate
+from tests.reliability.client import Load, Outcome, generate
 from tests.reliability.conftest import prompts
 from tests.reliability.system import wait_for
 
@@ -19,6 +20,7 @@ PROMPTS = prompts(4, 12, seed=1)
 NEW = 24
 HEALTH_TIMEOUT = 3.0
 PROBE_TIMEOUT = 1.0
+LONG_NEW = 2000  # tokens: seconds of decode on the embedded model, far longer than the steps to the kill
 LEASE = 6.0  # > the seconds from the SIGKILL to the restarted scheduler's session (2.3 s seen on a loaded 2-core)
 
 
@@ -83,11 +85,16 @@ def test_scheduler_sigstop_fails_fast_releases_its_session_and_recovers_on_sigco
 
 def test_scheduler_sigkill_fails_fast_and_a_restart_replaces_its_session(sys_, settled, oracle):
     settled(sys_)
+    long_out: list[Outcome] = []
+    decoding = threading.Event()
     with Load(sys_.url, PROMPTS, NEW, clients=3, timeout=30) as load:
         steady(load)
-        # kill while requests hold slots (not in the gap between one wave of calls and the next)
-        wait_for(lambda: (lambda c: c.owned + c.protected)(sys_.counters()) > 0, 30, "requests holding slots",
-                 interval=0.005)
+        # A request that cannot finish before the kill, so the dead session surely holds slots. (Was: a kill
+        # timed by polling the counters, which the short calls could all leave between waves: held == 0 in CI.)
+        long = threading.Thread(target=lambda: long_out.append(
+            generate(sys_.url, PROMPTS[1], LONG_NEW, timeout=30, streaming=decoding)), daemon=True)
+        long.start()
+        assert decoding.wait(30), "the long request never started decoding"
         t0 = time.monotonic()
         sys_.kill("scheduler")
         c = sys_.counters()
@@ -97,7 +104,9 @@ def test_scheduler_sigkill_fails_fast_and_a_restart_replaces_its_session(sys_, s
         assert sys_.http.get("/health_generate", timeout=HEALTH_TIMEOUT + 5).status_code == 503
         fresh = generate(sys_.url, PROMPTS[0], 4, stream=False, timeout=20)
         assert fresh.status == 503 and fresh.retry_after and fresh.seconds < 1.0, fresh
+        long.join(30)
     assert held > 0
+    assert long_out and long_out[0].error and len(long_out[0].ids) < LONG_NEW, long_out  # cut, with an error
     t1 = time.monotonic()
     restart_s = sys_.restart("scheduler")  # opens a session with the same owner: replaces the dead one
     c = sys_.counters()
