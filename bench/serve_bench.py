@@ -1,7 +1,7 @@
 """End-to-end serving benchmark: the whole stack (cache, worker, scheduler, gateway as real processes)
 driven over HTTP with streaming, side by side with transformers' static-batch ``generate``.
 
-    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1]
+    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,queued]
 
 ``--gpu``: random-weight starcoderbase-1b checkpoint in bfloat16 (``worker_svc.model.default --shape``),
 CUDA worker (flashinfer, CUDA-graph decode), 1,024 prompt tokens and 256 output tokens (ignore_eos). Without
@@ -21,6 +21,9 @@ each, so a run cut short still leaves data):
 - ``k1``: concurrency 64 again with ``--decode-steps 1`` (one decode step per Forward) for comparison.
 - ``nooverlap``: concurrency 64 again with the scheduler's ``--no-overlap`` (it waits for each Forward's reply
   before sending the next), same ``--decode-steps``.
+- ``queued``: concurrency 64 and 256 again with the scheduler's ``--overlap-mode queued`` (decode Forward N+1
+  waits at the worker behind N, deferrable, instead of being sent when N's reply is in), same ``--decode-steps``:
+  a same-run comparison of the two overlap designs (throughput, TTFT, share of the step outside the worker).
 
 Decode figures come from the scheduler's cumulative ``loop_stats`` log line (decode Forwards, steps, wall
 seconds of the decode rounds, the worker's forward seconds): time outside the worker's forward = wall -
@@ -95,11 +98,13 @@ class Bench:
             log(f"{name} ready after {time.monotonic() - t:.1f} s")
         self.decode_steps = decode_steps
 
-    def nooverlap(self) -> None:
-        """c64 with the scheduler's ``--no-overlap``; the default scheduler is back for the phases after it."""
-        self.restart_scheduler(self.decode_steps, ["--no-overlap"])
+    def variant(self, flags: list[str], suffix: str, concurrencies: tuple[int, ...]) -> None:
+        """The fixed-length phases at ``concurrencies`` (named ``c<N>_<suffix>``) with the scheduler restarted
+        with ``flags``; the default scheduler is back for the phases after it."""
+        self.restart_scheduler(self.decode_steps, flags)
         try:
-            self.fixed(64, "c64_nooverlap")
+            for conc in concurrencies:
+                self.fixed(conc, f"c{conc}_{suffix}")
         finally:
             self.restart_scheduler(self.decode_steps)
 
@@ -300,7 +305,9 @@ class Bench:
             elif ph == "k1" and self.decode_steps != 1:
                 self.guard(ph, lambda: (self.restart_scheduler(1), self.fixed(64, "c64_k1")))
             elif ph == "nooverlap":  # same K, the scheduler waits for each Forward before the next; then back
-                self.guard(ph, self.nooverlap)
+                self.guard(ph, lambda: self.variant(["--no-overlap"], "nooverlap", (64,)))
+            elif ph == "queued":  # same K, N+1 queued at the worker behind N (deferrable); then back
+                self.guard(ph, lambda: self.variant(["--overlap-mode", "queued"], "queued", (64, 256)))
             self.derive()
         print(self.table(), flush=True)
         (self.out / "serve_bench_table.txt").write_text(self.table() + "\n")

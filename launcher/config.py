@@ -48,6 +48,8 @@ HELP = {
                             "scheduler fails its requests with UNAVAILABLE (HTTP 503) and new ones at once; 0 = off",
     "decode_steps": "decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise",
     "overlap": "overlapped decode (the scheduler sends decode Forward N+1 before processing N); false: --no-overlap",
+    "overlap_mode": "when overlapped decode sends Forward N+1: just-in-time (when N's reply is in) or queued (at "
+                    "once, deferrable: waits at the worker behind N; arrivals' extends still go first)",
     "lease_seconds": "the scheduler's session lease at the cache, in seconds (given to both: the scheduler asks "
                      "for it, the cache uses it for sessions that ask for none)",
     "drain_seconds": "on SIGTERM / Ctrl-C: seconds requests in flight may take to finish, at the gateway and at "
@@ -101,6 +103,7 @@ class StackConfig:
     worker_stall_timeout: float = 10.0
     decode_steps: int = 0
     overlap: bool = True
+    overlap_mode: str = "just-in-time"
     # scheduler and cache; scheduler and gateway
     lease_seconds: float = 30.0
     drain_seconds: float = 5.0
@@ -160,7 +163,8 @@ PASSED: dict[str, tuple[str, ...]] = {
     "cache": ("lease_seconds",),
     "worker": ("device", "dtype", "page_size", "attention", "kv_tokens", "kv_fraction", "seed", "cuda_graph_max_batch"),
     "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
-                  "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap"),
+                  "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap",
+                  "overlap_mode"),
     "gateway": ("model_name", "api_key", "max_body_bytes", "max_n", "request_timeout", "health_timeout",
                 "probe_interval", "probe_timeout", "drain_seconds"),
 }

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+from scheduler_svc.overlap_mode import OVERLAP_MODES
 from scheduler_svc.policy import POLICIES
 
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
@@ -49,6 +50,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlapped decode: in steady decode send Forward N+1 before processing N's reply")
+    p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default="just-in-time",
+                   help="when overlapped decode sends Forward N+1: just-in-time = when N's reply is in (an arrival's "
+                        "extend goes first); queued = at once, waiting at the worker behind N, deferrable (an "
+                        "arrival's extend that reaches the worker before N ends still goes first)")
     args = p.parse_args(argv)
     check_ranges(p, args)
     return args
@@ -88,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                           chunk_size=args.chunk_size, policy=args.policy, max_queued_requests=args.max_queued_requests,
                           progress_timeout=args.progress_timeout,
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
-                          decode_steps=max(args.decode_steps, 1), overlap=args.overlap)
+                          decode_steps=max(args.decode_steps, 1), overlap=args.overlap,
+                          overlap_mode=args.overlap_mode)
     from scheduler_svc.worker_client import WorkerClient
 
     liveness = None
@@ -121,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     names = ["", SERVICE_NAME]
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
-             decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap, worker_stall_timeout=args.worker_stall_timeout)
+             decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap, overlap_mode=cfg.overlap_mode,
+             worker_stall_timeout=args.worker_stall_timeout)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -8,12 +8,18 @@ predicted position ``start + steps`` of its N entry, and the Forward carries ``a
 worker runs it only after N. A request predicted to reach max_new_tokens (already capped by the context
 limit) in N is left out of N+1; one that ends at a stop token in N is in N+1 and the worker skips it.
 
-N+1 is sent just in time, not queued behind N: while N runs nothing waits at the worker, so a request that
-arrives meanwhile is admitted at once (Match, Allocate while N runs) and its extend is sent to run right
-after N (``after_seq = N.seq``; a later arrival's extend after that one), and N+1 goes after the last extend
-when N's reply is in. A first token waits for the rest of N (and earlier arrivals' extends) only, never for
-a K-step Forward queued behind N. The cost: the reply of N and the send of N+1 are not hidden
-(one local gRPC round trip per Forward).
+When N+1 is sent (``--overlap-mode``, ``overlap_mode.OVERLAP_MODES``):
+
+- ``just-in-time`` (default): when N's reply is in. While N runs nothing waits at the worker, so a request
+  that arrives meanwhile is admitted at once (Match, Allocate while N runs) and its extend is sent to run
+  right after N (``after_seq = N.seq``; a later arrival's extend after that one), and N+1 goes after the last
+  extend when N's reply is in. A first token waits for the rest of N (and earlier arrivals' extends) only,
+  never for a K-step Forward queued behind N. The cost: the reply of N and the send of N+1 are not hidden
+  (one local gRPC round trip, and the worker's parsing of N+1, per Forward, with the GPU idle).
+- ``queued``: at once, ``deferrable``, so it waits at the worker behind N and starts the moment N ends.
+  Arrivals are admitted and their extends sent (after N, or after the previous extend) as above; the worker
+  runs every non-deferrable Forward waiting when N ends before N+1 (``worker_svc/engine_gate.py``). An
+  extend that reaches the worker after N+1 started waits for N+1's steps.
 
 Chaining happens only in steady decode (``can_chain``); otherwise the loop drains (waits for and processes
 the in-flight replies, in order) and takes the synchronous path (extend, admission, retract, aborts).
@@ -148,13 +154,14 @@ class Pipeline:
         return sent
 
     def chain(self) -> None:
-        """Steady decode: allocate Forward N+1 while N runs; until N's reply is in, each arrival is admitted
-        at once and its extend sent to run after N (and after the extends sent before it); then N+1 is sent
-        (after N or the last extend) and N is processed. An Allocate failure sends no N+1 (the next round
-        drains and the synchronous path retracts)."""
+        """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, deferrable, after N);
+        until N's reply is in, each arrival is admitted at once and its extend sent to run after N (and after
+        the extends sent before it); then (``just-in-time``) N+1 is sent after N or the last extend, and N is
+        processed. An Allocate failure sends no N+1 (the next round drains and the synchronous path retracts)."""
         s = self.s
         t0 = time.perf_counter()
         cur = self.inflight[0]
+        queued = s.cfg.overlap_mode == "queued"
         plan = continuation(cur.batch, s.cfg.decode_steps)
         nxt = None
         if plan:
@@ -165,23 +172,25 @@ class Pipeline:
                 reply = None
             if reply is not None:
                 nxt = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
-                # built now, while N runs: only the send waits for N's reply
-                nxt_request = s.worker.prepare(s._items(nxt), s.next_seq(), after_seq=cur.seq)
+                # built now, while N runs: only the send waits for N's reply (just-in-time)
+                nxt_request = s.worker.prepare(s._items(nxt), s.next_seq(), after_seq=cur.seq, deferrable=queued)
                 for _ in range(max(k for _, k in plan)):
                     s.ratio.on_decode_step()
                 s.stats["decode_alloc_seconds"] += time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
+            if nxt is not None and queued:
+                self._send_chained(nxt, nxt_request)
+            extend_after = cur.seq  # extends run after N and after each other (queued: ahead of N+1)
             while wait_reply_or_arrival(cur.pending, s.intake.wake, self.admissible_arrival):
                 extend = s._extend_batch(new_only=True)  # admitted ones are in an extend already sent
                 s._publish()
                 if extend is not None:
-                    self.send(extend, after_seq=self.inflight[-1].seq)
+                    extend_after = self.send(extend, after_seq=extend_after).seq
                     s.stats["extends_ahead"] += 1
-            if nxt is not None:
-                nxt_request.after_seq = self.inflight[-1].seq
-                self.inflight.append(InFlight(nxt, s.worker.send(nxt_request), nxt_request.seq))
-                s.stats["decode_chained"] += 1
+            if nxt is not None and not queued:
+                nxt_request.after_seq = extend_after
+                self._send_chained(nxt, nxt_request)
             reply = cur.pending.result()
         except BaseException:
             self.drop()  # N failed: what follows it at the worker is aborted there (resync requeues)
@@ -190,6 +199,12 @@ class Pipeline:
         t2 = time.perf_counter()
         s._process(cur.batch, reply)
         s._decode_stats(cur.batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
+
+    def _send_chained(self, batch: Batch, request) -> None:
+        """Sends the prepared continuation Forward ``request`` of ``batch`` and queues it."""
+        s = self.s
+        self.inflight.append(InFlight(batch, s.worker.send(request), request.seq))
+        s.stats["decode_chained"] += 1
 
     def admissible_arrival(self) -> bool:
         """Takes new requests; True when some arrived now and the running set has room (admission may still

@@ -39,6 +39,7 @@ from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.multistep import apply_tokens, stop_ids
 from scheduler_svc.overlap import Pipeline
+from scheduler_svc.overlap_mode import OVERLAP_MODES
 from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.worker_client import PendingForward, WorkerClient
 
@@ -60,6 +61,12 @@ class SchedulerConfig:
     lease_seconds: float = 30.0
     decode_steps: int = 1  # > 1: multi-step decode, up to this many steps per Forward (scheduler_svc/multistep.py)
     overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/overlap.py)
+    # when N+1 is sent (overlap_mode.OVERLAP_MODES): "just-in-time" when N's reply is in; "queued" at once, deferrable
+    overlap_mode: str = "just-in-time"
+
+    def __post_init__(self) -> None:
+        if self.overlap_mode not in OVERLAP_MODES:
+            raise ValueError(f"overlap_mode must be one of {', '.join(OVERLAP_MODES)}, got {self.overlap_mode!r}")
 
 
 class Scheduler(BatchFormation):

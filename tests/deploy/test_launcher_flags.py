@@ -108,6 +108,7 @@ def test_launcher_flags_and_yaml_make_the_config(tmp_path: pathlib.Path) -> None
     (["--max-n", "two"], "invalid int value: 'two'"),
     (["--kv-tokens", "100", "--kv-fraction", "0.5"], "give kv_tokens or kv_fraction, not both"),
     (["--overlap", "maybe"], "overlap must be true or false"),
+    (["--overlap-mode", "later"], "--overlap-mode: invalid choice: 'later'"),
 ])
 def test_bad_launcher_values_are_usage_errors(argv: list[str], message: str) -> None:
     done = subprocess.run([sys.executable, "-m", "launcher", *argv], cwd=ROOT, capture_output=True, text=True,
@@ -128,10 +129,10 @@ def cmdline(pid: int) -> list[str]:
 
 def test_a_real_launcher_run_serves_with_the_changed_settings(tmp_path: pathlib.Path) -> None:
     """--max-body-bytes 1000 makes a 2,000-byte body a 413 over HTTP; --max-n 2 makes n=3 a 400; every service
-    runs with exactly the command line the launcher's settings make; the scheduler logs its decode steps."""
+    runs with exactly the command line the launcher's settings make; the scheduler logs its decode steps and overlap mode."""
     changed = ["--max-body-bytes", "1000", "--max-n", "2", "--request-timeout", "60", "--outage-timeout", "7",
                "--lease-seconds", "12", "--drain-seconds", "3", "--decode-steps", "2", "--seed", "5",
-               "--probe-timeout", "1.5", "--health-timeout", "20"]
+               "--probe-timeout", "1.5", "--health-timeout", "20", "--overlap-mode", "queued"]
     with launched(tmp_path, *changed) as run:
         big = {"prompt": "x" * 2000, "max_tokens": 1}
         reply = httpx.post(f"{run.url}/v1/completions", json=big, timeout=60)
@@ -156,5 +157,5 @@ def test_a_real_launcher_run_serves_with_the_changed_settings(tmp_path: pathlib.
 
         serving = [json.loads(line) for line in (run.log_dir / "scheduler.log").read_text().splitlines()
                    if line.startswith("{") and '"serving"' in line]
-        assert serving and serving[-1]["decode_steps"] == 2
+        assert serving and (serving[-1]["decode_steps"], serving[-1]["overlap_mode"]) == (2, "queued")
         run.interrupt()

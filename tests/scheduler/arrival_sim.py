@@ -3,6 +3,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
 
     python -m tests.scheduler.arrival_sim [--step-ms 2.3] [--extend-us-per-token 4] [--decode-steps 8]
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
+        [--overlap-mode just-in-time|queued] [--rtt-ms 0] [--background N --probes 40]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -30,22 +31,27 @@ from common import grpc_server
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.detokenizer import load_tokenizer
 from scheduler_svc.output import OutputStream
+from scheduler_svc.overlap_mode import OVERLAP_MODES
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
 from tests.scheduler.fake_worker import LaterReply, forward_response
+from worker_svc.engine_gate import EngineGate
 from worker_svc.model.default import ensure_default_model
 
 TOKEN = 77
 
 
 class SimWorker:
-    """Runs Forwards one at a time (a Forward with after_seq waits for that one), sleeping for their duration."""
+    """Runs Forwards one at a time through the worker's real ``EngineGate`` (a Forward with after_seq waits for
+    that one; a deferrable one lets waiting extends go first), sleeping for their duration. ``rtt_s``: the
+    worker-side cost of one asynchronous Forward outside the GPU (half before it can run: transfer and
+    parsing, half after: the reply), so hiding it shows."""
 
-    def __init__(self, step_s: float, token_s: float, capacity: int) -> None:
-        self.step_s, self.token_s, self.capacity = step_s, token_s, capacity
+    def __init__(self, step_s: float, token_s: float, capacity: int, rtt_s: float = 0.0) -> None:
+        self.step_s, self.token_s, self.capacity, self.rtt_s = step_s, token_s, capacity, rtt_s
         self.epoch = ""
-        self._engine = threading.Lock()
+        self._engine = EngineGate()
         self._cond = threading.Condition()
         self._done: set[int] = set()
 
@@ -58,7 +64,7 @@ class SimWorker:
         if request.after_seq:
             with self._cond:
                 self._cond.wait_for(lambda: request.after_seq in self._done)
-        with self._engine:
+        with self._engine.hold(request.deferrable):
             steps = max([it.decode_steps for it in request.items] + [1])
             tokens = sum(len(it.input_ids) for it in request.items if not it.input_from_last_sample)
             extend = any(it.has_prefix or len(it.input_ids) > 1 for it in request.items)
@@ -73,12 +79,20 @@ class SimWorker:
     def forward(self, items, seq: int = 0):
         return self._run(self.prepare(items, seq))
 
-    def prepare(self, items, seq: int, after_seq: int = 0) -> worker_pb2.ForwardRequest:
-        return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq)
+    def prepare(self, items, seq: int, after_seq: int = 0, deferrable: bool = False) -> worker_pb2.ForwardRequest:
+        return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
+                                         deferrable=deferrable)
 
     def send(self, request: worker_pb2.ForwardRequest) -> LaterReply:
         pending = LaterReply()
-        threading.Thread(target=lambda: pending.answer(self._run(request)), daemon=True).start()
+
+        def serve() -> None:
+            time.sleep(self.rtt_s / 2)
+            reply = self._run(request)
+            time.sleep(self.rtt_s / 2)
+            pending.answer(reply)
+
+        threading.Thread(target=serve, daemon=True).start()
         return pending
 
     def forward_async(self, items, seq: int, after_seq: int = 0) -> LaterReply:
@@ -103,15 +117,18 @@ def main() -> None:
                     "steady while single probes (prompt-len tokens, 1 output token) arrive one at a time")
     ap.add_argument("--probes", type=int, default=40)
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default="just-in-time")
+    ap.add_argument("--rtt-ms", type=float, default=0.0, help="worker-side cost of an asynchronous Forward outside "
+                    "its run, half before and half after (transfer, parsing, reply)")
     a = ap.parse_args()
     tok = load_tokenizer(str(ensure_default_model()))
     core = CacheCore(lease_seconds=30.0)
     server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
                                [CACHE_SERVICE], "127.0.0.1:0")
-    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=400_000)
+    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=400_000, rtt_s=a.rtt_ms / 1e3)
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
-                      SchedulerConfig(decode_steps=a.decode_steps, overlap=a.overlap, chunk_size=8192,
-                                      max_running_requests=256), structlog.get_logger())
+                      SchedulerConfig(decode_steps=a.decode_steps, overlap=a.overlap, overlap_mode=a.overlap_mode,
+                                      chunk_size=8192, max_running_requests=256), structlog.get_logger())
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
     threading.Thread(target=sched.run, daemon=True).start()
@@ -155,7 +172,7 @@ def main() -> None:
             t.join()
         return out
 
-    print(f"overlap={a.overlap} K={a.decode_steps} step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
+    print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
           f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency}")
     if a.background:
         bg = [threading.Thread(target=one, args=([rng.randrange(100, 1000) for _ in range(64)], 3000), daemon=True)

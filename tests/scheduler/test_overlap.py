@@ -2,7 +2,8 @@
 token for token with K = 1 and K = 8 decode steps per Forward through batched decode with different
 max_new_tokens, a stop token id and a stop string hit inside a Forward, an abort mid-decode, requests
 arriving while others decode, and retraction in a tiny pool; after each, the pool is settled (no leaked
-slot, integrity check empty). The synchronous path (--no-overlap) gives the same output."""
+slot, integrity check empty). The same with ``--overlap-mode queued`` (K = 8). The synchronous path
+(--no-overlap) gives the same output."""
 
 import json
 import random
@@ -32,6 +33,14 @@ def k1(tmp_path_factory, model_path):
 
 
 @pytest.fixture(scope="module")
+def k8q(tmp_path_factory, model_path):
+    """K = 8 with ``--overlap-mode queued``: N+1 queued at the worker behind N, deferrable."""
+    with Backend.start(tmp_path_factory.mktemp("overlap-k8q-logs"), model_path=model_path, max_running_requests=16,
+                       scheduler_args=("--decode-steps", "8", "--overlap-mode", "queued")) as be:
+        yield be
+
+
+@pytest.fixture(scope="module")
 def small(tmp_path_factory, model_path):
     """The small-pool retraction test again, with K = 8 and overlap."""
     with Backend.start(tmp_path_factory.mktemp("overlap-small-logs"), model_path=model_path,
@@ -40,7 +49,7 @@ def small(tmp_path_factory, model_path):
         yield be
 
 
-@pytest.fixture(params=["k1", "k8"])
+@pytest.fixture(params=["k1", "k8", "k8q"])
 def be(request):
     return request.getfixturevalue(request.param)
 

@@ -38,19 +38,24 @@ def test_chunked_prefill_equals_hf_with_prompt_logprobs(small, model_path):
 
 
 def test_pool_too_small_for_everyone_retracts_and_outputs_stay_equal(small, model_path):
+    """Every round's outputs equal HF; up to 3 rounds, until one of them retracted. (Whether a round retracts
+    depends on how the 12 arrivals spread over the admission rounds: once in a full-suite run none did.)"""
     rng = random.Random(5)
-    reqs = [dict(input_ids=[rng.randrange(20, 1024) for _ in range(rng.randrange(60, 140))],
-                 max_new_tokens=rng.randrange(90, 130), ignore_eos=True, return_logprob=True) for _ in range(12)]
-    assert sum(len(r["input_ids"]) + r["max_new_tokens"] for r in reqs) > 2 * CAPACITY
-    retracted_before = events(small, "retracted")
-    outs = generate_many(small.scheduler, reqs)
-    assert events(small, "retracted") > retracted_before, "the pool never ran out: make the test tighter"
-    for r, out in zip(reqs, outs):
-        expected, lps = hf.greedy(model_path, r["input_ids"], r["max_new_tokens"], eos=None)
-        assert out.token_ids == expected
-        assert out.logprobs == pytest.approx(lps, abs=1e-4)
-        assert (out.finish_reason, out.completion_tokens) == ("length", r["max_new_tokens"])
-    small.idle_check()
+    for _ in range(3):
+        reqs = [dict(input_ids=[rng.randrange(20, 1024) for _ in range(rng.randrange(60, 140))],
+                     max_new_tokens=rng.randrange(90, 130), ignore_eos=True, return_logprob=True) for _ in range(12)]
+        assert sum(len(r["input_ids"]) + r["max_new_tokens"] for r in reqs) > 2 * CAPACITY
+        retracted_before = events(small, "retracted")
+        outs = generate_many(small.scheduler, reqs)
+        for r, out in zip(reqs, outs):
+            expected, lps = hf.greedy(model_path, r["input_ids"], r["max_new_tokens"], eos=None)
+            assert out.token_ids == expected
+            assert out.logprobs == pytest.approx(lps, abs=1e-4)
+            assert (out.finish_reason, out.completion_tokens) == ("length", r["max_new_tokens"])
+        small.idle_check()
+        if events(small, "retracted") > retracted_before:
+            return
+    raise AssertionError("the pool never ran out in 3 rounds: make the test tighter")
 
 
 def test_p2_shared_long_prefix_under_a_small_pool(small, model_path):
