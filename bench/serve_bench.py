@@ -22,7 +22,7 @@ each, so a run cut short still leaves data):
 - ``nooverlap``: concurrency 64 again with the scheduler's ``--no-overlap`` (it waits for each Forward's reply
   before sending the next), same ``--decode-steps``.
 - ``queued``: concurrency 64 and 256 again with the scheduler's ``--overlap-mode queued`` (decode Forward N+1
-  waits at the worker behind N, deferrable, instead of being sent when N's reply is in), same ``--decode-steps``:
+  waits at the worker behind N instead of being sent when N's reply is in; arrivals' extends inserted ahead), same ``--decode-steps``:
   a same-run comparison of the two overlap designs (throughput, TTFT, share of the step outside the worker).
 
 Decode figures come from the scheduler's cumulative ``loop_stats`` log line (decode Forwards, steps, wall
@@ -306,7 +306,7 @@ class Bench:
                 self.guard(ph, lambda: (self.restart_scheduler(1), self.fixed(64, "c64_k1")))
             elif ph == "nooverlap":  # same K, the scheduler waits for each Forward before the next; then back
                 self.guard(ph, lambda: self.variant(["--no-overlap"], "nooverlap", (64,)))
-            elif ph == "queued":  # same K, N+1 queued at the worker behind N (deferrable); then back
+            elif ph == "queued":  # same K, N+1 queued at the worker behind N; then back
                 self.guard(ph, lambda: self.variant(["--overlap-mode", "queued"], "queued", (64, 256)))
             self.derive()
         print(self.table(), flush=True)

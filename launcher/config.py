@@ -49,7 +49,7 @@ HELP = {
     "decode_steps": "decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise",
     "overlap": "overlapped decode (the scheduler sends decode Forward N+1 before processing N); false: --no-overlap",
     "overlap_mode": "when overlapped decode sends Forward N+1: just-in-time (when N's reply is in) or queued (at "
-                    "once, deferrable: waits at the worker behind N; arrivals' extends still go first)",
+                    "once: waits at the worker behind N; an arrival's extend that reaches the worker first still goes first)",
     "lease_seconds": "the scheduler's session lease at the cache, in seconds (given to both: the scheduler asks "
                      "for it, the cache uses it for sessions that ask for none)",
     "drain_seconds": "on SIGTERM / Ctrl-C: seconds requests in flight may take to finish, at the gateway and at "

@@ -52,8 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="overlapped decode: in steady decode send Forward N+1 before processing N's reply")
     p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default="just-in-time",
                    help="when overlapped decode sends Forward N+1: just-in-time = when N's reply is in (an arrival's "
-                        "extend goes first); queued = at once, waiting at the worker behind N, deferrable (an "
-                        "arrival's extend that reaches the worker before N ends still goes first)")
+                        "extend goes first); queued = at once, waiting at the worker behind N (an arrival's extend "
+                        "that reaches the worker before N+1 started still goes first)")
     args = p.parse_args(argv)
     check_ranges(p, args)
     return args

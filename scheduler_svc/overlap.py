@@ -16,10 +16,11 @@ When N+1 is sent (``--overlap-mode``, ``overlap_mode.OVERLAP_MODES``):
   extend when N's reply is in. A first token waits for the rest of N (and earlier arrivals' extends) only,
   never for a K-step Forward queued behind N. The cost: the reply of N and the send of N+1 are not hidden
   (one local gRPC round trip, and the worker's parsing of N+1, per Forward, with the GPU idle).
-- ``queued``: at once, ``deferrable``, so it waits at the worker behind N and starts the moment N ends.
-  Arrivals are admitted and their extends sent (after N, or after the previous extend) as above; the worker
-  runs every non-deferrable Forward waiting when N ends before N+1 (``worker_svc/engine_gate.py``). An
-  extend that reaches the worker after N+1 started waits for N+1's steps.
+- ``queued``: at once, so it waits at the worker behind N and starts the moment N ends (the reply of N and
+  the send and parsing of N+1 are hidden). Arrivals are admitted and their extends sent (after N, or after
+  the previous extend) as above, with ``before_seq = N+1``: when an extend reaches the worker before N+1 has
+  started, N+1 waits for it too (``worker_svc/ordering.py``). An extend that reaches the worker after N+1
+  started waits for N+1's steps.
 
 Chaining happens only in steady decode (``can_chain``); otherwise the loop drains (waits for and processes
 the in-flight replies, in order) and takes the synchronous path (extend, admission, retract, aborts).
@@ -145,19 +146,24 @@ class Pipeline:
         return len(self.inflight) == 1 and can_chain(self.inflight[0].batch, s.running, len(s.waiting),
                                                      s.cfg.max_running_requests)
 
-    def send(self, batch: Batch, after_seq: int = 0) -> InFlight:
-        """Sends ``batch`` without waiting (to run after Forward ``after_seq``; 0: at once) and queues it."""
+    def send(self, batch: Batch, after_seq: int = 0, before_seq: int = 0) -> InFlight:
+        """Sends ``batch`` without waiting (to run after Forward ``after_seq``, 0: at once; and ahead of Forward
+        ``before_seq`` if that one has not started, 0: none) and queues it: last, or (``before_seq``) just
+        before that Forward, so its reply is processed when it comes, not after that Forward's. (Replies are
+        processed in queue order; the two hold different requests, so either order is correct.)"""
         s = self.s
         seq = s.next_seq()
-        sent = InFlight(batch, s.worker.forward_async(s._items(batch), seq, after_seq), seq)
-        self.inflight.append(sent)
+        sent = InFlight(batch, s.worker.send(s.worker.prepare(s._items(batch), seq, after_seq, before_seq)), seq)
+        at = next((i for i, f in enumerate(self.inflight) if f.seq == before_seq), len(self.inflight))
+        self.inflight.insert(at, sent)
         return sent
 
     def chain(self) -> None:
-        """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, deferrable, after N);
-        until N's reply is in, each arrival is admitted at once and its extend sent to run after N (and after
-        the extends sent before it); then (``just-in-time``) N+1 is sent after N or the last extend, and N is
-        processed. An Allocate failure sends no N+1 (the next round drains and the synchronous path retracts)."""
+        """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, after N); until N's
+        reply is in, each arrival is admitted at once and its extend sent to run after N (and after the extends
+        sent before it; ``queued``: ahead of N+1); then (``just-in-time``) N+1 is sent after N or the last
+        extend, and N is processed. An Allocate failure sends no N+1 (the next round drains and the synchronous
+        path retracts)."""
         s = self.s
         t0 = time.perf_counter()
         cur = self.inflight[0]
@@ -173,20 +179,22 @@ class Pipeline:
             if reply is not None:
                 nxt = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
                 # built now, while N runs: only the send waits for N's reply (just-in-time)
-                nxt_request = s.worker.prepare(s._items(nxt), s.next_seq(), after_seq=cur.seq, deferrable=queued)
+                nxt_request = s.worker.prepare(s._items(nxt), s.next_seq(), after_seq=cur.seq)
                 for _ in range(max(k for _, k in plan)):
                     s.ratio.on_decode_step()
                 s.stats["decode_alloc_seconds"] += time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
+            ahead_of = 0  # queued: extends run ahead of N+1 when they reach the worker before it started
             if nxt is not None and queued:
                 self._send_chained(nxt, nxt_request)
-            extend_after = cur.seq  # extends run after N and after each other (queued: ahead of N+1)
+                ahead_of = nxt_request.seq
+            extend_after = cur.seq  # extends run after N and after each other
             while wait_reply_or_arrival(cur.pending, s.intake.wake, self.admissible_arrival):
                 extend = s._extend_batch(new_only=True)  # admitted ones are in an extend already sent
                 s._publish()
                 if extend is not None:
-                    extend_after = self.send(extend, after_seq=extend_after).seq
+                    extend_after = self.send(extend, after_seq=extend_after, before_seq=ahead_of).seq
                     s.stats["extends_ahead"] += 1
             if nxt is not None and not queued:
                 nxt_request.after_seq = extend_after

@@ -2,6 +2,6 @@
 ``scheduler_svc/overlap.py``). Kept apart so that the scheduler's argument parser imports nothing heavy."""
 
 # "just-in-time": when N's reply is in (arrivals' extends sent meanwhile run first).
-# "queued": at once, deferrable: it waits at the worker behind N; extends that reach the worker before N ends
-# still run first (worker_svc/engine_gate.py).
+# "queued": at once: it waits at the worker behind N; arrivals' extends are sent with before_seq = N+1 and run
+# first when they reach the worker before N+1 started (worker_svc/ordering.py).
 OVERLAP_MODES = ("just-in-time", "queued")

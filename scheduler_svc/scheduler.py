@@ -61,7 +61,7 @@ class SchedulerConfig:
     lease_seconds: float = 30.0
     decode_steps: int = 1  # > 1: multi-step decode, up to this many steps per Forward (scheduler_svc/multistep.py)
     overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/overlap.py)
-    # when N+1 is sent (overlap_mode.OVERLAP_MODES): "just-in-time" when N's reply is in; "queued" at once, deferrable
+    # when N+1 is sent (overlap_mode.OVERLAP_MODES): "just-in-time" when N's reply is in; "queued" at once
     overlap_mode: str = "just-in-time"
 
     def __post_init__(self) -> None:

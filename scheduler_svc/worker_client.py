@@ -79,11 +79,11 @@ class WorkerClient:
         return self.send(self.prepare(items, seq, after_seq))
 
     def prepare(self, items: list[worker_pb2.ForwardItem], seq: int, after_seq: int = 0,
-                deferrable: bool = False) -> worker_pb2.ForwardRequest:
+                before_seq: int = 0) -> worker_pb2.ForwardRequest:
         """The ForwardRequest of ``forward_async``, built ahead (its ``after_seq`` may be set before ``send``).
-        ``deferrable``: the worker runs other Forwards waiting when it may run first (see worker.proto)."""
+        ``before_seq``: run ahead of that Forward if it has not started at the worker (see worker.proto)."""
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
-                                         deferrable=deferrable)
+                                         before_seq=before_seq)
 
     def send(self, request: worker_pb2.ForwardRequest) -> PendingForward:
         """Sends a prepared ForwardRequest without waiting."""

@@ -14,16 +14,16 @@ K/V this worker has written (or was told is cached, via ``has_prefix``). A forwa
    A request whose last sampled token is one of the item's ``stop_token_ids`` is ``stopped``: a later
    ``input_from_last_sample`` item of it is skipped (nothing written or committed, result ``skipped``).
 
-Ordering: a Forward with ``after_seq`` waits (outside the engine gate, after the epoch check) until that Forward
-completed here (``ordering.ForwardOrder``); each Forward with a ``seq`` records its outcome. Then it waits
-for the engine (``engine_gate.EngineGate``): one Forward at a time, a ``deferrable`` one after every other
-Forward then waiting.
+Ordering: a Forward with ``after_seq`` waits (outside the lock, after the epoch check) until that Forward
+completed here (``ordering.ForwardOrder``), and for every Forward that asked to run before it
+(``before_seq``) while it had not started; each Forward with a ``seq`` records its outcome.
 
 ``has_prefix=True`` replaces whatever the worker held for that id. Thread-safe: one forward at a time.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
-from worker_svc.engine_gate import EngineGate
 from worker_svc.forward_batch import build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
@@ -107,7 +106,7 @@ class Engine:
         self.device = kv_pool.device
         self.requests: dict[str, RequestState] = {}
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self._gate = EngineGate()  # one Forward at a time; deferrable ones after the others waiting
+        self._lock = threading.Lock()
         self.order = ForwardOrder()
 
     def info(self) -> EngineInfo:
@@ -124,26 +123,27 @@ class Engine:
 
     def release(self, request_ids: Sequence[str]) -> int:
         """Drops the state of these requests; unknown ids are ignored. Returns how many were dropped."""
-        with self._gate.hold():
+        with self._lock:
             return sum(self.requests.pop(rid, None) is not None for rid in request_ids)
 
     def forward(self, items: Sequence[ForwardItem], expected_epoch: str, seq: int = 0, after_seq: int = 0,
-                cancelled=None, deferrable: bool = False) -> ForwardResult:
+                cancelled=None, before_seq: int = 0) -> ForwardResult:
         """Runs one batch. ``seq`` > 0 records this Forward's outcome; ``after_seq`` > 0 waits until that
-        Forward completed; ``cancelled()`` (optional) is asked after that wait: True (the caller gave up on
-        the call meanwhile) -> ABORTED without running. ``deferrable``: once it may run, Forwards that are not
-        deferrable and wait for the engine then run first (``engine_gate``). Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND /
+        Forward completed; ``before_seq`` > 0 makes Forward ``before_seq`` wait for this one if it has not
+        started yet (``ForwardOrder.insert_before``); ``cancelled()`` (optional) is asked after the wait: True
+        (the caller gave up on the call meanwhile) -> ABORTED without running. Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND /
         FAILED_PRECONDITION, ABORTED when the Forward it follows failed or never completed) before any work
         when the batch is invalid or may not run; then nothing has changed."""
         try:
             if expected_epoch != self.epoch:  # before waiting: a restarted worker never saw after_seq
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
+            self.order.insert_before(seq, before_seq, after_seq)
             self.order.wait_for(after_seq, seq)
             if after_seq > 0 and cancelled is not None and cancelled():
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
-            with self._gate.hold(deferrable):
+            with self._lock:
                 stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
                 validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
@@ -180,7 +180,7 @@ class Engine:
     def warmup(self) -> None:
         """Runs one extend and one decode step on slots 1..3 (no request state is kept), so the attention
         kernels are compiled before serving. The garbage K/V written there is overwritten by later use."""
-        with self._gate.hold():
+        with self._lock:
             dev = self.device
             s = [1 + i % (self.kv_pool.pool_slots - 1) for i in range(3)]  # slots 1, 2, 3 (fewer in tiny pools)
             for prefix, new, table in (([0], [2], [s[:2]]), ([2], [1], [s])):

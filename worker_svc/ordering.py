@@ -5,6 +5,13 @@ With overlapped decode the scheduler sends Forward N+1 before Forward N's reply 
 a server thread before N has taken the engine lock. N+1 carries ``after_seq = N.seq`` and waits here (not
 holding the engine lock) until N is recorded as done; when N failed, or did not complete within the
 timeout, N+1 fails with ABORTED naming N and the reason (and changes nothing).
+
+Insertion ahead (``before_seq``, the scheduler's ``--overlap-mode queued``): N+1 is sent at once and waits here
+for N; an extend E of requests admitted while N runs is sent later with ``after_seq = N`` and ``before_seq =
+N+1``. When E arrives before N+1 has started, N+1 also waits for E (completed or failed: E's requests are not
+N+1's), so when N ends E runs first and the new requests' first tokens do not wait for N+1's decode steps. When
+N+1 has already started, E runs after its own after_seq as usual. The registration happens when E arrives,
+under the same lock as N+1's start, so there is no window in which both are runnable and N+1 wins a race.
 """
 
 from __future__ import annotations
@@ -22,27 +29,60 @@ class ForwardOrder:
     """Outcomes of recent Forwards by seq (seq > 0 only). Thread-safe."""
 
     def __init__(self, timeout_s: float = 60.0) -> None:
-        """``timeout_s``: seconds a Forward waits for the one it must follow."""
+        """``timeout_s``: seconds a Forward waits for the ones it must follow."""
         self.timeout_s = timeout_s
         self._cond = threading.Condition()
         self._outcomes: OrderedDict[int, str] = OrderedDict()  # seq -> "" (completed) or the failure reason
+        self._started: OrderedDict[int, None] = OrderedDict()  # seqs that passed wait_for (recent KEEP)
+        self._ahead: OrderedDict[int, set[int]] = OrderedDict()  # seq -> seqs inserted ahead of it, not started
+
+    def insert_before(self, seq: int, before_seq: int, after_seq: int = 0) -> bool:
+        """Forward ``seq`` asks to run ahead of Forward ``before_seq``: when that one has not started, it will
+        also wait until ``seq`` has an outcome (True); when it has started, nothing changes (False). No-op
+        (False) for before_seq <= 0. Raises WorkerError INVALID_ARGUMENT when ``seq`` <= 0 or ``before_seq`` is
+        ``seq`` or ``after_seq`` (it would wait for itself)."""
+        if before_seq <= 0:
+            return False
+        if seq <= 0 or before_seq in (seq, after_seq):
+            raise WorkerError("INVALID_ARGUMENT", f"Forward seq {seq} cannot run before seq {before_seq} "
+                                                  f"(after_seq {after_seq}): a seq > 0 is needed, other than both")
+        with self._cond:
+            if before_seq in self._started:
+                return False
+            self._ahead.setdefault(before_seq, set()).add(seq)
+            self._ahead.move_to_end(before_seq)
+            while len(self._ahead) > KEEP:
+                self._ahead.popitem(last=False)
+            return True
 
     def wait_for(self, after_seq: int, seq: int) -> None:
-        """Blocks until the Forward ``after_seq`` completed (returns at once for after_seq <= 0). Raises
-        WorkerError ABORTED when it failed or did not complete within ``timeout_s``."""
-        if after_seq <= 0:
-            return
-        if after_seq == seq:
+        """Blocks until the Forward ``after_seq`` completed (none for after_seq <= 0) and every Forward inserted
+        ahead of ``seq`` has an outcome; then ``seq`` counts as started (later insertions do not wait for it).
+        Raises WorkerError ABORTED when ``after_seq`` failed, or when they did not all come within
+        ``timeout_s``; INVALID_ARGUMENT when after_seq is seq."""
+        if after_seq == seq and seq > 0:
             raise WorkerError("INVALID_ARGUMENT", f"Forward seq {seq} cannot run after itself (after_seq {after_seq})")
+        if seq <= 0 and after_seq <= 0:
+            return
         deadline = time.monotonic() + self.timeout_s
         with self._cond:
-            while after_seq not in self._outcomes:
+            while True:
+                missing = [s for s in self._ahead.get(seq, ()) if s not in self._outcomes]
+                if after_seq > 0 and after_seq not in self._outcomes:
+                    missing.insert(0, after_seq)
+                if not missing:
+                    break
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise WorkerError("ABORTED", f"Forward seq {seq} runs after seq {after_seq}, which did not complete "
-                                                 f"on this worker within {self.timeout_s:g} s")
+                    raise WorkerError("ABORTED", f"Forward seq {seq} runs after seq {missing[0]}, which did not "
+                                                 f"complete on this worker within {self.timeout_s:g} s")
                 self._cond.wait(left)
-            reason = self._outcomes[after_seq]
+            reason = self._outcomes[after_seq] if after_seq > 0 else ""
+            if seq > 0:
+                self._ahead.pop(seq, None)
+                self._started[seq] = None
+                while len(self._started) > KEEP:
+                    self._started.popitem(last=False)
         if reason:
             raise WorkerError("ABORTED", f"Forward seq {seq} runs after seq {after_seq}, which failed: {reason}")
 

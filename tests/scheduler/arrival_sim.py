@@ -36,24 +36,23 @@ from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
 from tests.scheduler.fake_worker import LaterReply, forward_response
-from worker_svc.engine_gate import EngineGate
 from worker_svc.model.default import ensure_default_model
+from worker_svc.ordering import ForwardOrder
 
 TOKEN = 77
 
 
 class SimWorker:
-    """Runs Forwards one at a time through the worker's real ``EngineGate`` (a Forward with after_seq waits for
-    that one; a deferrable one lets waiting extends go first), sleeping for their duration. ``rtt_s``: the
-    worker-side cost of one asynchronous Forward outside the GPU (half before it can run: transfer and
-    parsing, half after: the reply), so hiding it shows."""
+    """Runs Forwards one at a time in the worker's real order (``ForwardOrder``: a Forward with after_seq waits
+    for that one, one with before_seq is inserted ahead of that one if it has not started), sleeping for their
+    duration. ``rtt_s``: the worker-side cost of one asynchronous Forward outside the GPU (half before it can
+    run: transfer and parsing, half after: the reply), so hiding it shows."""
 
     def __init__(self, step_s: float, token_s: float, capacity: int, rtt_s: float = 0.0) -> None:
         self.step_s, self.token_s, self.capacity, self.rtt_s = step_s, token_s, capacity, rtt_s
         self.epoch = ""
-        self._engine = EngineGate()
-        self._cond = threading.Condition()
-        self._done: set[int] = set()
+        self._engine = threading.Lock()
+        self.order = ForwardOrder()
 
     def info(self) -> worker_pb2.WorkerInfo:
         return worker_pb2.WorkerInfo(worker_id="sim", epoch="e1", model_name="sim", n_positions=4096, vocab_size=1000,
@@ -61,27 +60,24 @@ class SimWorker:
                                      pool_slots=self.capacity + 1)
 
     def _run(self, request: worker_pb2.ForwardRequest) -> worker_pb2.ForwardResponse:
-        if request.after_seq:
-            with self._cond:
-                self._cond.wait_for(lambda: request.after_seq in self._done)
-        with self._engine.hold(request.deferrable):
+        self.order.insert_before(request.seq, request.before_seq, request.after_seq)
+        self.order.wait_for(request.after_seq, request.seq)
+        with self._engine:
             steps = max([it.decode_steps for it in request.items] + [1])
             tokens = sum(len(it.input_ids) for it in request.items if not it.input_from_last_sample)
             extend = any(it.has_prefix or len(it.input_ids) > 1 for it in request.items)
             t0 = time.perf_counter()
             time.sleep(3e-4 + tokens * self.token_s if extend else steps * self.step_s)
             reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0)
-        with self._cond:
-            self._done.add(request.seq)
-            self._cond.notify_all()
+        self.order.done(request.seq)
         return reply
 
     def forward(self, items, seq: int = 0):
         return self._run(self.prepare(items, seq))
 
-    def prepare(self, items, seq: int, after_seq: int = 0, deferrable: bool = False) -> worker_pb2.ForwardRequest:
+    def prepare(self, items, seq: int, after_seq: int = 0, before_seq: int = 0) -> worker_pb2.ForwardRequest:
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
-                                         deferrable=deferrable)
+                                         before_seq=before_seq)
 
     def send(self, request: worker_pb2.ForwardRequest) -> LaterReply:
         pending = LaterReply()

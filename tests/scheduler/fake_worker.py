@@ -107,9 +107,9 @@ class FreezableWorker:
         return worker_pb2.WorkerInfo(worker_id="w0", epoch="e1", model_name="fake", n_positions=2048, vocab_size=1000,
                                      eos_token_id=0, capacity_tokens=4096, page_size=1, pool_slots=4097)
 
-    def prepare(self, items, seq: int, after_seq: int = 0, deferrable: bool = False) -> worker_pb2.ForwardRequest:
+    def prepare(self, items, seq: int, after_seq: int = 0, before_seq: int = 0) -> worker_pb2.ForwardRequest:
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
-                                         deferrable=deferrable)
+                                         before_seq=before_seq)
 
     def forward_async(self, items, seq: int, after_seq: int = 0) -> WatchedReply:
         return self.send(self.prepare(items, seq, after_seq))

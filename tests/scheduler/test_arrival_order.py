@@ -10,8 +10,8 @@ state, not a timing: no test here measures or sleeps for time.
   the fix N+1 was already queued behind N, so the new request's prefill waited for a whole K-step Forward.
 - Two requests arriving one after the other while N runs: both extends run after N, before N+1.
 - With nothing arriving, N+1 follows N (``after_seq = N.seq``), and every request's output is complete.
-- ``--overlap-mode queued``: N+1 is sent at once, deferrable, after N; an arrival's extend is sent after N
-  (not after N+1), not deferrable, so the worker's engine gate runs it before N+1.
+- ``--overlap-mode queued``: N+1 is sent at once, after N; an arrival's extend is sent after N (not after
+  N+1) with ``before_seq = N+1``, so the worker runs it before N+1 when N+1 has not started.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class RecordingWorker:
         self.pending: dict[int, HeldReply] = {}
         self.released: list[str] = []
         self.hold_decode = False
-        self.deferrable: set[int] = set()  # seqs of the Forwards sent deferrable
+        self.before: dict[int, int] = {}  # seq -> before_seq, of the Forwards sent with one
         self.changed = threading.Condition()
 
     def info(self) -> worker_pb2.WorkerInfo:
@@ -85,14 +85,14 @@ class RecordingWorker:
     def forward_async(self, items, seq: int, after_seq: int = 0):
         return self.send(self.prepare(items, seq, after_seq))
 
-    def prepare(self, items, seq: int, after_seq: int = 0, deferrable: bool = False) -> worker_pb2.ForwardRequest:
+    def prepare(self, items, seq: int, after_seq: int = 0, before_seq: int = 0) -> worker_pb2.ForwardRequest:
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
-                                         deferrable=deferrable)
+                                         before_seq=before_seq)
 
     def send(self, request: worker_pb2.ForwardRequest) -> HeldReply:
         seq, after_seq, items = request.seq, request.after_seq, list(request.items)
-        if request.deferrable:
-            self.deferrable.add(seq)
+        if request.before_seq:
+            self.before[seq] = request.before_seq
         self._record(seq, after_seq, items)
         held = HeldReply(forward_response(items, TOKEN), hold=self.hold_decode and kind(items) == "decode")
         self.pending[seq] = held
@@ -217,7 +217,7 @@ def test_every_request_arriving_during_a_decode_forward_runs_before_the_next_dec
 
 
 @pytest.mark.parametrize("loop", ["queued"], indirect=True)
-def test_queued_mode_sends_the_next_decode_at_once_deferrable_and_an_arrivals_extend_after_n(loop):
+def test_queued_mode_sends_the_next_decode_at_once_and_an_arrivals_extend_after_n_and_before_it(loop):
     sched, worker, submit = loop
     a = submit("a", list(range(10, 30)), 40)
     assert sched.step()  # extend of a
@@ -229,12 +229,12 @@ def test_queued_mode_sends_the_next_decode_at_once_deferrable_and_an_arrivals_ex
     worker.wait_sent(3)  # N+1, before N's reply and before any arrival
     nxt_seq, nxt_after, nxt_items = worker.sent[2]
     assert (kind(nxt_items), [it.request_id for it in nxt_items], nxt_after) == ("decode", ["a"], n_seq)
-    assert nxt_seq in worker.deferrable
+    assert nxt_seq not in worker.before
     b = submit("b", list(range(40, 52)), 5)  # arrives while N runs, N+1 already queued
     worker.wait_sent(4)
     e_seq, e_after, e_items = worker.sent[3]
     assert (kind(e_items), [it.request_id for it in e_items], e_after) == ("extend", ["b"], n_seq)
-    assert e_seq not in worker.deferrable  # the worker runs it ahead of the deferrable N+1
+    assert worker.before[e_seq] == nxt_seq  # the worker runs it ahead of N+1 if N+1 has not started
     worker.pending[n_seq].release()
     round_n.join(WAIT_S)
     assert not round_n.is_alive()
@@ -259,5 +259,4 @@ def test_without_arrivals_each_decode_forward_follows_the_previous_one(loop):
         assert after in (0, prev)  # chained ones run after the one before; none overtakes
     assert sched.stats["extends_ahead"] == 0
     assert sorted(worker.released) == ["r0", "r1", "r2"]
-    chained = {seq for seq, after in decodes if after}
-    assert worker.deferrable == (chained if sched.cfg.overlap_mode == "queued" else set())
+    assert worker.before == {}  # nothing arrived: nothing inserted ahead

@@ -34,7 +34,8 @@ def k1(tmp_path_factory, model_path):
 
 @pytest.fixture(scope="module")
 def k8q(tmp_path_factory, model_path):
-    """K = 8 with ``--overlap-mode queued``: N+1 queued at the worker behind N, deferrable."""
+    """K = 8 with ``--overlap-mode queued``: N+1 queued at the worker behind N, arrivals'
+    extends inserted ahead of it."""
     with Backend.start(tmp_path_factory.mktemp("overlap-k8q-logs"), model_path=model_path, max_running_requests=16,
                        scheduler_args=("--decode-steps", "8", "--overlap-mode", "queued")) as be:
         yield be
