@@ -1,7 +1,7 @@
 """End-to-end serving benchmark: the whole stack (cache, worker, scheduler, gateway as real processes)
 driven over HTTP with streaming, side by side with transformers' static-batch ``generate``.
 
-    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,queued]
+    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,jit]
 
 ``--gpu``: random-weight starcoderbase-1b checkpoint in bfloat16 (``worker_svc.model.default --shape``),
 CUDA worker (flashinfer, CUDA-graph decode), 1,024 prompt tokens and 256 output tokens (ignore_eos). Without
@@ -21,9 +21,10 @@ each, so a run cut short still leaves data):
 - ``k1``: concurrency 64 again with ``--decode-steps 1`` (one decode step per Forward) for comparison.
 - ``nooverlap``: concurrency 64 again with the scheduler's ``--no-overlap`` (it waits for each Forward's reply
   before sending the next), same ``--decode-steps``.
-- ``queued``: concurrency 64 and 256 again with the scheduler's ``--overlap-mode queued`` (decode Forward N+1
-  waits at the worker behind N instead of being sent when N's reply is in; arrivals' extends inserted ahead), same ``--decode-steps``:
-  a same-run comparison of the two overlap designs (throughput, TTFT, share of the step outside the worker).
+- ``jit``: concurrency 64 and 256 again with the scheduler's ``--overlap-mode just-in-time`` (decode Forward
+  N+1 sent when N's reply is in, instead of the default ``queued``: waiting at the worker behind N, arrivals'
+  extends inserted ahead of it), same ``--decode-steps``: a same-run comparison of the two overlap designs
+  (throughput, TTFT, share of the step outside the worker).
 
 Decode figures come from the scheduler's cumulative ``loop_stats`` log line (decode Forwards, steps, wall
 seconds of the decode rounds, the worker's forward seconds): time outside the worker's forward = wall -
@@ -306,8 +307,8 @@ class Bench:
                 self.guard(ph, lambda: (self.restart_scheduler(1), self.fixed(64, "c64_k1")))
             elif ph == "nooverlap":  # same K, the scheduler waits for each Forward before the next; then back
                 self.guard(ph, lambda: self.variant(["--no-overlap"], "nooverlap", (64,)))
-            elif ph == "queued":  # same K, N+1 queued at the worker behind N; then back
-                self.guard(ph, lambda: self.variant(["--overlap-mode", "queued"], "queued", (64, 256)))
+            elif ph == "jit":  # same K, N+1 sent when N's reply is in (the default queues it behind N); then back
+                self.guard(ph, lambda: self.variant(["--overlap-mode", "just-in-time"], "jit", (64, 256)))
             self.derive()
         print(self.table(), flush=True)
         (self.out / "serve_bench_table.txt").write_text(self.table() + "\n")

@@ -48,8 +48,9 @@ HELP = {
                             "scheduler fails its requests with UNAVAILABLE (HTTP 503) and new ones at once; 0 = off",
     "decode_steps": "decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise",
     "overlap": "overlapped decode (the scheduler sends decode Forward N+1 before processing N); false: --no-overlap",
-    "overlap_mode": "when overlapped decode sends Forward N+1: just-in-time (when N's reply is in) or queued (at "
-                    "once: waits at the worker behind N; an arrival's extend that reaches the worker first still goes first)",
+    "overlap_mode": "when overlapped decode sends Forward N+1: queued (at once: it waits at the worker behind N; an "
+                    "arrival's extend that reaches the worker first still goes first) or just-in-time (when N's reply "
+                    "is in)",
     "lease_seconds": "the scheduler's session lease at the cache, in seconds (given to both: the scheduler asks "
                      "for it, the cache uses it for sessions that ask for none)",
     "drain_seconds": "on SIGTERM / Ctrl-C: seconds requests in flight may take to finish, at the gateway and at "
@@ -103,7 +104,7 @@ class StackConfig:
     worker_stall_timeout: float = 10.0
     decode_steps: int = 0
     overlap: bool = True
-    overlap_mode: str = "just-in-time"
+    overlap_mode: str = "queued"
     # scheduler and cache; scheduler and gateway
     lease_seconds: float = 30.0
     drain_seconds: float = 5.0

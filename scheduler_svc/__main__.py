@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from scheduler_svc.overlap_mode import OVERLAP_MODES
+from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
 from scheduler_svc.policy import POLICIES
 
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
@@ -50,10 +50,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlapped decode: in steady decode send Forward N+1 before processing N's reply")
-    p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default="just-in-time",
-                   help="when overlapped decode sends Forward N+1: just-in-time = when N's reply is in (an arrival's "
-                        "extend goes first); queued = at once, waiting at the worker behind N (an arrival's extend "
-                        "that reaches the worker before N+1 started still goes first)")
+    p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE,
+                   help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
+                        "(an arrival's extend that reaches the worker before N+1 started still goes first); "
+                        "just-in-time = when N's reply is in (an arrival's extend goes first)")
     args = p.parse_args(argv)
     check_ranges(p, args)
     return args

@@ -39,7 +39,7 @@ from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.multistep import apply_tokens, stop_ids
 from scheduler_svc.overlap import Pipeline
-from scheduler_svc.overlap_mode import OVERLAP_MODES
+from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
 from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.worker_client import PendingForward, WorkerClient
 
@@ -61,8 +61,8 @@ class SchedulerConfig:
     lease_seconds: float = 30.0
     decode_steps: int = 1  # > 1: multi-step decode, up to this many steps per Forward (scheduler_svc/multistep.py)
     overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/overlap.py)
-    # when N+1 is sent (overlap_mode.OVERLAP_MODES): "just-in-time" when N's reply is in; "queued" at once
-    overlap_mode: str = "just-in-time"
+    # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
+    overlap_mode: str = DEFAULT_OVERLAP_MODE
 
     def __post_init__(self) -> None:
         if self.overlap_mode not in OVERLAP_MODES:

@@ -132,7 +132,7 @@ def test_a_real_launcher_run_serves_with_the_changed_settings(tmp_path: pathlib.
     runs with exactly the command line the launcher's settings make; the scheduler logs its decode steps and overlap mode."""
     changed = ["--max-body-bytes", "1000", "--max-n", "2", "--request-timeout", "60", "--outage-timeout", "7",
                "--lease-seconds", "12", "--drain-seconds", "3", "--decode-steps", "2", "--seed", "5",
-               "--probe-timeout", "1.5", "--health-timeout", "20", "--overlap-mode", "queued"]
+               "--probe-timeout", "1.5", "--health-timeout", "20", "--overlap-mode", "just-in-time"]
     with launched(tmp_path, *changed) as run:
         big = {"prompt": "x" * 2000, "max_tokens": 1}
         reply = httpx.post(f"{run.url}/v1/completions", json=big, timeout=60)
@@ -157,5 +157,5 @@ def test_a_real_launcher_run_serves_with_the_changed_settings(tmp_path: pathlib.
 
         serving = [json.loads(line) for line in (run.log_dir / "scheduler.log").read_text().splitlines()
                    if line.startswith("{") and '"serving"' in line]
-        assert serving and (serving[-1]["decode_steps"], serving[-1]["overlap_mode"]) == (2, "queued")
+        assert serving and (serving[-1]["decode_steps"], serving[-1]["overlap_mode"]) == (2, "just-in-time")
         run.interrupt()

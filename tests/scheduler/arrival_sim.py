@@ -3,7 +3,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
 
     python -m tests.scheduler.arrival_sim [--step-ms 2.3] [--extend-us-per-token 4] [--decode-steps 8]
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
-        [--overlap-mode just-in-time|queued] [--rtt-ms 0] [--background N --probes 40]
+        [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -31,7 +31,7 @@ from common import grpc_server
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.detokenizer import load_tokenizer
 from scheduler_svc.output import OutputStream
-from scheduler_svc.overlap_mode import OVERLAP_MODES
+from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
@@ -113,7 +113,7 @@ def main() -> None:
                     "steady while single probes (prompt-len tokens, 1 output token) arrive one at a time")
     ap.add_argument("--probes", type=int, default=40)
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default="just-in-time")
+    ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE)
     ap.add_argument("--rtt-ms", type=float, default=0.0, help="worker-side cost of an asynchronous Forward outside "
                     "its run, half before and half after (transfer, parsing, reply)")
     a = ap.parse_args()

@@ -3,7 +3,7 @@
 The scheduler runs in this process against the real cache service (in-process gRPC server) and a recording
 worker (a unit test of the loop's sending order; the real worker's output is covered by test_overlap.py).
 A decode Forward's reply is held back until the test lets it go, so "while a decode Forward runs" is a
-state, not a timing: no test here measures or sleeps for time.
+state, not a timing: no test here measures time.
 
 - A request that arrives while a decode Forward N runs has its extend sent to run right after N
   (``after_seq = N.seq``); the next decode Forward (N+1, without the new request) follows the extend. Before
@@ -17,6 +17,7 @@ state, not a timing: no test here measures or sleeps for time.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
@@ -235,6 +236,11 @@ def test_queued_mode_sends_the_next_decode_at_once_and_an_arrivals_extend_after_
     e_seq, e_after, e_items = worker.sent[3]
     assert (kind(e_items), [it.request_id for it in e_items], e_after) == ("extend", ["b"], n_seq)
     assert worker.before[e_seq] == nxt_seq  # the worker runs it ahead of N+1 if N+1 has not started
+    # and its reply is processed before N+1's (the order the worker runs them in)
+    wait = time.monotonic() + WAIT_S
+    while len(sched.pipeline.inflight) < 3 and time.monotonic() < wait:
+        time.sleep(0.001)
+    assert [f.seq for f in sched.pipeline.inflight] == [n_seq, e_seq, nxt_seq]
     worker.pending[n_seq].release()
     round_n.join(WAIT_S)
     assert not round_n.is_alive()

@@ -2,7 +2,7 @@
 token for token with K = 1 and K = 8 decode steps per Forward through batched decode with different
 max_new_tokens, a stop token id and a stop string hit inside a Forward, an abort mid-decode, requests
 arriving while others decode, and retraction in a tiny pool; after each, the pool is settled (no leaked
-slot, integrity check empty). The same with ``--overlap-mode queued`` (K = 8). The synchronous path
+slot, integrity check empty). The same with ``--overlap-mode just-in-time`` (K = 8; the default is queued). The synchronous path
 (--no-overlap) gives the same output."""
 
 import json
@@ -33,11 +33,10 @@ def k1(tmp_path_factory, model_path):
 
 
 @pytest.fixture(scope="module")
-def k8q(tmp_path_factory, model_path):
-    """K = 8 with ``--overlap-mode queued``: N+1 queued at the worker behind N, arrivals'
-    extends inserted ahead of it."""
-    with Backend.start(tmp_path_factory.mktemp("overlap-k8q-logs"), model_path=model_path, max_running_requests=16,
-                       scheduler_args=("--decode-steps", "8", "--overlap-mode", "queued")) as be:
+def k8j(tmp_path_factory, model_path):
+    """K = 8 with ``--overlap-mode just-in-time``: N+1 sent when N's reply is in (the default is queued)."""
+    with Backend.start(tmp_path_factory.mktemp("overlap-k8j-logs"), model_path=model_path, max_running_requests=16,
+                       scheduler_args=("--decode-steps", "8", "--overlap-mode", "just-in-time")) as be:
         yield be
 
 
@@ -50,7 +49,7 @@ def small(tmp_path_factory, model_path):
         yield be
 
 
-@pytest.fixture(params=["k1", "k8", "k8q"])
+@pytest.fixture(params=["k1", "k8", "k8j"])
 def be(request):
     return request.getfixturevalue(request.param)
 
