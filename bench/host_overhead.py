@@ -15,6 +15,8 @@ Worker (the servicer's ``Forward`` called directly on a real CPU ``Engine``, no 
   commit          last logits -> ``engine.forward`` return (read-back, outputs, request table commit)
   reply_build     -> servicer return (``ForwardResponse`` built from the outputs)
   reply_serialize ``SerializeToString`` of the reply
+  step_feed       (not in the total: CUDA path only) ``StepFeed(...)`` for the Forward's slot tables, the
+                  per-Forward table build of the CUDA-graph multi-step path, here on CPU tensors
 Scheduler (the real ``Scheduler._items`` / ``_process`` on a scheduler without services, the default
 model's tokenizer; no gRPC transport):
   next_batch      ``overlap.continuation`` + ``slots_by_request`` + ``continuation_batch`` (Forward N+1)
@@ -48,6 +50,7 @@ import sys
 import time
 import types
 
+import numpy as np
 import torch
 
 from codeserve.v1 import cache_pb2, common_pb2, worker_pb2
@@ -213,6 +216,23 @@ def worker_phases(b: int, k: int, context: int, forwards: int, warmup: int, mode
     return out, req_bytes, reply_bytes
 
 
+def step_feed_ms(b: int, k: int, context: int, forwards: int) -> float:
+    """Median ms of one ``StepFeed`` build for ``b`` rows of ``context`` prefix slots and ``k`` steps (the CUDA
+    multi-step path's per-Forward table build; CPU tensors here, so the pinned copies are plain copies)."""
+    from worker_svc.step_feed import StepFeed
+
+    span = context + k
+    tables = [np.arange(1 + i * span, 1 + i * span + context, dtype=np.int32) for i in range(b)]
+    new = [tuple(range(1 + i * span + context, 1 + (i + 1) * span)) for i in range(b)]
+    cpu = torch.device("cpu")
+    times = []
+    for _ in range(forwards + 3):
+        t0 = time.perf_counter()
+        StepFeed(tables, new, [k] * b, cpu)
+        times.append(time.perf_counter() - t0)
+    return round(_median(times[3:]), 4)
+
+
 # ---- scheduler ------------------------------------------------------------------------------------------
 
 def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, tokenizer, tokens: list[int],
@@ -359,6 +379,7 @@ def main(argv=None) -> dict:
         s_stop = scheduler_phases(b, k, args.context, args.forwards, args.warmup, tokenizer, tokens,
                                   ("\n\n\n\n\n", "<|stop|>"), profile)
         s["process_stop"] = s_stop["process"]
+        w["step_feed"] = step_feed_ms(b, k, args.context, args.forwards)
         fl = floor_ms(req_bytes, reply_bytes, max(args.forwards, 20))
         entry = dict(worker=w, scheduler=s, floor=fl,
                      worker_per_step={p: round(v / k, 4) for p, v in w.items()},
