@@ -137,7 +137,8 @@ class ContentPart(BaseModel):
 class ChatMessage(BaseModel):
     """One chat message. ``content`` is required and not null: OpenAI allows null content only for an
     assistant message with tool calls, which this server does not support (a ``content_required`` error
-    at ``messages[i].content``)."""
+    at ``messages[i].content``). A list of parts needs at least one part, as OpenAI's API requires (a
+    ``content_empty`` error); an empty string is accepted."""
 
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant", "developer"]
@@ -150,6 +151,9 @@ class ChatMessage(BaseModel):
             raise PydanticCustomError(
                 "content_required", "content is required: a string or a list of text parts (null content is only "
                 "for assistant tool calls, which are not supported)")
+        if isinstance(value, list) and not value:
+            raise PydanticCustomError("content_empty", "content is an empty list: give at least one text part, "
+                                      "or a string")
         return value
 
 

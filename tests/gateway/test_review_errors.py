@@ -85,6 +85,7 @@ def test_empty_or_non_utf8_body_is_not_valid_json(gateway, fake, body, path):
     ({"role": "user"}, "messages[0].content"),
     ({"role": "user", "content": None}, "messages[0].content"),
     ({"role": "assistant"}, "messages[0].content"),
+    ({"role": "user", "content": []}, "messages[0].content"),  # was accepted as "" (OpenAI: min 1 part)
 ])
 def test_chat_message_without_content_is_400(gateway, fake, message, param):
     r = httpx.post(f"{gateway.url}/v1/chat/completions", json={"messages": [message], "max_tokens": 1})
