@@ -405,6 +405,8 @@ class Scheduler(BatchFormation):
                 self.stats["decode_dropped"] += 1
                 continue
             if res.skipped:
+                if req.abort_requested:  # it stopped in the Forward before, whose tokens the abort dropped
+                    continue
                 raise RuntimeError(f"worker skipped {req.rid} (stopped at a stop token) but the scheduler "
                                    f"has not seen it finish")
             req.worker_knows, req.prefix_slot_ids = True, []

@@ -266,3 +266,50 @@ def test_without_arrivals_each_decode_forward_follows_the_previous_one(loop):
     assert sched.stats["extends_ahead"] == 0
     assert sorted(worker.released) == ["r0", "r1", "r2"]
     assert worker.before == {}  # nothing arrived: nothing inserted ahead
+
+
+def finish_reason(req) -> str:
+    """The finish reason of the request's last message, once its stream ended successfully."""
+    last = None
+    while not isinstance(item := req.out.get(timeout=WAIT_S), StreamEnd):
+        last = item
+    assert item.code is None, item.message
+    return last.finish_reason
+
+
+@pytest.mark.parametrize("loop", ["queued", "just-in-time"], indirect=True)
+def test_an_abort_while_the_forward_that_stops_the_request_runs_only_aborts_it(loop):
+    """Request a samples a stop token in decode Forward N while its client cancels; N+1 was already sent with a
+    in it, so the worker answers a ``skipped`` there. Only a is aborted: the loop goes on and b's output is
+    complete. Was (fresh-user review): "worker skipped a ... but the scheduler has not seen it finish" raised
+    in the loop, every running and waiting request failed and the scheduler exited."""
+    sched, worker, submit = loop
+    a = submit("a", list(range(10, 30)), 40)
+    b = submit("b", list(range(40, 60)), 40)
+    assert sched.step()  # extend of a and b
+    worker.hold_decode = True
+    assert sched.step()  # decode N, reply held
+    n_seq = worker.sent[-1][0]
+    round_n = threading.Thread(target=sched.step)
+    round_n.start()
+    if sched.cfg.overlap_mode == "queued":
+        worker.wait_sent(3)  # N+1 sent at once
+    assert sched.abort("a")  # the client leaves while N (in which a stops at a stop token) runs
+    worker.pending[n_seq].release()  # just-in-time: N+1 is sent now
+    worker.wait_sent(3)
+    nxt_seq, _, nxt_items = worker.sent[2]
+    assert sorted(it.request_id for it in nxt_items) == ["a", "b"]
+    skipped = worker.pending[nxt_seq].reply
+    for res in skipped.results:
+        if res.request_id == "a":  # a stopped in N: the worker skips its continuation
+            res.Clear()
+            res.request_id, res.skipped = "a", True
+    round_n.join(WAIT_S)
+    assert not round_n.is_alive()
+    for p in list(worker.pending.values()):
+        p.release()
+    worker.hold_decode = False
+    run_until_idle(sched)
+    assert finish_reason(a) == "abort"
+    assert tokens(b) == [TOKEN] * 40
+    assert sorted(worker.released) == ["a", "b"] and not sched.running and not sched.waiting
