@@ -47,7 +47,8 @@ HELP = {
     "worker_stall_timeout": "seconds the worker may leave its health checks unanswered (a frozen process) before the "
                             "scheduler fails its requests with UNAVAILABLE (HTTP 503) and new ones at once; 0 = off",
     "decode_steps": "decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise",
-    "overlap": "overlapped decode (the scheduler sends decode Forward N+1 before processing N); false: --no-overlap",
+    "overlap": "overlapped decode (the scheduler sends decode Forward N+1 before processing N): true or false "
+               "(--overlap false runs the scheduler with its --no-overlap)",
     "overlap_mode": "when overlapped decode sends Forward N+1: queued (at once: it waits at the worker behind N; an "
                     "arrival's extend that reaches the worker first still goes first) or just-in-time (when N's reply "
                     "is in)",

@@ -365,8 +365,10 @@ class Scheduler(BatchFormation):
         self.intake.forget(req)
 
     def _publish(self) -> None:
-        """Running counts finished requests not yet released (overlap) too: idle means the pool is settled."""
-        self.snapshot = (len(self.running) + len(self._zombies), len(self.waiting),
+        """Running counts every request whose slots are not yet released: finished ones still in a Forward in
+        flight (overlap), and orphans (failed by a stall or a dependency error; the resync's new session frees
+        their slots): idle means the pool is settled."""
+        self.snapshot = (len(self.running) + len(self._zombies) + len(self._orphans), len(self.waiting),
                          sum(len(r.prompt_ids) + len(r.output_ids) for r in self.waiting))
 
     def _renew_session(self) -> None:

@@ -201,7 +201,9 @@ def test_a_frozen_worker_fails_requests_fast_and_the_resync_waits_for_its_stale_
         assert end.code == grpc.StatusCode.UNAVAILABLE and end.message.startswith(STALL), end
     with pytest.raises(WorkerStalled, match="worker w0 has not answered health checks for 11.0 s"):
         submit("b", 5)  # refused at once, never queued behind the frozen worker
-    assert sched.queue_lengths() == (0, 0, 0)
+    # a failed, but its slots are the old session's until the resync: it still counts (idle = pool settled;
+    # was (0, 0, 0): "idle" while the pool held a's slots, seen by the fresh-user review)
+    assert sched.queue_lengths() == (1, 0, 0)
     assert sched.progress_ok() is False and sched.unhealthy_reason().startswith(STALL)
     sent = sum(e[0] == "send" for e in worker.events)
 
@@ -224,6 +226,7 @@ def test_a_frozen_worker_fails_requests_fast_and_the_resync_waits_for_its_stale_
     d_sent = next(i for i, e in enumerate(events) if e[0] == "send" and e[2] == ("d",))
     assert stale_answers and max(stale_answers) < resync < d_sent
     assert any(e[0] == "release" and "a" in e[1] for e in events[resync:])  # a's slot table dropped at the worker
+    wait_until(lambda: sched.queue_lengths() == (0, 0, 0), "idle after the resync")
     assert_pool_clean(sched, core)
 
 
