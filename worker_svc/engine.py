@@ -131,9 +131,9 @@ class Engine:
         """Runs one batch. ``seq`` > 0 records this Forward's outcome; ``after_seq`` > 0 waits until that
         Forward completed; ``before_seq`` > 0 makes Forward ``before_seq`` wait for this one if it has not
         started yet (``ForwardOrder.insert_before``); ``cancelled()`` (optional) is asked after the wait: True
-        (the caller gave up on the call meanwhile) -> ABORTED without running. Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND /
-        FAILED_PRECONDITION, ABORTED when the Forward it follows failed or never completed) before any work
-        when the batch is invalid or may not run; then nothing has changed."""
+        (the caller gave up on the call meanwhile) -> ABORTED without running. Raises WorkerError
+        (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION, ABORTED when the Forward it follows failed or never
+        completed) before any work when the batch is invalid or may not run; then nothing has changed."""
         try:
             if expected_epoch != self.epoch:  # before waiting: a restarted worker never saw after_seq
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
