@@ -156,6 +156,14 @@ def run_until_idle(sched: Scheduler) -> None:
     raise AssertionError("the loop did not become idle within 200 rounds")
 
 
+def let_go(sched: Scheduler, worker: RecordingWorker) -> None:
+    """Releases every held reply, stops holding decode replies, and runs the loop until idle."""
+    for p in list(worker.pending.values()):
+        p.release()
+    worker.hold_decode = False
+    run_until_idle(sched)
+
+
 def test_a_request_arriving_during_a_decode_forward_has_its_extend_sent_next(loop):
     sched, worker, submit = loop
     a = submit("a", list(range(10, 30)), 40)
@@ -180,10 +188,7 @@ def test_a_request_arriving_during_a_decode_forward_has_its_extend_sent_next(loo
     worker.wait_sent(4)
     nxt_seq, nxt_after, nxt_items = worker.sent[3]
     assert (kind(nxt_items), [it.request_id for it in nxt_items], nxt_after) == ("decode", ["a"], seq)
-    for p in list(worker.pending.values()):
-        p.release()
-    worker.hold_decode = False
-    run_until_idle(sched)
+    let_go(sched, worker)
     assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5
     assert sorted(worker.released) == ["a", "b"]
     assert sched.stats["extends_ahead"] == 1
@@ -209,10 +214,7 @@ def test_every_request_arriving_during_a_decode_forward_runs_before_the_next_dec
     got = [(kind(items), [it.request_id for it in items], after) for _, after, items in worker.sent[2:5]]
     seqs = [seq for seq, _, _ in worker.sent[2:5]]
     assert got == [("extend", ["b"], n_seq), ("extend", ["c"], seqs[0]), ("decode", ["a"], seqs[1])]
-    for p in list(worker.pending.values()):
-        p.release()
-    worker.hold_decode = False
-    run_until_idle(sched)
+    let_go(sched, worker)
     assert (tokens(a), tokens(b), tokens(c)) == ([TOKEN] * 40, [TOKEN] * 5, [TOKEN] * 6)
     assert sorted(worker.released) == ["a", "b", "c"] and sched.stats["extends_ahead"] == 2
 
@@ -244,10 +246,7 @@ def test_queued_mode_sends_the_next_decode_at_once_and_an_arrivals_extend_after_
     worker.pending[n_seq].release()
     round_n.join(WAIT_S)
     assert not round_n.is_alive()
-    for p in list(worker.pending.values()):
-        p.release()
-    worker.hold_decode = False
-    run_until_idle(sched)
+    let_go(sched, worker)
     assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5
     assert sorted(worker.released) == ["a", "b"] and sched.stats["extends_ahead"] == 1
 
@@ -306,10 +305,7 @@ def test_an_abort_while_the_forward_that_stops_the_request_runs_only_aborts_it(l
             res.request_id, res.skipped = "a", True
     round_n.join(WAIT_S)
     assert not round_n.is_alive()
-    for p in list(worker.pending.values()):
-        p.release()
-    worker.hold_decode = False
-    run_until_idle(sched)
+    let_go(sched, worker)
     assert finish_reason(a) == "abort"
     assert tokens(b) == [TOKEN] * 40
     assert sorted(worker.released) == ["a", "b"] and not sched.running and not sched.waiting
