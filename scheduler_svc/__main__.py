@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import math
 import signal
 import sys
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
 
     log = logs.configure("scheduler")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: every thread's stack to stderr
     tokenizer = load_tokenizer(args.model_path)
     cfg = SchedulerConfig(pool_id=args.pool_id, max_running_requests=args.max_running_requests,
                           chunk_size=args.chunk_size, policy=args.policy, max_queued_requests=args.max_queued_requests,

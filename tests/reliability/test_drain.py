@@ -5,6 +5,7 @@ exits 0. Each service is then restarted and the system serves again."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 
@@ -89,7 +90,13 @@ def test_sigterm_to_the_scheduler_drains_in_flight_work_and_fails_the_rest_expli
     ready_down = time.monotonic() - t0
     refused = generate(sys_.url, PROMPTS[2], 4, stream=False, timeout=10)
     assert refused.status == 503 and refused.retry_after, refused
-    sys_.be.stack.procs["scheduler"].wait(DRAIN + 10)
+    try:
+        sys_.be.stack.procs["scheduler"].wait(DRAIN + 10)
+    except subprocess.TimeoutExpired:  # show where it hangs: its threads' stacks (SIGUSR1) and its log
+        sys_.be.stack.procs["scheduler"].send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        raise AssertionError(f"the scheduler did not exit {DRAIN + 10:g} s after SIGTERM:\n"
+                             f"{sys_.be.stack.log_tail('scheduler', 200)}") from None
     exited = time.monotonic() - t0
     assert sys_.exit_code("scheduler") == 0, sys_.be.stack.log_tail("scheduler")
     short_t.join(10)
