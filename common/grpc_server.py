@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import sys
+import threading
+import time
+import traceback
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -11,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_SERVERS = itertools.count()  # numbers each server's handler threads (their name prefix)
 
 
 @dataclass
@@ -23,6 +29,8 @@ class RunningServer:
     server: grpc.Server
     port: int
     health: health.HealthServicer
+    executor: futures.ThreadPoolExecutor | None = None  # runs the handlers
+    thread_prefix: str = ""  # its threads' names start with this + "_"
 
     def set_serving(self, serving: bool, service_names: Iterable[str] = ("",)) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -42,8 +50,10 @@ def start(
     full names (e.g. ``codeserve.v1.Cache``) for health and reflection. ``address`` "host:0" binds a
     free port, reported in the result. Raises RuntimeError when the address cannot be bound (naming it).
     """
+    prefix = f"grpc-server-{next(_SERVERS)}"
+    executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=prefix)
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers),
+        executor,
         options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -64,9 +74,27 @@ def start(
     if port == 0:
         raise RuntimeError(f"cannot bind gRPC address {address} (is another process holding it?)")
     server.start()
-    running = RunningServer(server=server, port=port, health=health_servicer)
+    running = RunningServer(server=server, port=port, health=health_servicer, executor=executor, thread_prefix=prefix)
     running.set_serving(True, ["", *names])
     return running
+
+
+def lingering_threads(running: RunningServer, seconds: float) -> dict[str, str]:
+    """After ``running.server.stop``: lets the server's handler threads go (idle ones exit at once) and waits up
+    to ``seconds`` for them. Returns name -> stack of those still alive (a handler that never returned): they
+    are not daemons, so they would keep the process from exiting after its drain."""
+    executor = running.executor
+    if executor is None:
+        return {}
+    executor.shutdown(wait=False, cancel_futures=True)
+    prefix = running.thread_prefix + "_"
+    mine = [t for t in threading.enumerate() if t.name.startswith(prefix)]
+    deadline = time.monotonic() + seconds
+    for t in mine:
+        t.join(max(0.0, deadline - time.monotonic()))
+    frames = sys._current_frames()
+    return {t.name: "".join(traceback.format_stack(frames[t.ident]))
+            for t in mine if t.is_alive() and t.ident in frames}
 
 
 def channel(target: str) -> grpc.Channel:

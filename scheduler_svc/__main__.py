@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import faulthandler
 import math
+import os
 import signal
 import sys
 import threading
@@ -161,7 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     sched.stop("shutting down (SIGTERM)")
     loop.join(timeout=5.0)
     server.server.stop(grace=1.0).wait(2.0)
+    lingering = grpc_server.lingering_threads(server, seconds=3.0)
     log.info("stopped")
+    if lingering:  # the drain is over: log what still runs, and exit instead of waiting for it forever
+        log.error("lingering_threads", threads=lingering)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
