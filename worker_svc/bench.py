@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
     for t in pool.k + pool.v:
         t.normal_()
-    backend = make_backend(args.attention, cfg, dtype, device)
+    backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch)
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
     eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend)

@@ -58,9 +58,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
-def make_backend(name: str, cfg: ModelConfig, dtype: torch.dtype, device: torch.device) -> AttentionBackend:
+def make_backend(name: str, cfg: ModelConfig, dtype: torch.dtype, device: torch.device,
+                 cuda_graph_max_batch: int = 0) -> AttentionBackend:
     """auto -> flashinfer on CUDA (fp16/bf16) when it imports, else torch. Raises ValueError/RuntimeError
-    when an explicit choice cannot run here."""
+    when an explicit choice cannot run here.
+
+    flashinfer: the one float workspace of the worker is allocated here, sized for eager batches and for
+    CUDA-graph decode up to ``cuda_graph_max_batch`` (``attention.workspace``); the graphs share it
+    (``make_graphs``). Call this before sizing the KV pool, so the pool is sized after it."""
     scale = cfg.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
     if name == "auto":
         ok = device.type == "cuda" and dtype != torch.float32 and flashinfer_backend.available()
@@ -68,7 +73,13 @@ def make_backend(name: str, cfg: ModelConfig, dtype: torch.dtype, device: torch.
     if name == "torch":
         return TorchAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, scale)
     if name == "flashinfer":
-        return flashinfer_backend.FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, scale, dtype, device)
+        from worker_svc.attention.workspace import allocate_workspace
+        from worker_svc.cuda_graph import buckets
+
+        graph_batches = buckets(cuda_graph_max_batch) if cuda_graph_max_batch > 0 else ()
+        workspace = allocate_workspace(cfg.n_head, cfg.kv_heads, cfg.head_dim, device, graph_batches)
+        return flashinfer_backend.FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, scale, dtype, device,
+                                                      workspace=workspace)
     raise ValueError(f"unknown attention backend {name!r}; choose auto, torch or flashinfer")
 
 
@@ -92,7 +103,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
     device = resolve_device(opts.device)
     dtype = resolve_dtype(opts.dtype, device)
     cfg, model = load_model(opts.model_path, dtype=dtype, device=device)
-    backend = make_backend(opts.attention, cfg, dtype, device)
+    backend = make_backend(opts.attention, cfg, dtype, device, opts.cuda_graph_max_batch)
     kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
     if kv_tokens is None and kv_fraction is None:
         if device.type == "cuda":
@@ -110,9 +121,17 @@ def build_engine(opts: WorkerOptions) -> Engine:
 
 
 def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend):
-    """Captured decode graphs when the backend is flashinfer and ``max_batch`` > 0, else None."""
+    """Captured decode graphs when the backend is flashinfer and ``max_batch`` > 0, else None. The graphs
+    share the backend's workspace, which must have been sized for ``max_batch`` (``make_backend``); a
+    smaller one raises RuntimeError here, at start-up, instead of at the first large decode batch."""
     if max_batch <= 0 or backend.name != "flashinfer":
         return None
-    from worker_svc.cuda_graph import DecodeGraphs
+    from worker_svc.attention.workspace import workspace_bytes
+    from worker_svc.cuda_graph import DecodeGraphs, buckets
 
-    return DecodeGraphs(cfg, model, pool, backend.sm_scale, max_batch=max_batch)
+    sms = torch.cuda.get_device_properties(pool.device).multi_processor_count
+    need = workspace_bytes(cfg.n_head, cfg.kv_heads, cfg.head_dim, sms, buckets(max_batch))
+    if backend.workspace.numel() < need:
+        raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, CUDA graphs up to "
+                           f"batch {max_batch} need {need}: build the backend with cuda_graph_max_batch={max_batch}")
+    return DecodeGraphs(cfg, model, pool, backend.sm_scale, max_batch=max_batch, workspace=backend.workspace)

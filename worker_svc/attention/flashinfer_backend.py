@@ -19,8 +19,7 @@ import importlib.util
 import torch
 
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
-
-WORKSPACE_BYTES = 256 * 1024 * 1024
+from worker_svc.attention.workspace import allocate_workspace
 
 
 def _tensor_aware_max(*args, **kwargs):
@@ -57,7 +56,9 @@ class FlashInferAttention(AttentionBackend):
                  workspace: torch.Tensor | None = None):
         """``graph_buffers`` (kv_indptr [B+1], kv_indices [N], kv_last_page_len [B], int32 on the device)
         makes a decode-only backend for CUDA-graph capture at batch size B: ``plan`` writes into them.
-        ``workspace``: a float workspace to share with other backends (one runs at a time)."""
+        ``workspace``: flashinfer's float workspace (uint8 on the device), shared by every backend of a worker
+        (one runs at a time); size it with ``workspace.workspace_bytes`` for the largest batch the backend
+        will see. None allocates one sized for eager batches and a graph batch of 1 (tests, one-offs)."""
         super().__init__(n_head, kv_heads, head_dim, sm_scale)
         device = torch.device(device)
         if device.type != "cuda":
@@ -70,8 +71,8 @@ class FlashInferAttention(AttentionBackend):
         _speed_up_decode_plan(flashinfer.decode)
 
         self.dtype = dtype
-        self.workspace = workspace if workspace is not None else torch.empty(WORKSPACE_BYTES, dtype=torch.uint8,
-                                                                               device=device)
+        self.workspace = workspace if workspace is not None else allocate_workspace(
+            n_head, kv_heads, head_dim, device, graph_batches=(1,))
         self._wrapper = None
         if graph_buffers is not None:
             indptr, indices, last = graph_buffers
