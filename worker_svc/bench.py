@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--cuda-graph-max-batch", type=int, default=256, help="0 = eager decode")
     ap.add_argument("--decode-steps", type=int, default=1)
+    ap.add_argument("--no-split-kv", action="store_true", help="graph decode planned without split-KV (A/B)")
     ap.add_argument("--profile")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch)
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
-    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend)
+    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, split_kv=not args.no_split_kv)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bw = copy_bandwidth(device, 1 << 30 if device.type == "cuda" else 1 << 27)
     results = []
@@ -244,7 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
-                       "cuda_graphs": eng.graphs is not None, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
+                       "cuda_graphs": eng.graphs is not None,
+                       "split_kv": not args.no_split_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
     return engine
 
 
-def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend):
+def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend,
+                split_kv: bool = True):
     """Captured decode graphs when the backend is flashinfer and ``max_batch`` > 0, else None. The graphs
     share the backend's workspace, which must have been sized for ``max_batch`` (``make_backend``); a
     smaller one raises RuntimeError here, at start-up, instead of at the first large decode batch."""
@@ -134,4 +135,5 @@ def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: 
     if backend.workspace.numel() < need:
         raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, CUDA graphs up to "
                            f"batch {max_batch} need {need}: build the backend with cuda_graph_max_batch={max_batch}")
-    return DecodeGraphs(cfg, model, pool, backend.sm_scale, max_batch=max_batch, workspace=backend.workspace)
+    return DecodeGraphs(cfg, model, pool, backend.sm_scale, max_batch=max_batch, workspace=backend.workspace,
+                        split_kv=split_kv)

@@ -59,9 +59,10 @@ class DecodeGraphs:
     """Captured decode graphs, one per bucket. ``run(layout, input_ids)`` -> float32 logits [b, vocab]."""
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, sm_scale: float,
-                 max_batch: int = 256, workspace: torch.Tensor | None = None):
+                 max_batch: int = 256, workspace: torch.Tensor | None = None, split_kv: bool = True):
         """``workspace``: flashinfer's float workspace shared with the eager backend, sized for ``max_batch``
-        (``attention.workspace.workspace_bytes``); None allocates one for these graphs alone."""
+        (``attention.workspace.workspace_bytes``); None allocates one for these graphs alone. ``split_kv``:
+        see ``FlashInferAttention``."""
         dev, dtype = kv_pool.device, kv_pool.dtype
         self.cfg, self.model, self.kv_pool = cfg, model, kv_pool
         self.max_batch = max_batch
@@ -82,7 +83,8 @@ class DecodeGraphs:
         for size in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
             backend = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype, dev,
                                           graph_buffers=(self.kv_indptr[: size + 1], self.kv_indices,
-                                                         self.kv_last[:size]), workspace=workspace)
+                                                         self.kv_last[:size]), workspace=workspace,
+                                          split_kv=split_kv)
             layout = pad_layout(build_layout([], [], []), size)
             backend.plan(AttentionMeta.from_layout(layout, dev))
             args = (self.ids[:size], self.positions[:size], kv_pool, backend, self.out_slots[:size])
