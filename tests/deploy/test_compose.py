@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import subprocess
@@ -91,9 +92,11 @@ def test_gpu_override_reserves_an_nvidia_gpu_for_the_worker() -> None:
 @pytest.mark.skipif(shutil.which("docker-compose") is None,
                     reason="needs Debian's docker-compose (apt-get install docker-compose) to validate offline")
 def test_compose_files_validate() -> None:
-    for files in (["docker-compose.yml"], ["docker-compose.yml", "docker-compose.gpu.yml"]):
+    for files in (["docker-compose.yml"], ["docker-compose.yml", "docker-compose.gpu.yml"],
+                  ["docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.model.yml"]):
         args = ["docker-compose"] + [a for f in files for a in ("-f", f)] + ["config", "-q"]
-        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+        env = {**os.environ, "MODEL_DIR": "/data/starcoderbase-7b"}  # docker-compose.model.yml requires it
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
 
 
@@ -103,3 +106,27 @@ def test_every_launcher_setting_has_help() -> None:
     from launcher.config import HELP
 
     assert set(HELP) == {f.name for f in dataclasses.fields(StackConfig)}
+
+
+def test_gpu_image_can_compile_flashinfer_kernels_and_keeps_them_on_a_volume() -> None:
+    """flashinfer 0.6.4 compiles with nvcc at the first attention kernel: the image needs the CUDA compiler
+    (a -devel base; the -runtime one has none), and the JIT cache must be on a volume (issue 14)."""
+    docker = (ROOT / "Dockerfile.gpu").read_text()
+    base = next(line.split()[1] for line in docker.splitlines() if line.startswith("FROM "))
+    assert base.startswith("pytorch/pytorch:") and base.endswith("-devel"), base
+    assert "RUN nvcc --version" in docker
+    env = docker[docker.index("ENV "):docker.index("RUN nvcc")]
+    jit_base = env.split("FLASHINFER_WORKSPACE_BASE=")[1].split()[0]
+    gpu = yaml.safe_load((ROOT / "docker-compose.gpu.yml").read_text())
+    mounts = dict(v.split(":", 1) for v in gpu["services"]["worker"]["volumes"])
+    assert mounts.get("flashinfer-jit") == jit_base
+    assert "flashinfer-jit" in gpu["volumes"]
+
+
+def test_own_checkpoint_is_mounted_read_only_where_each_service_reads_the_model() -> None:
+    base = load("docker-compose.yml")
+    model = yaml.safe_load((ROOT / "docker-compose.model.yml").read_text())["services"]
+    for svc in ("worker", "scheduler", "gateway"):
+        path = flags(base[svc]["command"])["--model-path"]
+        (vol,) = model[svc]["volumes"]
+        assert vol.endswith(f":{path}:ro") and vol.startswith("${MODEL_DIR:?"), vol
