@@ -103,6 +103,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
     device = resolve_device(opts.device)
     dtype = resolve_dtype(opts.dtype, device)
     cfg, model = load_model(opts.model_path, dtype=dtype, device=device)
+    model.use_fused_kernels()  # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused
     backend = make_backend(opts.attention, cfg, dtype, device, opts.cuda_graph_max_batch)
     kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
     if kv_tokens is None and kv_fraction is None:

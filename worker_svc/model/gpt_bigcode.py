@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from worker_svc.model import fused
 from worker_svc.model.config import ModelConfig
 
 
@@ -82,8 +83,11 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(cfg.n_inner, cfg.n_embd)
         self.act = activation(cfg.activation_function)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(self.act(self.c_fc(x)))
+    def forward(self, x: torch.Tensor, gelu_epilogue: bool = False) -> torch.Tensor:
+        """x [T, n_embd] -> [T, n_embd]. ``gelu_epilogue``: bias + tanh GELU inside the c_fc GEMM (CUDA,
+        ``gelu_pytorch_tanh`` models only; ``fused.mlp_up``)."""
+        up = fused.mlp_up(x, self.c_fc) if gelu_epilogue else self.act(self.c_fc(x))
+        return self.c_proj(up)
 
 
 class Block(nn.Module):
@@ -116,11 +120,15 @@ class GPTBigCodeForCausalLM(nn.Module):
     """The model. ``forward`` gives final hidden states; ``logits`` applies the (tied) LM head.
 
     The attention scale (1/sqrt(head_dim), or 1 when ``scale_attn_weights`` is false) is the backend's.
+    ``fuse_norms`` / ``gelu_epilogue`` (off by default; ``use_fused_kernels`` turns them on where they can
+    run) switch to the fused kernels of ``model.fused``: the same arithmetic in fewer kernels.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        self.fuse_norms = False
+        self.gelu_epilogue = False
         self.transformer = Transformer(cfg)
         # Only when the checkpoint unties the head (tie_word_embeddings: false); GPTBigCode ties it.
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -135,9 +143,25 @@ class GPTBigCodeForCausalLM(nn.Module):
         """
         t = self.transformer
         h = t.wte(input_ids) + t.wpe(positions)  # [T, n_embd]
-        for block in t.h:
-            h = block(h, kv_pool, backend, out_slots)
-        return t.ln_f(h)
+        if not self.fuse_norms:
+            for block in t.h:
+                h = block(h, kv_pool, backend, out_slots)
+            return t.ln_f(h)
+        # the same blocks, each residual add fused with the LayerNorm that follows it
+        y = t.h[0].ln_1(h)
+        for i, block in enumerate(t.h):
+            h, y = fused.add_layer_norm(h, block.attn(y, kv_pool, backend, out_slots), block.ln_2)
+            after = t.h[i + 1].ln_1 if i + 1 < len(t.h) else t.ln_f
+            h, y = fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue), after)
+        return y
+
+    def use_fused_kernels(self, norms: bool = True, gelu: bool = True) -> None:
+        """Turns the fused kernels on where they can run (CUDA with Triton; the GELU epilogue only for
+        ``gelu_pytorch_tanh``, the family's activation), off otherwise. Call before capturing graphs."""
+        device = self.transformer.wte.weight.device
+        ok = fused.enabled(device)
+        self.fuse_norms = norms and ok
+        self.gelu_epilogue = gelu and ok and self.cfg.activation_function == "gelu_pytorch_tanh"
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

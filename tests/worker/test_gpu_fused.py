@@ -1,0 +1,85 @@
+"""The fused kernels (worker_svc/model/fused.py) against their torch definitions, on the GPU; and the served
+model with them against the model without them (greedy, the trained default checkpoint, CUDA graphs)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.worker.helpers import Driver, Req
+from worker_svc.build import make_backend, make_graphs
+from worker_svc.engine import Engine
+from worker_svc.kv_pool import KVPool, geometry
+from worker_svc.model import fused
+from worker_svc.model.loader import load_model
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not (torch.cuda.is_available() and importlib.util.find_spec("triton")
+                            and importlib.util.find_spec("flashinfer")),
+                       reason="needs CUDA, Triton and flashinfer (run on the accelerator machine)"),
+]
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 768), (64, 2048), (300, 2816), (256, 6144)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_layer_norm_matches_add_then_layer_norm(rows, cols, dtype):
+    g = torch.Generator(device="cuda").manual_seed(rows + cols)
+    h = torch.randn(rows, cols, generator=g, device="cuda").to(dtype) * 3
+    x = torch.randn(rows, cols, generator=g, device="cuda").to(dtype)
+    ln = nn.LayerNorm(cols, eps=1e-5, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        ln.weight.copy_(1 + 0.1 * torch.randn(cols, generator=g, device="cuda"))
+        ln.bias.copy_(0.05 * torch.randn(cols, generator=g, device="cuda"))
+        s, y = fused.add_layer_norm(h, x, ln)
+        want_s = h + x
+        want_y = ln(want_s)
+    assert torch.equal(s, want_s)  # the same rounding of the sum
+    err = (y.float() - want_y.float()).abs().max().item()
+    ulp = 2 ** -7 if dtype == torch.bfloat16 else 2 ** -10
+    assert err <= 4 * ulp * want_y.float().abs().max().item(), err
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gelu_epilogue_matches_linear_then_gelu_tanh(dtype):
+    g = torch.Generator(device="cuda").manual_seed(3)
+    lin = nn.Linear(2048, 8192, device="cuda", dtype=dtype)
+    for rows in (1, 64, 256, 1024):
+        x = torch.randn(rows, 2048, generator=g, device="cuda").to(dtype)
+        with torch.no_grad():
+            got = fused.mlp_up(x, lin).float()
+            want = F.gelu(lin(x), approximate="tanh").float()
+        rel = ((got - want).norm() / want.norm()).item()
+        assert rel < 1e-2, (rows, rel)
+
+
+def _engine(model_dir, fused_on: bool):
+    dev, dtype = torch.device("cuda:0"), torch.bfloat16
+    cfg, model = load_model(model_dir, dtype=dtype, device=dev)
+    model.use_fused_kernels(norms=fused_on, gelu=fused_on)
+    assert model.fuse_norms == fused_on
+    backend = make_backend("flashinfer", cfg, dtype, dev, 8)
+    pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=16384), dtype, dev)
+    eng = Engine(cfg, model, pool, backend, epoch="gpu", model_path=str(model_dir))
+    eng.warmup()
+    eng.graphs = make_graphs(8, cfg, model, pool, backend)
+    return eng
+
+
+def test_served_model_with_fused_kernels_decodes_as_without(model_dir, prompts):
+    outs = {}
+    for on in (False, True):
+        reqs = [Req(f"r{i}", p, 16) for i, p in enumerate(prompts)]
+        Driver(_engine(model_dir, on), chunk=8).run(reqs)
+        outs[on] = [(r.out, r.logprobs) for r in reqs]
+    agree = total = 0
+    for (a, la), (b, lb) in zip(outs[True], outs[False]):
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(b))
+        agree, total = agree + n, total + len(b)
+        assert max((abs(x - y) for x, y in zip(la[:n], lb[:n])), default=0.0) < 0.1
+    print(f"fused vs unfused greedy prefix agreement {agree}/{total}")
+    assert agree >= 0.9 * total

@@ -1,0 +1,80 @@
+"""Fused kernels of the GPTBigCode block for CUDA (Triton), with the unfused torch code as their definition.
+
+- ``add_layer_norm(h, x, ln)``: the residual add and the next LayerNorm in one kernel, ``(h + x,
+  LayerNorm(h + x))``. The sum is rounded to the model dtype before it is normalised, as the unfused
+  ``h = h + x; ln(h)`` does, and the statistics are float32 (as torch's LayerNorm): one read of h and x,
+  one write of each output, instead of three kernels and five passes over the hidden state.
+- ``mlp_up(x, c_fc)``: ``gelu_tanh(x @ W.T + b)`` with the bias and the tanh GELU in the cuBLASLt epilogue
+  (``torch._addmm_activation(..., use_gelu=True)``, which falls back to addmm + gelu(tanh) itself where
+  the epilogue does not apply).
+
+Triton is imported on first use on a CUDA tensor, so this module imports on a CPU-only machine; the
+model calls these only when ``enabled(device)`` (CUDA and Triton present). tests/worker/test_gpu_fused.py
+compares each against its torch definition on the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def enabled(device: torch.device | str) -> bool:
+    """True when the fused kernels can run on ``device`` (CUDA with Triton importable)."""
+    return torch.device(device).type == "cuda" and importlib.util.find_spec("triton") is not None
+
+
+@functools.cache
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_ln(h_ptr, x_ptr, w_ptr, b_ptr, sum_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        off = row * n_cols + cols
+        h = tl.load(h_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        s = (h + x).to(sum_ptr.dtype.element_ty)  # rounded as the unfused add rounds it
+        tl.store(sum_ptr + off, s, mask=mask)
+        sf = s.to(tl.float32)
+        mean = tl.sum(sf, axis=0) / n_cols
+        d = tl.where(mask, sf - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / n_cols + eps)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + off, (d * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
+
+    return add_ln, triton.next_power_of_2
+
+
+def add_layer_norm(h: torch.Tensor, x: torch.Tensor, ln: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
+    """h, x [T, n_embd] (same dtype, contiguous) -> (h + x, ln(h + x)), both [T, n_embd] in that dtype.
+
+    CUDA: one Triton kernel; elsewhere the torch definition. Raises ValueError for mismatched shapes."""
+    if h.shape != x.shape or h.dim() != 2:
+        raise ValueError(f"add_layer_norm needs two [T, n_embd] tensors, got {tuple(h.shape)} and {tuple(x.shape)}")
+    if not h.is_cuda:
+        s = h + x
+        return s, ln(s)
+    kernel, next_pow2 = _kernel()
+    h, x = h.contiguous(), x.contiguous()
+    rows, cols = h.shape
+    s, y = torch.empty_like(h), torch.empty_like(h)
+    block = next_pow2(cols)
+    kernel[(rows,)](h, x, ln.weight, ln.bias, s, y, cols, ln.eps, BLOCK=block,
+                    num_warps=min(16, max(4, block // 512)))
+    return s, y
+
+
+def mlp_up(x: torch.Tensor, c_fc: nn.Linear) -> torch.Tensor:
+    """x [T, n_embd] -> gelu_tanh(c_fc(x)) [T, n_inner], bias and GELU in the GEMM's epilogue."""
+    if not x.is_cuda:
+        return F.gelu(c_fc(x), approximate="tanh")
+    return torch._addmm_activation(c_fc.bias, x, c_fc.weight.t(), use_gelu=True)
