@@ -27,6 +27,8 @@ HELP = {
     "cache_port": "cache service gRPC port",
     "worker_port": "worker gRPC port",
     "scheduler_port": "scheduler gRPC port (the public gRPC API)",
+    "start_timeout": "seconds each service may take to become ready at start-up or restart (a worker's first "
+                     "start on a GPU compiles flashinfer's kernels, ~2.5 min, and a 15B model loads 31 GB)",
     "device": "cpu, cuda, cuda:N or auto (CUDA when available)",
     "dtype": "float32, float16, bfloat16 or auto",
     "attention": "auto, torch or flashinfer (auto: flashinfer on CUDA when it imports)",
@@ -85,6 +87,7 @@ class StackConfig:
     cache_port: int = 50051
     worker_port: int = 50052
     scheduler_port: int = 50053
+    start_timeout: float = 600.0
     # worker
     device: str = "auto"
     dtype: str = "auto"

@@ -90,11 +90,11 @@ class Stack:
             return http_live(self.url + "/health")
         return grpc_serving(self.target(name))
 
-    def start(self, timeout: float = 180.0, only: tuple[str, ...] = SERVICES) -> "Stack":
+    def start(self, timeout: float | None = None, only: tuple[str, ...] = SERVICES) -> "Stack":
         """Starts the services named in ``only`` in order, each waited on until ready.
 
         Raises StartupError (naming the service and the tail of its log) when one exits or is not
-        ready within ``timeout`` seconds; RuntimeError when a port is already held (naming the PIDs);
+        ready within ``timeout`` seconds (None: the config's ``start_timeout``); RuntimeError when a port is already held (naming the PIDs);
         StartupInterrupted when ``interrupt`` is set meanwhile.
         """
         if not self.model_path:
@@ -109,9 +109,11 @@ class Stack:
             self.start_one(name, argv[name], timeout)
         return self
 
-    def start_one(self, name: str, argv: list[str] | None = None, timeout: float = 180.0) -> None:
-        """Starts (or restarts) one service and waits until it is ready; raises StartupInterrupted (the process
-        left running, for stop()) when ``interrupt`` is set before or meanwhile."""
+    def start_one(self, name: str, argv: list[str] | None = None, timeout: float | None = None) -> None:
+        """Starts (or restarts) one service and waits until it is ready, at most ``timeout`` seconds (None: the
+        config's ``start_timeout``); raises StartupInterrupted (the process left running, for stop()) when
+        ``interrupt`` is set before or meanwhile."""
+        timeout = self.cfg.start_timeout if timeout is None else timeout
         if self.interrupt.is_set():
             raise StartupInterrupted(f"interrupted before {name} started")
         argv = argv or commands(self.cfg, self.model_path)[name]

@@ -131,8 +131,9 @@ def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: 
     from worker_svc.attention.workspace import workspace_bytes
     from worker_svc.cuda_graph import DecodeGraphs, buckets
 
-    sms = torch.cuda.get_device_properties(pool.device).multi_processor_count
-    need = workspace_bytes(cfg.n_head, cfg.kv_heads, cfg.head_dim, sms, buckets(max_batch))
+    props = torch.cuda.get_device_properties(pool.device)
+    need = workspace_bytes(cfg.n_head, cfg.kv_heads, cfg.head_dim, props.multi_processor_count, buckets(max_batch),
+                           props.major)
     if backend.workspace.numel() < need:
         raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, CUDA graphs up to "
                            f"batch {max_batch} need {need}: build the backend with cuda_graph_max_batch={max_batch}")

@@ -76,7 +76,7 @@ def start(tmp_path: pathlib.Path, flags: tuple[str, ...]) -> Launched:
     it exited because one of the ports picked here was taken meanwhile (the pick-then-bind race)."""
     ports = {name: free_port() for name in ("http", "cache", "worker", "scheduler")}
     argv = [sys.executable, "-m", "launcher", "--device", "cpu", "--dtype", "float32", "--kv-tokens", "4096",
-            *(a for name, port in ports.items() for a in (f"--{name}-port", str(port))), *flags]
+            "--start-timeout", "180", *(a for name, port in ports.items() for a in (f"--{name}-port", str(port))), *flags]
     out = tmp_path / f"launcher-{len(list(tmp_path.glob('launcher-*.out')))}.out"
     with open(out, "wb") as sink:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
@@ -87,7 +87,7 @@ def start(tmp_path: pathlib.Path, flags: tuple[str, ...]) -> Launched:
         return found or (proc.poll() is not None and "exited")
 
     try:
-        # 200 s: past the launcher's own 180 s per service, so its StartupError (with the log tail) shows
+        # 200 s: past the launcher's 180 s per service (--start-timeout above), so its StartupError (with the log tail) shows
         banner = wait_for(banner_or_exit, 200, "the serving banner")
     except AssertionError as exc:
         kill(run)

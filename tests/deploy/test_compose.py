@@ -114,19 +114,25 @@ def test_gpu_image_can_compile_flashinfer_kernels_and_keeps_them_on_a_volume() -
     docker = (ROOT / "Dockerfile.gpu").read_text()
     base = next(line.split()[1] for line in docker.splitlines() if line.startswith("FROM "))
     assert base.startswith("pytorch/pytorch:") and base.endswith("-devel"), base
-    assert "RUN nvcc --version" in docker
+    assert "RUN nvcc --version && g++ --version" in docker
     env = docker[docker.index("ENV "):docker.index("RUN nvcc")]
     jit_base = env.split("FLASHINFER_WORKSPACE_BASE=")[1].split()[0]
+    assert env.split("TRITON_CACHE_DIR=")[1].split()[0].startswith(jit_base + "/")
     gpu = yaml.safe_load((ROOT / "docker-compose.gpu.yml").read_text())
     mounts = dict(v.split(":", 1) for v in gpu["services"]["worker"]["volumes"])
     assert mounts.get("flashinfer-jit") == jit_base
     assert "flashinfer-jit" in gpu["volumes"]
+    # the scheduler waits for a healthy worker: a first GPU start (JIT compile, a large checkpoint) may take
+    # minutes, which start_period leaves out of the retries
+    period = gpu["services"]["worker"]["healthcheck"]["start_period"]
+    assert period.endswith("s") and int(period[:-1]) >= 600
 
 
 def test_own_checkpoint_is_mounted_read_only_where_each_service_reads_the_model() -> None:
-    base = load("docker-compose.yml")
     model = yaml.safe_load((ROOT / "docker-compose.model.yml").read_text())["services"]
-    for svc in ("worker", "scheduler", "gateway"):
-        path = flags(base[svc]["command"])["--model-path"]
-        (vol,) = model[svc]["volumes"]
-        assert vol.endswith(f":{path}:ro") and vol.startswith("${MODEL_DIR:?"), vol
+    for files in (("docker-compose.yml",), ("docker-compose.yml", "docker-compose.gpu.yml")):
+        merged = load(*files)
+        for svc in ("worker", "scheduler", "gateway"):
+            path = flags(merged[svc]["command"])["--model-path"]
+            (vol,) = model[svc]["volumes"]
+            assert vol.endswith(f":{path}:ro") and vol.startswith("${MODEL_DIR:?"), (files, vol)

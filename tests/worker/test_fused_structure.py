@@ -36,3 +36,24 @@ def test_use_fused_kernels_stays_off_on_the_cpu(model_dir):
     _, model = cached_model(str(model_dir))
     model.use_fused_kernels()
     assert (model.fuse_norms, model.gelu_epilogue) == (False, False)
+
+
+def test_gelu_epilogue_switch_alone_reaches_the_mlp(model_dir, monkeypatch):
+    """gelu_epilogue without fuse_norms still goes through fused.mlp_up (not silently ignored)."""
+    from worker_svc.model import fused
+
+    cfg, model = cached_model(str(model_dir))
+    calls = []
+    real = fused.mlp_up
+    monkeypatch.setattr(fused, "mlp_up", lambda x, c_fc: calls.append(1) or real(x, c_fc))
+    pool = KVPool(cfg, geometry(cfg, torch.float32, kv_tokens=64), torch.float32, "cpu")
+    backend = TorchAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.head_dim ** -0.5)
+    layout = build_layout([0], [3], [[1, 2, 3]])
+    backend.plan(AttentionMeta.from_layout(layout, "cpu"))
+    model.gelu_epilogue = True
+    try:
+        model(torch.tensor([4, 5, 6]), torch.from_numpy(layout.positions), pool, backend,
+              torch.from_numpy(layout.out_slots))
+    finally:
+        model.gelu_epilogue = False
+    assert len(calls) == cfg.n_layer

@@ -89,6 +89,8 @@ def test_shape_starts_with_graphs_and_decodes_as_well_as_the_torch_backend(shape
     _free()
     dev, dtype = torch.device("cuda:0"), torch.bfloat16
     cfg, model = random_model(shape, dtype, dev)
+    model.use_fused_kernels()  # as the worker serves it (build_engine)
+    assert model.fuse_norms
     backend = make_backend("flashinfer", cfg, dtype, dev, GRAPH_MAX)
     eng = _engine(cfg, model, backend)
     eng.warmup()
@@ -115,10 +117,12 @@ def test_shape_starts_with_graphs_and_decodes_as_well_as_the_torch_backend(shape
     del eng, backend
     _free()
 
+    model.use_fused_kernels(norms=False, gelu=False)  # the reference: unfused, torch attention, eager
     ref_out, _ = _run(_engine(cfg, model, _torch_backend(cfg), kv_tokens=4096), prompts, lambda i, n: 1,
                       max_new=MAX_NEW)
     _free()
-    model.float()  # the same weights, upcast: the fp32 judge
+    model.float()  # the same weights, upcast: the fp32 judge, unfused (the torch definition)
+    model.use_fused_kernels(norms=False, gelu=False)
     judge = _engine(cfg, model, _torch_backend(cfg), dtype=torch.float32, kv_tokens=4096)
     fi_regret, ref_regret = _regrets(judge, prompts, fi_out), _regrets(judge, prompts, ref_out)
     fi_mean, ref_mean = sum(fi_regret) / len(fi_regret), sum(ref_regret) / len(ref_regret)
@@ -153,6 +157,7 @@ def test_7b_fp32_on_gpu_equals_transformers():
     _free()
     dev = torch.device("cuda:0")
     cfg, model = random_model("starcoderbase-7b", torch.float32, dev)
+    model.use_fused_kernels()  # as build_engine does, fp32 included
     hf = _hf_copy("starcoderbase-7b", model, dev)
     scale = cfg.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
     pool = KVPool(cfg, geometry(cfg, torch.float32, kv_tokens=4096), torch.float32, dev)

@@ -53,3 +53,41 @@ def test_grows_with_the_graph_batch_and_the_heads():
 def test_rejects_heads_that_do_not_divide():
     with pytest.raises(ValueError, match="multiple"):
         workspace_bytes(10, 3, 64, H200_SMS)
+
+
+def test_graph_term_decides_on_a_gpu_with_fewer_sms():
+    # 58 SMs (an L4): eager 116 tiles of 128 rows; graphs at 256: max(116, 192 + 255) = 447 tiles of 64
+    eager = 48 * 116 * 128 * 129 * 4 + 32
+    graph = 48 * 447 * 64 * 129 * 4 + 32
+    assert graph > eager
+    assert workspace_bytes(48, 1, 128, 58) == eager
+    assert workspace_bytes(48, 1, 128, 58, buckets(256)) == graph
+
+
+def test_below_sm80_the_small_tile_is_64_rows():
+    assert cta_tile_q(12, 64, sm_major=7) == 64 and cta_tile_q(12, 64, sm_major=9) == 16
+    # the default model's 12 heads of 64 on a T4 (40 SMs, sm75) with graphs to 256: 64-row tiles
+    t4 = workspace_bytes(12, 1, 64, 40, buckets(256), sm_major=7)
+    assert t4 == 12 * (-(-256 * 12 // 64) + 255) * 64 * 65 * 4 + 32
+    assert t4 > workspace_bytes(12, 1, 64, 40, buckets(256), sm_major=9)
+
+
+def test_start_up_error_names_the_size_and_the_term_that_decides_it(monkeypatch):
+    import types
+
+    import torch
+
+    from worker_svc.attention import workspace
+
+    props = types.SimpleNamespace(multi_processor_count=58, major=8)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (100 * 2**20, 80 * 2**30))
+
+    def no_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch, "empty", no_memory)
+    with pytest.raises(RuntimeError, match=r"676 MiB workspace .* 100 MiB .*lower --cuda-graph-max-batch"):
+        workspace.allocate_workspace(48, 1, 128, "cuda:0", buckets(256))
+    with pytest.raises(RuntimeError, match=r"351 MiB workspace .*eager plans decide it"):
+        workspace.allocate_workspace(48, 1, 128, "cuda:0")

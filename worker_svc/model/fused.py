@@ -6,7 +6,8 @@
   one write of each output, instead of three kernels and five passes over the hidden state.
 - ``mlp_up(x, c_fc)``: ``gelu_tanh(x @ W.T + b)`` with the bias and the tanh GELU in the cuBLASLt epilogue
   (``torch._addmm_activation(..., use_gelu=True)``, which falls back to addmm + gelu(tanh) itself where
-  the epilogue does not apply).
+  the epilogue does not apply). Not bit-equal to the unfused path: the epilogue applies GELU to the float32
+  accumulator, where the unfused path first rounds ``x @ W.T + b`` to the model dtype.
 
 Triton is imported on first use on a CUDA tensor, so this module imports on a CPU-only machine; the
 model calls these only when ``enabled(device)`` (CUDA and Triton present). tests/worker/test_gpu_fused.py

@@ -100,9 +100,10 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.mlp = MLP(cfg)
 
-    def forward(self, h: torch.Tensor, kv_pool, backend, out_slots: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, kv_pool, backend, out_slots: torch.Tensor,
+                gelu_epilogue: bool = False) -> torch.Tensor:
         h = h + self.attn(self.ln_1(h), kv_pool, backend, out_slots)
-        return h + self.mlp(self.ln_2(h))
+        return h + self.mlp(self.ln_2(h), gelu_epilogue)
 
 
 class Transformer(nn.Module):
@@ -121,7 +122,8 @@ class GPTBigCodeForCausalLM(nn.Module):
 
     The attention scale (1/sqrt(head_dim), or 1 when ``scale_attn_weights`` is false) is the backend's.
     ``fuse_norms`` / ``gelu_epilogue`` (off by default; ``use_fused_kernels`` turns them on where they can
-    run) switch to the fused kernels of ``model.fused``: the same arithmetic in fewer kernels.
+    run) switch to the fused kernels of ``model.fused``: the same arithmetic in fewer kernels, except that
+    the GELU epilogue applies GELU to the float32 GEMM result without first rounding it to the model dtype.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -145,7 +147,7 @@ class GPTBigCodeForCausalLM(nn.Module):
         h = t.wte(input_ids) + t.wpe(positions)  # [T, n_embd]
         if not self.fuse_norms:
             for block in t.h:
-                h = block(h, kv_pool, backend, out_slots)
+                h = block(h, kv_pool, backend, out_slots, self.gelu_epilogue)
             return t.ln_f(h)
         # the same blocks, each residual add fused with the LayerNorm that follows it
         y = t.h[0].ln_1(h)
