@@ -7,16 +7,18 @@ from dataclasses import dataclass, field, fields
 from worker_svc.sampler import SamplingParams
 
 
-def _make(cls, values: tuple):
-    """An instance of the frozen dataclass ``cls`` from ``values``, one per field in declaration order, without
-    running ``__init__`` (which sets each field through ``object.__setattr__``: ~9x slower, and the worker builds
-    one item and one output per request per Forward). The values are not converted or checked: the caller
-    passes the field types. Raises ValueError when the count differs from the fields'."""
-    names = cls._names
-    if len(values) != len(names):
-        raise ValueError(f"{cls.__name__} has {len(names)} fields, got {len(values)} values")
+def _make(cls, **values):
+    """An instance of the frozen dataclass ``cls`` from every one of its fields by name, without running
+    ``__init__`` (which sets each field through ``object.__setattr__``: ~9x slower, and the worker builds one
+    item and one output per request per Forward). By name, so two fields of one type cannot be swapped
+    silently; every field must be given (defaults too: this is the hot path, the constructor is the convenient
+    one). The values are not converted or checked: the caller passes the field types. Raises ValueError
+    naming the missing and unknown fields when the names differ from the fields'."""
+    if values.keys() != cls._name_set:
+        raise ValueError(f"{cls.__name__} has {len(cls._name_set)} fields, got {len(values)} values "
+                         f"(missing {sorted(cls._name_set - values.keys())}, unknown {sorted(values.keys() - cls._name_set)})")
     obj = object.__new__(cls)
-    obj.__dict__.update(zip(names, values))
+    obj.__dict__.update(values)
     return obj
 
 
@@ -81,8 +83,8 @@ class ForwardOutput:
     make = classmethod(_make)
 
 
-ForwardItem._names = tuple(f.name for f in fields(ForwardItem))
-ForwardOutput._names = tuple(f.name for f in fields(ForwardOutput))
+ForwardItem._name_set = frozenset(f.name for f in fields(ForwardItem))
+ForwardOutput._name_set = frozenset(f.name for f in fields(ForwardOutput))
 
 
 @dataclass(frozen=True)
