@@ -18,12 +18,12 @@ class Running:
     remaining_new_tokens: int
 
 
-def counters(available=0, staged=0, evictable=0, capacity=1000):
-    return cache_pb2.Counters(capacity=capacity, available=available, staged=staged, evictable=evictable)
+def counters(available=0, evictable=0, capacity=1000):
+    return cache_pb2.Counters(capacity=capacity, available=available, evictable=evictable)
 
 
-def test_fundable_counts_available_staged_and_evictable():
-    assert fundable(counters(available=10, staged=3, evictable=100)) == 113
+def test_fundable_counts_available_and_evictable():
+    assert fundable(counters(available=10, evictable=100)) == 110
 
 
 def test_running_requests_reserve_unwritten_prompt_plus_ratio_of_remaining_new_tokens():
