@@ -56,9 +56,10 @@ def test_the_pipeline_imports_nothing_of_the_scheduler():
     assert import_graph()["pipeline"] <= {"batch", "request", "worker_client", "errors", "rpc"}
 
 
-def test_only_the_request_table_releases_requests_at_the_cache():
-    callers = sorted(p.name for p in PKG.glob("*.py") if ".release_requests(" in p.read_text())
-    assert callers == ["requests.py"]
+def test_only_the_request_table_releases_requests_at_the_cache_and_the_worker():
+    for call in (".release_requests(", ".cache_requests(", "worker.release("):
+        callers = sorted(p.name for p in PKG.glob("*.py") if call in p.read_text())
+        assert (call, callers) == (call, ["requests.py"])
 
 
 def test_no_file_over_400_lines():
