@@ -7,19 +7,22 @@ from dataclasses import dataclass, field, fields
 from worker_svc.sampler import SamplingParams
 
 
-def _make(cls, **values):
-    """An instance of the frozen dataclass ``cls`` from every one of its fields by name, without running
-    ``__init__`` (which sets each field through ``object.__setattr__``: ~9x slower, and the worker builds one
-    item and one output per request per Forward). By name, so two fields of one type cannot be swapped
-    silently; every field must be given (defaults too: this is the hot path, the constructor is the convenient
-    one). The values are not converted or checked: the caller passes the field types. Raises ValueError
-    naming the missing and unknown fields when the names differ from the fields'."""
-    if values.keys() != cls._name_set:
-        raise ValueError(f"{cls.__name__} has {len(cls._name_set)} fields, got {len(values)} values "
-                         f"(missing {sorted(cls._name_set - values.keys())}, unknown {sorted(values.keys() - cls._name_set)})")
-    obj = object.__new__(cls)
-    obj.__dict__.update(values)
-    return obj
+def _keyword_maker(cls):
+    """A fast constructor of the frozen dataclass ``cls``: ``cls.make(field=value, ...)`` takes every field by
+    keyword (defaults too; Python's own argument binding raises TypeError naming a missing or unknown one, so
+    two fields of one type cannot be swapped silently) and fills the instance's ``__dict__`` without running
+    ``__init__`` (which sets each field through ``object.__setattr__``: several times slower, and the worker
+    builds one item and one output per request per Forward). The values are not converted or checked: the
+    caller passes the field types. Generated once per class, as dataclasses generates ``__init__``."""
+    names = [f.name for f in fields(cls)]
+    body = "".join(f"    d[{n!r}] = {n}\n" for n in names)
+    namespace = {"_new": object.__new__, "cls": cls}
+    exec(f"def make(*, {', '.join(names)}):\n    obj = _new(cls)\n    d = obj.__dict__\n{body}    return obj\n",
+         namespace)
+    make = namespace["make"]
+    make.__qualname__ = f"{cls.__name__}.make"
+    make.__doc__ = f"A {cls.__name__} from every field by keyword, without __init__ (see ``_keyword_maker``)."
+    return staticmethod(make)
 
 
 class WorkerError(Exception):
@@ -53,8 +56,6 @@ class ForwardItem:
     stop_token_ids: tuple[int, ...] = ()  # sampling one of these ends the item's steps; the request is then stopped
     input_from_last_sample: bool = False  # input = the token this worker sampled last for the request (overlap)
 
-    make = classmethod(_make)
-
 
 @dataclass(frozen=True)
 class ForwardOutput:
@@ -80,11 +81,9 @@ class ForwardOutput:
     logprobs: tuple[float, ...] = ()
     skipped: bool = False
 
-    make = classmethod(_make)
 
-
-ForwardItem._name_set = frozenset(f.name for f in fields(ForwardItem))
-ForwardOutput._name_set = frozenset(f.name for f in fields(ForwardOutput))
+ForwardItem.make = _keyword_maker(ForwardItem)
+ForwardOutput.make = _keyword_maker(ForwardOutput)
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,10 @@ def test_make_equals_the_constructor_and_checks_the_count():
     assert made == ForwardItem(**kw) and hash(made) == hash(ForwardItem(**kw))
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.position_start = 5
-    with pytest.raises(ValueError, match="ForwardOutput has 10 fields, got 2 values"):
+    with pytest.raises(TypeError, match="missing 8 required keyword-only arguments"):
         ForwardOutput.make(request_id="a", sampled=True)
+    with pytest.raises(TypeError, match="positional"):
+        ForwardItem.make(*kw.values())
 
 
 def test_item_from_proto_keeps_every_field():
