@@ -29,9 +29,8 @@ class Entry:
         # keyword-only: start, n and steps are all ints, a swap must not pass silently. The dataclass __init__
         # of a frozen class sets each field through object.__setattr__ (a decode batch builds one Entry per
         # running request per Forward); fields are set once, here
-        d = self.__dict__
-        d["req"], d["start"], d["n"], d["slot_ids"] = req, start, n, slot_ids
-        d["sample"], d["steps"], d["from_last"] = sample, steps, from_last
+        self.__dict__.update(req=req, start=start, n=n, slot_ids=slot_ids, sample=sample, steps=steps,
+                             from_last=from_last)
 
 
 @dataclass(frozen=True)
