@@ -15,9 +15,10 @@ def _keyword_maker(cls):
     builds one item and one output per request per Forward). The values are not converted or checked: the
     caller passes the field types. Generated once per class, as dataclasses generates ``__init__``."""
     names = [f.name for f in fields(cls)]
-    namespace = {"_new": object.__new__, "cls": cls, "_names": tuple(names)}
-    exec(f"def make(*, {', '.join(names)}):\n    obj = _new(cls)\n"
-         f"    obj.__dict__.update(zip(_names, ({', '.join(names)},)))\n    return obj\n", namespace)
+    namespace = {"_new": object.__new__, "cls": cls}
+    values = "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}"  # a dict display: built in one step, read fast
+    exec(f"def make(*, {', '.join(names)}):\n    obj = _new(cls)\n    obj.__dict__.update({values})\n    return obj\n",
+         namespace)
     make = namespace["make"]
     make.__qualname__ = f"{cls.__name__}.make"
     make.__doc__ = f"A {cls.__name__} from every field by keyword, without __init__ (see ``_keyword_maker``)."
