@@ -17,13 +17,14 @@ Worker (the servicer's ``Forward`` called directly on a real CPU ``Engine``, no 
   reply_serialize ``SerializeToString`` of the reply
   step_feed       (not in the total: CUDA path only) ``StepFeed(...)`` for the Forward's slot tables, the
                   per-Forward table build of the CUDA-graph multi-step path, here on CPU tensors
-Scheduler (the real ``Scheduler._items`` / ``_process`` on a scheduler without services, the default
-model's tokenizer; no gRPC transport):
-  next_batch      ``overlap.continuation`` + ``slots_by_request`` + ``continuation_batch`` (Forward N+1)
-  items_build     ``Scheduler._items`` (``forward_item`` per entry)
+Scheduler (the real parts on a request table without services, the default model's tokenizer; no gRPC
+transport):
+  next_batch      ``planner.continuation`` + ``slots_by_request`` + ``continuation_batch`` (Forward N+1)
+  items_build     ``batch.forward_items`` (``forward_item`` per entry)
   request_build   the ``ForwardRequest`` of ``WorkerClient.prepare``
   request_serialize, reply_parse   what gRPC does with them on this side
-  process         ``Scheduler._process``: every request gets K tokens of code (detokenize, stream message)
+  process         ``results.apply`` + ``RequestTable.finish``: every request gets K tokens of code (detokenize,
+                  stream message)
   process_stop    the same with two stop strings per request that never match (not in the total)
 
 The model: the engine is built on the embedded default model, then its ``model`` is replaced by a stub
@@ -238,17 +239,19 @@ def step_feed_ms(b: int, k: int, context: int, forwards: int) -> float:
 def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, tokenizer, tokens: list[int],
                      stop: tuple[str, ...], profile: pathlib.Path | None) -> dict:
     """Per-phase ms per Forward (medians) of the scheduler's side of a steady decode Forward."""
-    from scheduler_svc.batch import Batch, Entry, slots_by_request
+    from scheduler_svc import results
+    from scheduler_svc.batch import Batch, Entry, forward_items, slots_by_request
+    from scheduler_svc.intake import Intake
     from scheduler_svc.output import OutputStream
-    from scheduler_svc.overlap import continuation, continuation_batch
+    from scheduler_svc.planner import continuation, continuation_batch
     from scheduler_svc.request import Params, Req, State
-    from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+    from scheduler_svc.requests import RequestTable
+    from scheduler_svc.stats import Stats
     from scheduler_svc.worker_client import WorkerClient
 
     rounds = warmup + forwards
     log = types.SimpleNamespace(info=lambda *a, **k: None, debug=lambda *a, **k: None, warning=lambda *a, **k: None)
-    sched = Scheduler(None, None, SchedulerConfig(decode_steps=k, max_running_requests=b), log)
-    sched.info = worker_pb2.WorkerInfo(eos_token_id=0, vocab_size=tokenizer.get_vocab_size())
+    table, stats, eos = RequestTable(None, None, Intake(b), log), Stats(), 0  # no cache or worker: nothing finishes
     client = types.SimpleNamespace(epoch=EPOCH)
     prompt = context - 128
     span = context + k * (rounds + 2)
@@ -258,14 +261,14 @@ def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, t
                         stop=stop, ignore_eos=True)
         req = Req(rid=f"r{i}", prompt_ids=[tokens[(i + j) % len(tokens)] for j in range(prompt)], params=params)
         req.output_ids = [tokens[(i + j) % len(tokens)] for j in range(prompt, context)]
-        req.state, req.worker_knows, req.kv_len, req.first_sent = State.DECODE, True, context - 1, True
-        req.stream = OutputStream(req, tokenizer, 0)
+        req.phase, req.worker_knows, req.kv_len, req.first_sent = State.DECODE, True, context - 1, True
+        req.stream = OutputStream(req, tokenizer, eos)
         req.stream.detok.push(req.output_ids[-4:])  # the detokenizer holds the request's recent output
         reqs.append(req)
-    sched.running = list(reqs)
+    table.running = list(reqs)
     # Forward N (in flight): every request with K steps from its position
-    cur = Batch("decode", tuple(Entry(r, r.kv_len, 1, tuple(range(1 + i * span + r.kv_len, 1 + i * span + r.kv_len + k)),
-                                      True, steps=k) for i, r in enumerate(reqs)))
+    cur = Batch("decode", tuple(Entry(r, start=r.kv_len, n=1, slot_ids=tuple(range(1 + i * span + r.kv_len, 1 + i * span + r.kv_len + k)),
+                                      sample=True, steps=k) for i, r in enumerate(reqs)))
     times = {p: [] for p in SCHED_PHASES}
     times["total"] = []
     prof = None
@@ -285,7 +288,7 @@ def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, t
         plan = continuation(cur, k)
         nxt = continuation_batch(plan, slots_by_request(alloc, [(e.req, n) for e, n in plan]))
         t1 = time.perf_counter()
-        items = sched._items(nxt)
+        items = forward_items(nxt, eos)
         t2 = time.perf_counter()
         request = WorkerClient.prepare(client, items, r + 2, after_seq=r + 1)
         t3 = time.perf_counter()
@@ -293,7 +296,7 @@ def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, t
         t4 = time.perf_counter()
         reply = worker_pb2.ForwardResponse.FromString(reply_bytes)
         t5 = time.perf_counter()
-        sched._process(cur, reply)
+        table.finish(results.apply(cur, reply, table, stats), lambda: {e.req.rid for e in nxt.entries})
         t6 = time.perf_counter()
         if prof is not None:
             prof.disable()
@@ -302,8 +305,8 @@ def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, t
         for req in reqs:  # the servicer's stream threads would take these
             while not req.out.empty():
                 req.out.get_nowait()
-        if len(sched.running) != b:
-            raise RuntimeError(f"{b - len(sched.running)} requests finished during the bench")
+        if len(table.running) != b:
+            raise RuntimeError(f"{b - len(table.running)} requests finished during the bench")
         cur = nxt
         if r < warmup:
             continue

@@ -254,7 +254,7 @@ class CacheCore:
         c = pool.counters()
         caps = ", ".join(f"{m.worker_id}={m.capacity_tokens}" for m in pool.members)
         derivation = (
-            f"fundable {c.fundable} = available {c.available} + staged {c.staged} + evictable {c.evictable}; "
+            f"fundable {c.fundable} = available {c.available} + evictable {c.evictable}; "
             f"capacity {c.capacity} = min over members ({caps}) floored to pages of {pool.page_size}; "
             f"protected {c.protected} and owned {c.owned} are not fundable"
         )

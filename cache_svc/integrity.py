@@ -1,15 +1,15 @@
 """check(pool) -> the list of violated invariants of one pool (empty when healthy).
 
 Invariants:
-1. available + staged + cached + owned == capacity, cached == evictable + protected, all >= 0.
-2. No page in two places (free list, staging, tree nodes, requests); together they cover every usable page;
+1. available + cached + owned == capacity, cached == evictable + protected, all >= 0.
+2. No page in two places (free list, tree nodes, requests); together they cover every usable page;
    the reserved page is nowhere.
 3. Tree shape: no empty node except the root (no tombstones); key and value lengths equal and whole pages;
    each node's slots fill whole pages in order.
 4. Locks: lock_ref(parent) >= lock_ref(child); each node's lock_ref equals the number of requests whose
    locked node is in its subtree; evictable_size / protected_size equal the sums over unlocked / locked nodes.
-5. ``evictable`` equals what evict(infinity) releases on a copy of the pool, and after applying the staged
-   frees that copy has available == old available + staged + evictable.
+5. ``evictable`` equals what evict(infinity) releases on a copy of the pool, and that copy then has
+   available == old available + evictable.
 6. Every request's prefix slots equal the tree path of its locked node; its pages cover its positions.
 """
 
@@ -33,10 +33,10 @@ def check(pool: "Pool") -> list[str]:
     nodes = list(tree.nodes())
 
     # 1. counters
-    if c.available + c.staged + c.cached + c.owned != c.capacity:
-        v.append(f"counters do not add up: available {c.available} + staged {c.staged} + cached {c.cached} "
+    if c.available + c.cached + c.owned != c.capacity:
+        v.append(f"counters do not add up: available {c.available} + cached {c.cached} "
                  f"+ owned {c.owned} != capacity {c.capacity}")
-    for name in ("available", "staged", "evictable", "protected", "owned"):
+    for name in ("available", "evictable", "protected", "owned"):
         if getattr(c, name) < 0:
             v.append(f"counter {name} is negative: {getattr(c, name)}")
 
@@ -48,8 +48,6 @@ def check(pool: "Pool") -> list[str]:
         where.setdefault(page, []).append(place)
     for page in pool.allocator.free_page_ids():
         put(page, "free")
-    for page in pool.allocator.staged_page_ids():
-        put(page, "staged")
     for node in nodes:
         for s in node.value[::p]:
             put(s // p, f"node {node.id}")
@@ -110,13 +108,11 @@ def check(pool: "Pool") -> list[str]:
     except Exception as exc:  # a broken tree is what this reports; the error is the finding, not defaulted
         v.append(f"evict(inf) on a copy raised {type(exc).__name__}: {exc}")
     else:
-        released = receipt.freed_tokens + receipt.staged_tokens
-        if released != c.evictable:
-            v.append(f"evictable reports {c.evictable} but evict(inf) released {released}")
-        trial.allocator.apply_staged()
-        if trial.counters().available != c.available + c.staged + c.evictable:
-            v.append(f"after evict(inf) and applying staged frees available is {trial.counters().available}, "
-                     f"not available + staged + evictable = {c.fundable}")
+        if receipt.freed_tokens != c.evictable:
+            v.append(f"evictable reports {c.evictable} but evict(inf) released {receipt.freed_tokens}")
+        if trial.counters().available != c.available + c.evictable:
+            v.append(f"after evict(inf) available is {trial.counters().available}, "
+                     f"not available + evictable = {c.fundable}")
 
     # 6. requests
     for req in pool.requests.values():

@@ -119,7 +119,7 @@ class EvictOutcome:
 
 @dataclass(frozen=True)
 class PoolStatus:
-    """Read-only view of a pool. ``fundable`` = available + staged + evictable is the admission budget of
+    """Read-only view of a pool. ``fundable`` = available + evictable is the admission budget of
     the group (capacity is already the minimum over members); ``budget_derivation`` says how."""
 
     pool_id: str

@@ -1,8 +1,8 @@
 """One KV pool: radix tree + page allocator + request ownership + the one allocation routine.
 
 Every path that needs slots (extend, decode, paged or not) goes through ``Pool.allocate``, whose relief
-ladder is: apply staged frees (without closing an open free group), evict and check the receipt, apply
-what eviction staged, retry; then raise ``ResourceExhausted`` with an ``AllocationShortfall``.
+ladder is: evict and check the receipt (what became allocatable), retry; then raise ``ResourceExhausted``
+with an ``AllocationShortfall``.
 Not thread safe: the caller (``CacheCore``) serialises access.
 """
 
@@ -81,7 +81,6 @@ class Pool:
         return Counters(
             capacity=self.num_pages * p,
             available=self.allocator.free_pages * p,
-            staged=self.allocator.staged_pages * p,
             evictable=self.tree.evictable_size,
             protected=self.tree.protected_size,
             owned=self.owned_pages * p,
@@ -167,9 +166,9 @@ class Pool:
             need += k
         relief = None
         if need > self.allocator.free_pages:
-            relief, applied, freed_by_eviction = self._relieve(need)
+            relief, freed_by_eviction = self._relieve(need)
             if need > self.allocator.free_pages:
-                raise ResourceExhausted(self._shortfall(need, applied, freed_by_eviction, relief))
+                raise ResourceExhausted(self._shortfall(need, freed_by_eviction, relief))
         pages = self.allocator.allocate(need)
         assert pages is not None, "free_pages promised more than allocate paid"
         self.owned_pages += need
@@ -185,43 +184,34 @@ class Pool:
             results.append(AllocResult(req.request_id, slots))
         return results, relief
 
-    def _relieve(self, need_pages: int) -> tuple[EvictionReceipt, int, int]:
-        """Relief ladder: apply staged frees, evict the rest and check what became allocatable, apply what
-        eviction staged. Returns (receipt, tokens applied from staging before eviction, tokens eviction made
-        allocatable)."""
+    def _relieve(self, need_pages: int) -> tuple[EvictionReceipt, int]:
+        """Relief ladder: evict what is short and check what became allocatable. Returns (receipt, tokens
+        eviction made allocatable)."""
         p = self.page_size
         before = self.counters()
-        applied = self.allocator.apply_staged() * p
         short = need_pages - self.allocator.free_pages
-        freed_by_eviction = 0
-        nodes = 0
-        if short > 0:
-            free_before = self.allocator.free_pages
-            nodes = self._evict_nodes(short * p)
-            self.allocator.apply_staged()
-            freed_by_eviction = (self.allocator.free_pages - free_before) * p
+        nodes = self._evict_nodes(short * p) if short > 0 else 0
         after = self.counters()
         receipt = EvictionReceipt(
             asked_tokens=max(0, short) * p,
             freed_tokens=after.available - before.available,
-            staged_tokens=after.staged,
             nodes_evicted=nodes,
             before=before,
             after=after,
         )
-        return receipt, applied, freed_by_eviction
+        return receipt, receipt.freed_tokens
 
-    def _shortfall(self, need_pages: int, applied: int, freed: int, relief: EvictionReceipt) -> AllocationShortfall:
+    def _shortfall(self, need_pages: int, freed: int, relief: EvictionReceipt) -> AllocationShortfall:
         c = self.counters()
         asked = need_pages * self.page_size
         reason = (
-            f"needed {asked} tokens ({need_pages} pages of {self.page_size}); relief applied {applied} staged and "
+            f"needed {asked} tokens ({need_pages} pages of {self.page_size}); "
             f"eviction freed {freed} (asked {relief.asked_tokens}); now available {c.available}; "
             f"the rest is protected by locks ({c.protected}) or owned by running requests ({c.owned})"
         )
         if c.evictable > 0:
             reason += f"; {c.evictable} tokens are still reported evictable but eviction could not free them"
-        return AllocationShortfall(self.pool_id, asked, freed, applied, c.evictable, c.available, reason, c)
+        return AllocationShortfall(self.pool_id, asked, freed, c.evictable, c.available, reason, c)
 
     # ---- cache / release -----------------------------------------------------------------------
     def cache(self, session_id: str, items: Sequence[CacheItem]) -> list[CacheResult]:
@@ -303,10 +293,10 @@ class Pool:
         del self.requests[(req.session_id, req.request_id)]
         return freed
 
-    # ---- eviction and free groups --------------------------------------------------------------
+    # ---- eviction --------------------------------------------------------------------------
     def evict(self, num_tokens: float) -> EvictionReceipt:
         """Evicts LRU unlocked leaves until ``num_tokens`` were released from the tree (or none is left).
-        ``freed_tokens`` counts only slots that became allocatable; with a free group open they are staged."""
+        ``freed_tokens`` counts the slots that became allocatable."""
         if num_tokens < 0:
             raise InvalidArgument(f"cannot evict {num_tokens} tokens")
         before = self.counters()
@@ -316,7 +306,6 @@ class Pool:
         return EvictionReceipt(
             asked_tokens=int(asked),
             freed_tokens=after.available - before.available,
-            staged_tokens=after.staged - before.staged,
             nodes_evicted=nodes,
             before=before,
             after=after,
@@ -328,14 +317,6 @@ class Pool:
             for node in removed:
                 self.on_event("removed", node.namespace, self.tree.path_key(node)[0], len(node.key))
         return nodes
-
-    def begin_free_group(self) -> None:
-        """Frees after this are staged until ``end_free_group`` (or the relief ladder applies them)."""
-        self.allocator.begin_free_group()
-
-    def end_free_group(self) -> int:
-        """Applies the staged frees; returns tokens applied."""
-        return self.allocator.end_free_group() * self.page_size
 
     def clone(self) -> "Pool":
         """An independent deep copy (tree, allocator, requests) for what-if checks."""

@@ -9,15 +9,13 @@ from dataclasses import dataclass
 class Counters:
     """Counters of one pool, in tokens.
 
-    Invariant: ``available + staged + cached + owned == capacity`` and ``cached == evictable + protected``.
-    ``evictable`` is exactly what ``evict(infinity)`` would release from the tree now (allocatable at once
-    when no free group is open, staged otherwise). ``fundable`` is what the allocation routine can pay
-    after its relief ladder.
+    Invariant: ``available + cached + owned == capacity`` and ``cached == evictable + protected``.
+    ``evictable`` is exactly what ``evict(infinity)`` would make allocatable now. ``fundable`` is what the
+    allocation routine can pay after its relief ladder.
     """
 
     capacity: int
     available: int
-    staged: int
     evictable: int
     protected: int
     owned: int
@@ -29,18 +27,17 @@ class Counters:
 
     @property
     def fundable(self) -> int:
-        """available + staged + evictable: the admission budget of the pool."""
-        return self.available + self.staged + self.evictable
+        """available + evictable: the admission budget of the pool."""
+        return self.available + self.evictable
 
 
 @dataclass(frozen=True)
 class EvictionReceipt:
-    """What one eviction did. ``freed_tokens`` counts only slots that became allocatable;
-    ``staged_tokens`` are slots released by the tree into an open free group (not yet allocatable)."""
+    """What one eviction did. ``freed_tokens`` counts slots that became allocatable (measured on the
+    allocator, not on what the tree let go of)."""
 
     asked_tokens: int
     freed_tokens: int
-    staged_tokens: int
     nodes_evicted: int
     before: Counters
     after: Counters
@@ -65,15 +62,13 @@ class AllocationShortfall:
     """Why an allocation failed after the relief ladder.
 
     asked_tokens: slots the allocation needed (page-rounded for page_size > 1);
-    freed_by_eviction: slots eviction made allocatable; applied_staged: staged slots made allocatable;
-    still_evictable: what the tree still reports evictable; available: allocatable now;
+    freed_by_eviction: slots eviction made allocatable; still_evictable: what the tree still reports evictable; available: allocatable now;
     reason: a sentence saying why those numbers differ.
     """
 
     pool_id: str
     asked_tokens: int
     freed_by_eviction: int
-    applied_staged: int
     still_evictable: int
     available: int
     reason: str

@@ -32,7 +32,7 @@ _CODES = {
 
 
 def counters_pb(c: Counters) -> cache_pb2.Counters:
-    return cache_pb2.Counters(capacity=c.capacity, available=c.available, staged=c.staged, evictable=c.evictable,
+    return cache_pb2.Counters(capacity=c.capacity, available=c.available, evictable=c.evictable,
                               protected=c.protected, owned=c.owned, cached=c.cached)
 
 
@@ -46,14 +46,14 @@ def eviction_pb(e: EvictionReceipt | None) -> cache_pb2.EvictionReceipt | None:
     if e is None:
         return None
     return cache_pb2.EvictionReceipt(asked_tokens=e.asked_tokens, freed_tokens=e.freed_tokens,
-                                     staged_tokens=e.staged_tokens, nodes_evicted=e.nodes_evicted,
+                                     nodes_evicted=e.nodes_evicted,
                                      before=counters_pb(e.before), after=counters_pb(e.after))
 
 
 def shortfall_pb(s: AllocationShortfall) -> cache_pb2.AllocationShortfall:
     return cache_pb2.AllocationShortfall(
         pool_id=s.pool_id, asked_tokens=s.asked_tokens, freed_by_eviction=s.freed_by_eviction,
-        applied_staged=s.applied_staged, still_evictable=s.still_evictable, available=s.available,
+        still_evictable=s.still_evictable, available=s.available,
         reason=s.reason, counters=counters_pb(s.counters))
 
 

@@ -110,7 +110,6 @@ def _pool(pool: scheduler_pb2.PoolCounters) -> dict:
         "available": pool.available,
         "evictable": pool.evictable,
         "protected": pool.protected,
-        "staged": pool.staged,
         "owned": pool.owned,
     }
 

@@ -1,6 +1,6 @@
 """Admission arithmetic on the cache service's counters (receipts), as in SGLang's PrefillAdder.
 
-fundable = available + staged + evictable (what an allocation with the cache's relief ladder can pay).
+fundable = available + evictable (what an allocation with the cache's relief ladder can pay).
 Running requests still need their unwritten prompt tokens plus their remaining new tokens, the latter
 estimated with a decaying new-token ratio (most requests stop well before max_new_tokens). A request is
 admitted when its cost fits in ``fundable - reserved(running) - charged(this round)``. The check is made
@@ -23,7 +23,6 @@ CLIP_MAX_NEW_TOKENS = 4096
 
 class CountersLike(Protocol):
     available: int
-    staged: int
     evictable: int
     capacity: int
 
@@ -34,8 +33,8 @@ class RunningLike(Protocol):
 
 
 def fundable(c: CountersLike) -> int:
-    """Tokens an allocation can be paid with now: available + staged + evictable."""
-    return int(c.available) + int(c.staged) + int(c.evictable)
+    """Tokens an allocation can be paid with now: available + evictable."""
+    return int(c.available) + int(c.evictable)
 
 
 class NewTokenRatio:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codeserve.v1 import cache_pb2, worker_pb2
-from scheduler_svc.request import Req
+from scheduler_svc.request import Req, stop_ids
 
 
 @dataclass(frozen=True, init=False)
@@ -24,10 +24,11 @@ class Entry:
     steps: int = 1
     from_last: bool = False
 
-    def __init__(self, req: Req, start: int, n: int, slot_ids: tuple[int, ...], sample: bool, steps: int = 1,
+    def __init__(self, req: Req, *, start: int, n: int, slot_ids: tuple[int, ...], sample: bool, steps: int = 1,
                  from_last: bool = False) -> None:
-        # the dataclass __init__ of a frozen class sets each field through object.__setattr__ (a decode
-        # batch builds one Entry per running request per Forward); fields are set once, here
+        # keyword-only: start, n and steps are all ints, a swap must not pass silently. The dataclass __init__
+        # of a frozen class sets each field through object.__setattr__ (a decode batch builds one Entry per
+        # running request per Forward); fields are set once, here
         self.__dict__.update(req=req, start=start, n=n, slot_ids=slot_ids, sample=sample, steps=steps,
                              from_last=from_last)
 
@@ -76,6 +77,12 @@ def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
         item.prefix_slot_ids.extend(req.prefix_slot_ids)
         item.prefix_token_ids.extend(req.ids_between(0, e.start))
     return item
+
+
+def forward_items(batch: Batch, eos_token_id: int) -> list[worker_pb2.ForwardItem]:
+    """The ForwardItems of ``batch``; a sampling entry carries the request's stop ids (``request.stop_ids``).
+    Raises ValueError as ``forward_item``."""
+    return [forward_item(e, stop_ids(e.req.params, eos_token_id) if e.sample else ()) for e in batch.entries]
 
 
 def slots_by_request(reply: cache_pb2.AllocateResponse, plan: list[tuple[Req, int]]) -> dict[str, tuple[int, ...]]:

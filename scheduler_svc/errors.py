@@ -31,7 +31,7 @@ class AllocationFailed(RuntimeError):
         msg = f"allocation failed: {details}"
         if shortfall is not None:
             msg += (f" (asked={shortfall.asked_tokens} freed_by_eviction={shortfall.freed_by_eviction}"
-                    f" applied_staged={shortfall.applied_staged} still_evictable={shortfall.still_evictable}"
+                    f" still_evictable={shortfall.still_evictable}"
                     f" available={shortfall.available}: {shortfall.reason})")
         super().__init__(msg)
         self.shortfall = shortfall

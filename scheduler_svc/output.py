@@ -6,7 +6,7 @@ from tokenizers import Tokenizer
 
 from codeserve.v1 import common_pb2, scheduler_pb2
 from scheduler_svc.detokenizer import IncrementalDetokenizer
-from scheduler_svc.request import Finish, Req, State, StreamEnd
+from scheduler_svc.request import Finish, Req, State, StreamEnd, stop_ids
 from scheduler_svc.stop_strings import StopStringMatcher
 
 
@@ -21,8 +21,7 @@ class OutputStream:
         self.eos = eos_token_id
         self.detok = IncrementalDetokenizer(tokenizer, req.params.skip_special_tokens)
         self.stops = StopStringMatcher(req.params.stop, req.params.no_stop_trim)
-        # token ids that end the request: its stop token ids, and EOS unless ignore_eos
-        self._stop_ids = frozenset(req.params.stop_token_ids) | (frozenset() if req.params.ignore_eos else {eos_token_id})
+        self._stop_ids = frozenset(stop_ids(req.params, eos_token_id))  # token ids that end the request
         self._final: scheduler_pb2.GenerateResponse | None = None
         self._pending: scheduler_pb2.GenerateResponse | None = None  # deferred messages, merged (``flush``)
 
@@ -40,7 +39,7 @@ class OutputStream:
 
     def on_token(self, token_id: int, logprob: float, top: common_pb2.TopLogprobs | None, defer: bool = False) -> None:
         """Appends one sampled token and streams a message; when a finish condition holds, the request is
-        FINISHED and its last message waits for ``close``. ``defer``: the message is merged with the
+        FINISHED (it has a finish reason) and its last message waits for ``close``. ``defer``: the message is merged with the
         following ones until ``flush`` (multi-step decode: one message per request per Forward)."""
         req, p = self.req, self.req.params
         req.output_ids.append(token_id)
@@ -80,7 +79,6 @@ class OutputStream:
                 req.out.put(msg)
             return
         self._finish_fields(msg)
-        req.state = State.FINISHED
         self._final = msg
 
     def on_tokens(self, token_ids, logprobs) -> int:
@@ -131,7 +129,6 @@ class OutputStream:
             req.out.put(msg)
             return cut
         self._finish_fields(msg)
-        req.state = State.FINISHED
         self._final = msg
         return cut
 
@@ -185,7 +182,6 @@ class OutputStream:
         if reason != Finish.ABORT:
             msg.text = self._drain()
         self._finish_fields(msg)
-        req.state = State.FINISHED
         self._final = msg
 
     @property
@@ -205,5 +201,4 @@ class OutputStream:
     def fail(self, code: object, message: str) -> None:
         """Ends the stream with an error status (a grpc.StatusCode) and its message."""
         self.req.finish = Finish.ABORT
-        self.req.state = State.FINISHED
         self.req.out.put(StreamEnd(code, message))

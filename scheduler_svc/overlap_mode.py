@@ -1,5 +1,5 @@
 """When overlapped decode sends Forward N+1 (``--overlap-mode``; the designs are described in
-``scheduler_svc/overlap.py``). Kept apart so that the scheduler's argument parser imports nothing heavy."""
+``scheduler_svc/scheduler.py``). Kept apart so that the scheduler's argument parser imports nothing heavy."""
 
 # "queued" (default): at once: it waits at the worker behind N; arrivals' extends are sent with
 # before_seq = N+1 and run first when they reach the worker before N+1 started (worker_svc/ordering.py).

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import enum
-import itertools
 import queue
 from dataclasses import dataclass, field
 from typing import Any
 
 from codeserve.v1 import common_pb2, scheduler_pb2
 
-_ADMISSIONS = itertools.count(1)
-
 
 class State(enum.Enum):
-    """Where a request is. WAITING: in the queue (new, or requeued after a retract or worker restart).
-    PREFILL: admitted, extend chunks still to run. DECODE: one new token per step. FINISHED: done."""
+    """A request's phase. WAITING: in the queue (new, or requeued after a retract or worker restart).
+    PREFILL: admitted, extend chunks still to run. DECODE: one new token per step. FINISHED: done (it has a
+    finish reason). Where a finished request still is (in a Forward in flight, failed to release) is the
+    request table's (``scheduler_svc/requests.py``), which also makes every change of phase."""
 
     WAITING = "waiting"
     PREFILL = "prefill"
@@ -64,7 +63,10 @@ class StreamEnd:
 @dataclass(eq=False)
 class Req:
     """A request. Token lists hold int token ids; ``kv_len`` counts tokens (from position 0) whose KV is
-    written in the pool for the current admission. The loop thread owns every mutable field except
+    written in the pool for the current admission. ``phase`` changes in the request table only
+    (``scheduler_svc/requests.py``, which also resets ``kv_len`` and ``worker_knows`` on admission and requeue);
+    after a Forward, ``kv_len`` and ``worker_knows`` are set in ``scheduler_svc/results.py`` only. The loop
+    thread owns every mutable field except
     ``abort_requested`` (set by any thread) and ``out`` (a thread-safe queue read by the servicer; a
     SimpleQueue: put/get without the task accounting of queue.Queue, which nobody uses here).
     """
@@ -77,7 +79,7 @@ class Req:
     output_top_logprobs: list[common_pb2.TopLogprobs] = field(default_factory=list)
     prompt_logprobs: list[float] = field(default_factory=list)
     prompt_top_logprobs: list[common_pb2.TopLogprobs] = field(default_factory=list)
-    state: State = State.WAITING
+    phase: State = State.WAITING        # WAITING, PREFILL or DECODE, set by the request table only
     kv_len: int = 0
     cached_tokens: int = -1              # cached prefix of the first admission (-1: not yet admitted)
     worker_knows: bool = False           # the worker holds this request's slot table
@@ -92,6 +94,11 @@ class Req:
     sent_tokens: int = 0                 # output tokens already put on the stream
     stream: Any = None                   # scheduler_svc.output.OutputStream, set on submit
     out: "queue.SimpleQueue[scheduler_pb2.GenerateResponse | StreamEnd]" = field(default_factory=queue.SimpleQueue)
+
+    @property
+    def state(self) -> State:
+        """FINISHED once the request has a finish reason (set by its output stream), else its ``phase``."""
+        return State.FINISHED if self.finish is not None else self.phase
 
     @property
     def all_ids(self) -> list[int]:
@@ -120,23 +127,11 @@ class Req:
         """True while prompt logprobs are asked and not yet collected (forces a full recompute of the prompt)."""
         return self.params.return_prompt_logprobs and len(self.prompt_logprobs) < len(self.prompt_ids) - 1
 
-    def admitted(self, cached_tokens: int, prefix_slot_ids: list[int]) -> None:
-        """Marks the request admitted with a locked prefix of ``cached_tokens`` tokens at ``prefix_slot_ids``."""
-        if self.cached_tokens < 0:
-            self.cached_tokens = cached_tokens
-        self.kv_len = cached_tokens
-        self.prefix_slot_ids = list(prefix_slot_ids)
-        self.worker_knows = False
-        self.state = State.PREFILL
-        self.admission = next(_ADMISSIONS)
 
-    def requeued(self) -> None:
-        """Back to the waiting queue after a retract or a worker restart: nothing of it is in the pool."""
-        self.kv_len = 0
-        self.prefix_slot_ids = []
-        self.worker_knows = False
-        self.state = State.WAITING
-        self.retractions += 1
-        if self.wants_prompt_logprobs:  # partially collected: start over with the full prompt
-            self.prompt_logprobs.clear()
-            self.prompt_top_logprobs.clear()
+def stop_ids(params: Params, eos_token_id: int) -> list[int]:
+    """Token ids that end a request (its stop token ids, sorted, then EOS unless ignore_eos): the worker stops a
+    multi-step item there, and the output stream finishes the request with "stop" on one of them."""
+    ids = sorted(params.stop_token_ids)
+    if not params.ignore_eos:
+        ids.append(eos_token_id)
+    return ids

@@ -1,126 +1,159 @@
-"""The scheduling loop: admit -> build a batch (extend first, decode otherwise) -> Worker.Forward ->
-process results -> cache and release finished requests. One thread runs it and owns all request state.
-With ``overlap`` (default) steady decode is pipelined: Forward N+1 is allocated while N runs and sent
-before N's reply is processed; a request that arrives meanwhile has its extend sent to run right after N
-(``scheduler_svc/overlap.py``).
+"""The scheduling loop. One thread runs it; each round (``Scheduler.step``) is: take new requests, end
+aborted ones, plan a batch (extend first, decode otherwise; ``planner.py``), send it to the worker, apply the
+reply (``results.py``), and cache and release finished requests (``requests.py``, the request table, the one
+owner of where each request stands). Failures and the way back are ``recovery.py``'s.
 
-Frozen worker (``liveness``, ``--worker-stall-timeout``): every wait for a Forward reply also watches the
-worker's health checks (``scheduler_svc/liveness.py``). When the worker has not answered them for the stall
-timeout, the loop stops waiting and fails the requests of the Forwards in flight and everything running or
-waiting with UNAVAILABLE naming the worker; new requests are refused at once while it stays silent. Their cache
-state is released as after any dependency failure: the resync opens a new session (the cache frees every slot
-and lock of the old one) and releases the requests at the worker. Safety of the resumed worker's stale writes:
-the Forwards in flight are not cancelled but kept (``_stale``), and the resync first waits until each has
-answered (its reply or its error, bounded by the Forward deadline). The worker runs Forwards one at a time under
-its engine lock, so an answered Forward has finished writing K/V; only then is any new Forward sent. A stale
-Forward writes only slots that its own requests owned (never slots in the radix tree: finished requests are
-inserted after the Forward that wrote them was processed); the new session frees those slots, so new requests
-may get them, and their K/V is written by Forwards that run after the stale one. Nothing stale is read as
-valid K/V. (A freeze longer than the Forward deadline ends the wait with DEADLINE_EXCEEDED: then the guarantee
-rests on the engine lock alone, which holds for a Forward that was running or waiting for the lock when the
-worker froze.)"""
+Overlapped decode (``overlap``, default; SGLang's overlap scheduler over our services): in steady decode the
+loop allocates decode Forward N+1 while the worker computes N and sends it before N's reply is applied, then
+applies N's reply (detokenize, stream) while the worker computes N+1 (``_chain``). N+1 holds the same running
+requests, with slots allocated ahead from the cache; each item's input is the token the worker sampled last
+for it (``input_from_last_sample``, unknown to the scheduler yet) at the predicted position ``start + steps``
+of its N entry, and the Forward carries ``after_seq = N.seq`` so the worker runs it only after N. A request
+predicted to reach max_new_tokens (already capped by the context limit) in N is left out of N+1; one that ends
+at a stop token in N is in N+1 and the worker skips it.
+
+While N runs the loop waits for N's reply or an arrival. A request that arrives with room is admitted at once
+(Match, Allocate while N runs) and its extend is sent to run right after N (``after_seq = N.seq``; a later
+arrival's extend after that one), so its first token waits for the rest of N, not for N+1's K steps.
+When N+1 is sent (``--overlap-mode``, ``overlap_mode.OVERLAP_MODES``):
+
+- ``queued`` (default): at once, so it waits at the worker behind N and starts the moment N ends: the reply
+  of N and the send and parsing of N+1 are hidden. Arrivals' extends carry ``before_seq = N+1``: one that
+  reaches the worker before N+1 has started makes N+1 wait for it too (``worker_svc/ordering.py``), and it
+  is queued here before N+1, so its reply is applied as it comes. An extend that reaches the worker after
+  N+1 started waits for N+1's steps.
+- ``just-in-time``: when N's reply is in, after the last extend. Every arrival admitted before N's reply
+  goes ahead of N+1; the cost is that N's reply and N+1's send and parsing are not hidden (one local gRPC
+  round trip and the worker's parsing per Forward, with the GPU idle).
+
+Measured on the simulated worker (``tests/scheduler/arrival_sim.py``, real loop and cache, 2.8 ms a decode
+step, K = 8, 64 requests decoding, 1,024-token probes arriving one at a time): steady decode 21,750 tokens/s
+queued against 16,600-17,700 just-in-time (bound 22,860), probe TTFT p50 31-34 ms against 30-32 ms. On the
+H200 (bench/results/h200-run3, -run4) queueing N+1 without the insertion gave c64 12,147 tokens/s against
+11,166 just-in-time.
+
+Chaining happens only in steady decode (``planner.can_chain``); otherwise the loop drains (waits for and
+applies the in-flight replies, in order) and takes the synchronous path (extend, admission, retract, aborts).
+Requests that finish while N is applied but are in a Forward still in flight stream their end at once and
+are released after the last in-flight Forward that holds them was applied (FINISHING in the table).
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass
 
 import grpc
 
-from codeserve.v1 import cache_pb2
 from scheduler_svc.admission import NewTokenRatio
-from scheduler_svc.batch import Batch, forward_item
-from scheduler_svc.batch_formation import BatchFormation
+from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
+from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.errors import DependencyUnavailable, SessionLost, WorkerEpochChanged, WorkerStalled
 from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
-from scheduler_svc.multistep import apply_tokens, stop_ids
-from scheduler_svc.overlap import Pipeline
-from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
-from scheduler_svc.request import Finish, Req, State
+from scheduler_svc.pipeline import Pipeline
+from scheduler_svc.planner import Planner, can_chain
+from scheduler_svc import results
+from scheduler_svc.recovery import Recovery
+from scheduler_svc.request import Req
+from scheduler_svc.requests import RequestTable
+from scheduler_svc.stats import Stats
 from scheduler_svc.worker_client import PendingForward, WorkerClient
 
-STALL_POLL_S = 0.25  # seconds between looks at the worker's liveness while a Forward reply is awaited
+__all__ = ["Scheduler", "SchedulerConfig"]
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Loop settings (tokens for sizes, seconds for times)."""
-
-    pool_id: str = "default"
-    max_running_requests: int = 64
-    chunk_size: int = 512
-    policy: str = "fcfs"
-    max_queued_requests: int = 1024
-    progress_timeout: float = 30.0
-    outage_timeout: float = 30.0
-    owner: str = "scheduler-0"
-    lease_seconds: float = 30.0
-    decode_steps: int = 1  # > 1: multi-step decode, up to this many steps per Forward (scheduler_svc/multistep.py)
-    overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/overlap.py)
-    # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
-    overlap_mode: str = DEFAULT_OVERLAP_MODE
-
-    def __post_init__(self) -> None:
-        if self.overlap_mode not in OVERLAP_MODES:
-            raise ValueError(f"overlap_mode must be one of {', '.join(OVERLAP_MODES)}, got {self.overlap_mode!r}")
+def wait_reply_or_arrival(pending: PendingForward, wake: threading.Event, arrived) -> bool:
+    """Waits until ``pending``'s reply is in (False) or ``arrived()`` says a request can be admitted (True),
+    whichever comes first. ``wake`` is the intake's event (set on every submit and abort); the reply sets it
+    too. ``arrived`` runs on this thread after each wake-up."""
+    pending.add_done_callback(wake.set)
+    while True:
+        wake.clear()  # state is read after clearing: a set that comes later wakes the next wait
+        if arrived():
+            return True
+        if pending.done():
+            return False
+        wake.wait(1.0)  # the reply, a submit or an abort sets it; 1 s only bounds a lost wake-up
 
 
-class Scheduler(BatchFormation):
+class Scheduler:
     """Waiting queue, admission on cache receipts, continuous batching with chunked prefill, retract.
 
-    Thread-safe entry points: ``submit``, ``abort``, ``load``, ``progress_ok``. Everything else runs on
-    the loop thread (``run``). Requests' ``out`` queues receive GenerateResponse messages and a StreamEnd.
+    Built of plain parts, each handed what it uses: ``table`` (RequestTable: where each request stands, the only
+    releases), ``planner`` (Planner: the next batch), ``pipeline`` (Pipeline: the Forwards in flight),
+    ``recovery`` (Recovery: connection, failures, resync), ``stats`` (the counters, as a dict).
+
+    Thread-safe entry points: ``submit``, ``abort``, ``queue_lengths``, ``progress_ok``, ``unhealthy_reason``,
+    ``stop``. Everything else runs on the loop thread (``run``). Requests' ``out`` queues receive
+    GenerateResponse messages and a StreamEnd.
     """
 
     def __init__(self, cache: CacheClient, worker: WorkerClient, cfg: SchedulerConfig, log,
                  liveness: WorkerLiveness | None = None) -> None:
         """``liveness``: the worker's health-check monitor (None: no stall detection, waits end only with the
         Forward deadline)."""
-        self.cache, self.worker, self.cfg, self.log, self.liveness = cache, worker, cfg, log, liveness
+        self.cache, self.worker, self.log = cache, worker, log
         self.intake = Intake(cfg.max_queued_requests)
-        self.waiting: deque[Req] = deque()
-        self.running: list[Req] = []
-        self.ratio = NewTokenRatio()
         self._stop = threading.Event()
-        self._needs_resync = False
-        self._orphans: list[str] = []
-        self._down_since: float | None = None
-        self._last_renew = 0.0
-        self.info = None
-        self.capacity = 0
-        self.last_batch_at = time.monotonic()
-        self.snapshot = (0, 0, 0)  # (running, waiting, waiting tokens), published by the loop every round
-        self.pipeline = Pipeline(self)  # overlap: Forwards sent and not yet processed, in order
-        self._zombies: list[Req] = []  # finished (end streamed) but in an in-flight Forward: released after it
-        self._stale: list[PendingForward] = []  # sent before a failure or stall; answered before any new Forward
-        self._alloc_s = 0.0  # seconds of the last decode batch's Cache.Allocate
-        self._seq = time.time_ns() // 1000  # Forward seq, unique per worker epoch across scheduler restarts
-        # Decode rounds, cumulative seconds (logged by loop_stats; bench/ derives the outside share):
-        # wall = the loop's time in decode rounds; alloc = Cache.Allocate; rpc = sending Forward and waiting
-        # for its reply (with overlap: only the wait left after the loop's own work); process = results.
-        # chained: Forwards sent before the previous reply was processed; dropped: results of requests that
-        # had finished in the previous Forward (sent ahead for them, then dropped); extends_ahead: extends of
-        # requests that arrived while a decode Forward ran, sent to run right after it.
-        self.stats = dict(batches=0, prefix_query=0, prefix_hit=0, prompt_tokens=0, generation_tokens=0,
-                          retractions=0, decode_batches=0, decode_steps=0, decode_wall_seconds=0.0,
-                          decode_forward_seconds=0.0, decode_alloc_seconds=0.0, decode_rpc_seconds=0.0,
-                          decode_process_seconds=0.0, decode_chained=0, decode_dropped=0, extends_ahead=0)
+        self._stats = Stats()
+        self.ratio = NewTokenRatio()
+        self.table = RequestTable(cache, worker, self.intake, log)
+        self.pipeline = Pipeline(worker)
+        self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log)
+        self.recovery = Recovery(cache, worker, cfg, log, liveness, self.table, self.pipeline, self._stop)
+        self._cfg = cfg
+
+    @property
+    def cfg(self) -> SchedulerConfig:
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, cfg: SchedulerConfig) -> None:
+        """Replaces the settings of the loop and its parts (before ``run``: e.g. decode steps once the device is
+        known)."""
+        self._cfg = self.planner.cfg = self.recovery.cfg = cfg
+
+    # ---- read-only views ----------------------------------------------------------------------------------
+    @property
+    def info(self):
+        """The worker's WorkerInfo (None before ``connect``)."""
+        return self.recovery.info
+
+    @property
+    def capacity(self) -> int:
+        """The pool's capacity in tokens, as registered (0 before ``connect``)."""
+        return self.recovery.capacity
+
+    @property
+    def stats(self) -> dict:
+        """The loop's counters (``scheduler_svc/stats.py``), cumulative."""
+        return self._stats.counts
+
+    @property
+    def last_batch_at(self) -> float:
+        return self._stats.last_batch_at
+
+    @property
+    def running(self) -> list[Req]:
+        return self.table.running
+
+    @property
+    def waiting(self):
+        return self.table.waiting
 
     # ---- thread-safe API -------------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
         """Queues a validated request. Raises QueueFull, SchedulerStopped, ValueError (id in use), WorkerStalled
         (the worker does not answer health checks: fail fast, never queue behind a frozen worker)."""
         if self.worker_stalled():
-            raise self._stall_error()
-        self.intake.submit(req, self.snapshot[1])
+            raise self.recovery.stall_error()
+        self.intake.submit(req, self.table.snapshot[1])
 
     def worker_stalled(self) -> bool:
         """True when the worker has not answered health checks past the stall timeout (False without liveness)."""
-        return self.liveness is not None and self.liveness.stalled()
+        return self.recovery.worker_stalled()
 
     def abort(self, rid: str, reason: str = "aborted by client") -> bool:
         """Flags a live request for abort; the loop frees it within one step. False when unknown."""
@@ -140,15 +173,17 @@ class Scheduler(BatchFormation):
         if self.stopped_reason:
             return self.stopped_reason
         if self.worker_stalled():
-            return str(self._stall_error())
+            return str(self.recovery.stall_error())
         since = time.monotonic() - max(self.last_batch_at, self.intake.busy_since)
         if self.intake.busy() and since > self.cfg.progress_timeout:
             return f"no batch completed for {since:.0f} s (progress timeout {self.cfg.progress_timeout:g} s) while work waits or runs"
         return ""
 
     def queue_lengths(self) -> tuple[int, int, int]:
-        """(running, waiting, waiting prompt tokens), new requests not yet taken by the loop included."""
-        running, waiting, tokens = self.snapshot
+        """(running, waiting, waiting prompt tokens), new requests not yet taken by the loop included. Running
+        counts every request whose slots are not yet released (``RequestTable.held``): idle means the pool is
+        settled."""
+        running, waiting, tokens = self.table.snapshot
         new, new_tokens = self.intake.inbox_stats()
         return running, waiting + new, tokens + new_tokens
 
@@ -156,41 +191,9 @@ class Scheduler(BatchFormation):
         self.intake.stop(reason)
         self._stop.set()
 
-    # ---- start-up and resync ---------------------------------------------------------------------------
     def connect(self) -> None:
-        """Opens a new cache session (releasing everything of an older one), registers the pool with the
-        worker's epoch (a new epoch flushes it). Raises the clients' errors."""
-        opened = self.cache.open_session(self.cfg.owner, self.cfg.lease_seconds)
-        self.info = self.worker.info()
-        self.worker.epoch = self.info.epoch
-        member = cache_pb2.PoolMember(worker_id=self.info.worker_id, epoch=self.info.epoch,
-                                      capacity_tokens=self.info.capacity_tokens)
-        reg = self.cache.register_pool(self.info.page_size, [member])
-        self.capacity = reg.capacity
-        self._last_renew = time.monotonic()
-        self.log.info("connected", session=opened.session_id, replaced=opened.replaced_session_id,
-                      epoch=self.info.epoch, capacity=reg.capacity, page_size=reg.page_size, flushed=reg.flushed)
-
-    def _resync(self) -> None:
-        """After a worker restart, a lost session or an outage: drop worker state, reconnect, requeue
-        every running request at the front (it is recomputed; its output so far is kept)."""
-        self.pipeline.drop()
-        self._await_stale()  # no new Forward while one sent before may still run (raises WorkerStalled)
-        rids = self._orphans + [r.rid for r in self.running if r.worker_knows]
-        self.connect()  # raises while the cache or the worker is still down
-        self.worker.release(rids)  # same epoch: drop its slot tables; new epoch: it knows none of them
-        self._orphans = []
-        for req in reversed(self.running):
-            if req.stream.has_final:  # finished before the outage: deliver it, the new session freed its slots
-                req.stream.close()
-                self._forget(req)
-                continue
-            req.requeued()
-            self.waiting.appendleft(req)
-        self.log.warning("resynced", requeued=len(self.running))
-        self.running = []
-        self._needs_resync = False
-        self._publish()
+        """Opens the cache session and registers the pool (``Recovery.connect``)."""
+        self.recovery.connect()
 
     # ---- the loop --------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -198,21 +201,22 @@ class Scheduler(BatchFormation):
         waiting and running requests fail with UNAVAILABLE naming the service. A stalled worker: every request
         fails with UNAVAILABLE at once, and the loop resyncs when the worker answers again. Any other exception
         fails every request with INTERNAL, marks the loop stopped and is re-raised."""
+        rec = self.recovery
         try:
             while not self._stop.is_set():
                 try:
-                    if self.worker_stalled():
-                        self._on_worker_stalled(self._stall_error())
+                    if rec.worker_stalled():
+                        rec.on_worker_stalled(rec.stall_error(), self.intake.wake)
                         continue
-                    if self._needs_resync:
-                        self._resync()
+                    if rec.needs_resync:
+                        rec.resync()
                     worked = self.step()
-                    self._down_since = None
+                    rec.up()
                 except WorkerStalled as exc:
-                    self._on_worker_stalled(exc)
+                    rec.on_worker_stalled(exc, self.intake.wake)
                     continue
                 except (DependencyUnavailable, SessionLost, WorkerEpochChanged) as exc:
-                    self._on_dependency_error(exc)
+                    rec.on_dependency_error(exc)
                     continue
                 if not worked:
                     self.intake.wake.wait(0.2)
@@ -220,256 +224,109 @@ class Scheduler(BatchFormation):
         except BaseException as exc:
             self.stop(f"scheduler loop failed: {type(exc).__name__}: {exc}")
             self.log.exception("loop_failed")
-            self._fail_all(grpc.StatusCode.INTERNAL, self.stopped_reason)
+            rec.fail_all(grpc.StatusCode.INTERNAL, self.stopped_reason)
             raise
-        self._fail_all(grpc.StatusCode.UNAVAILABLE, f"scheduler stopped: {self.stopped_reason}")
+        rec.fail_all(grpc.StatusCode.UNAVAILABLE, f"scheduler stopped: {self.stopped_reason}")
 
     def step(self) -> bool:
-        """One round. Returns False when there was nothing to run. With a Forward in flight: chain the next
-        one in steady decode, or drain it and take the synchronous path."""
-        self._intake()
-        self._renew_session()
+        """One round: intake; with a Forward in flight, chain the next one in steady decode or drain; aborts;
+        plan a batch; send it (overlapped decode) or run it and apply its reply. Returns False when there was
+        nothing to run."""
+        table = self.table
+        table.take_new()
+        self.recovery.renew_session()
         drained = False
         if self.pipeline:
-            if self.pipeline.chainable():
-                self.pipeline.chain()
-                self._apply_aborts(running=False)
-                self._publish()
+            if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running, len(table.waiting),
+                                                     self.cfg.max_running_requests):
+                self._chain()
+                table.abort(running=False)  # a Forward in flight holds the running ones
+                table.publish()
                 return True
-            self.pipeline.drain()
+            self._drain()
             drained = True
-        self._apply_aborts()
+        table.abort()
         t0 = time.perf_counter()
-        batch = self._extend_batch() or self._decode_batch()
-        self._publish()
+        batch = self.planner.extend() or self.planner.decode()
+        table.publish()
         if batch is None:
             return drained
         if batch.kind == "decode" and self.cfg.overlap:
-            self.pipeline.send(batch)
-            self.stats["decode_rpc_seconds"] += time.perf_counter() - t0 - self._alloc_s
-            self.stats["decode_wall_seconds"] += time.perf_counter() - t0
+            self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))
+            self._stats.decode_sent(time.perf_counter() - t0)
             return True
         t1 = time.perf_counter()
-        reply = self._reply(self.worker.forward_async(self._items(batch), self.next_seq()))
+        reply = self.recovery.reply(self.worker.forward_async(self._items(batch), self.pipeline.next_seq()))
         t2 = time.perf_counter()
-        self._process(batch, reply)
-        self._publish()
-        if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
-            self._decode_stats(batch, reply, wall=time.perf_counter() - t0, rpc=t2 - t1, process=time.perf_counter() - t2)
+        self._apply(batch, reply, t0, t1, t2)
         return True
 
     # ---- Forwards ----------------------------------------------------------------------------------------
-    def next_seq(self) -> int:
-        """The seq of the next Forward (unique per worker epoch; the worker orders Forwards by it)."""
-        self._seq += 1
-        return self._seq
-
     def _items(self, batch: Batch) -> list:
-        eos = self.info.eos_token_id
-        return [forward_item(e, stop_ids(e.req, eos) if e.sample else ()) for e in batch.entries]
+        return forward_items(batch, self.recovery.info.eos_token_id)
 
-    def _decode_stats(self, batch: Batch, reply, wall: float, rpc: float, process: float) -> None:
-        st = self.stats
-        st["decode_batches"] += 1
-        st["decode_steps"] += max(e.steps for e in batch.entries)
-        st["decode_wall_seconds"] += wall
-        st["decode_forward_seconds"] += reply.forward_seconds
-        st["decode_rpc_seconds"] += rpc
-        st["decode_process_seconds"] += process
+    def _apply(self, batch: Batch, reply, t0: float, t1: float, t2: float) -> None:
+        """Applies ``reply`` to the table and releases what finished; a decode round's timing (``t0`` round
+        start, ``t1`` .. ``t2`` waiting for the reply) is recorded."""
+        finished = results.apply(batch, reply, self.table, self._stats)
+        self.table.finish(finished, self.pipeline.request_ids)
+        self.table.publish()
+        if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
+            now = time.perf_counter()
+            self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
 
-    def _on_dependency_error(self, exc: Exception) -> None:
-        now = time.monotonic()
-        self._needs_resync = True
-        if self._down_since is None:
-            self._down_since = now
-        down = now - self._down_since
-        self.log.warning("dependency_error", error=str(exc), kind=type(exc).__name__, down_seconds=round(down, 3))
-        if isinstance(exc, DependencyUnavailable) and down > self.cfg.outage_timeout:
-            self._intake()
-            self._fail_all(grpc.StatusCode.UNAVAILABLE,
-                           f"{exc} for {down:.0f} s; request not completed (retry later)")
-        self._stop.wait(min(2.0, 0.1 * 2 ** min(int(down), 5)) if isinstance(exc, DependencyUnavailable) else 0)
+    def _drain(self) -> None:
+        """Waits for the in-flight Forwards and applies them in order (nothing new is sent)."""
+        while self.pipeline:
+            t0 = time.perf_counter()
+            reply = self.recovery.reply(self.pipeline.head().pending)
+            cur = self.pipeline.pop()
+            t1 = time.perf_counter()
+            self._apply(cur.batch, reply, t0, t0, t1)
 
-    # ---- frozen worker ---------------------------------------------------------------------------------
-    def _reply(self, pending: PendingForward):
-        """``pending``'s reply (raises what ``PendingForward.result`` raises). Raises WorkerStalled when the
-        worker stops answering health checks first; ``pending`` is then stale (the resync waits for it)."""
-        if self.liveness is not None:
-            self._wait_answered(pending)
-        return pending.result()
-
-    def _wait_answered(self, pending: PendingForward) -> None:
-        """Waits until ``pending`` has its reply or error (bounded by the Forward deadline); raises WorkerStalled
-        (keeping ``pending`` stale unless it is in flight, where ``Pipeline.drop`` finds it) when the worker is
-        stalled meanwhile (never without ``liveness``)."""
-        if pending.done():
-            return
-        answered = threading.Event()
-        pending.add_done_callback(answered.set)
-        while not answered.wait(STALL_POLL_S):
-            if self.worker_stalled():
-                if not self.pipeline.holds(pending) and pending not in self._stale:
-                    self._stale.append(pending)
-                raise self._stall_error()
-
-    def _await_stale(self) -> None:
-        """Before any new Forward: waits until every Forward sent before a failure or stall has answered, so
-        the worker is done with it (it runs Forwards one at a time under its engine lock)."""
-        while self._stale:
-            self._wait_answered(self._stale[0])
-            self._stale.pop(0)
-
-    def _stall_error(self) -> WorkerStalled:
-        lv = self.liveness
-        worker = self.info.worker_id if self.info is not None else "?"
-        return WorkerStalled(f"worker {worker} has not answered health checks for {lv.unresponsive_for():.1f} s "
-                             f"(stall timeout {lv.stall_timeout_s:g} s; last probe: {lv.last_error}); the request "
-                             f"was not completed: retry when the worker answers again")
-
-    def _on_worker_stalled(self, exc: WorkerStalled) -> None:
-        """Fails every request (in flight, running, waiting, new) with UNAVAILABLE and ``exc``'s message; a
-        resync follows when the worker answers again (when anything was sent or held). Waits a moment."""
-        sent = bool(self.running or self.pipeline or self._zombies or self._stale)
-        self._intake()
-        failed = len(self.waiting) + len(self.running)
-        if failed or sent:
-            self.log.error("worker_stalled", error=str(exc), failed=failed, in_flight=len(self.pipeline),
-                           stale=len(self._stale))
-        self._fail_all(grpc.StatusCode.UNAVAILABLE, str(exc))
-        self._needs_resync = self._needs_resync or sent
-        self.intake.wake.wait(STALL_POLL_S)
-        self.intake.wake.clear()
-
-    def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
-        self.pipeline.drop()
-        self._orphans += [r.rid for r in self.running]  # a first chunk in a stale Forward may still register it
-        for req in list(self.waiting) + self.running + self.intake.take():
-            if req.stream.has_final:
-                req.stream.close()  # it completed; only its release was cut short (the next session frees it)
-            elif req.state != State.FINISHED:
-                req.stream.fail(code, message)
-            self._forget(req)
-        self.waiting.clear()
-        self.running = []
-        self._publish()
-
-    def _intake(self) -> int:
-        """Moves new requests to the waiting queue; returns how many."""
-        taken = self.intake.take()
-        if taken:  # publish at once: the queue bound reads inbox + snapshot, and they left the inbox
-            self.waiting.extend(taken)
-            self._publish()
-        return len(taken)
-
-    def _forget(self, req: Req) -> None:
-        self.intake.forget(req)
-
-    def _publish(self) -> None:
-        """Running counts every request whose slots are not yet released: finished ones still in a Forward in
-        flight (overlap), and orphans (failed by a stall or a dependency error; the resync's new session frees
-        their slots): idle means the pool is settled."""
-        self.snapshot = (len(self.running) + len(self._zombies) + len(self._orphans), len(self.waiting),
-                         sum(len(r.prompt_ids) + len(r.output_ids) for r in self.waiting))
-
-    def _renew_session(self) -> None:
-        if time.monotonic() - self._last_renew >= self.cfg.lease_seconds / 3:
-            self.cache.renew_session()
-            self._last_renew = time.monotonic()
-
-    def _apply_aborts(self, running: bool = True) -> None:
-        """Frees aborted requests; ``running=False`` (a Forward in flight holds the running ones) only
-        the waiting ones."""
-        waiting_aborted = [r for r in self.waiting if r.abort_requested]
-        running_aborted = [r for r in self.running if r.abort_requested] if running else []
-        if running_aborted:  # never insert unwritten KV: release, not cache
-            self.cache.release_requests([r.rid for r in running_aborted])
-            self.worker.release([r.rid for r in running_aborted if r.worker_knows])
-        for req in waiting_aborted + running_aborted:
-            (self.waiting.remove if req in waiting_aborted else self.running.remove)(req)
-            req.stream.finish_without_token(Finish.ABORT)
-            req.stream.close()
-            self._forget(req)
-            self.log.info("aborted", rid=req.rid, reason=req.abort_reason, output_tokens=len(req.output_ids))
-
-    # ---- results ---------------------------------------------------------------------------------------
-    def _process(self, batch: Batch, reply) -> None:
-        """Applies a Forward's results. Requests that finished while the previous Forward was processed
-        (zombies, in this one only to be dropped) are released now; requests that finish now and are in
-        the in-flight Forward become zombies (end streamed now, released after it)."""
-        results = {r.request_id: r for r in reply.results}
-        missing = [e.req.rid for e in batch.entries if e.req.rid not in results]
-        if missing:
-            raise RuntimeError(f"Forward answered no result for requests {missing}")
-        finished: list[Req] = []
-        for e in batch.entries:
-            req, res = e.req, results[e.req.rid]
-            if req.state == State.FINISHED:  # a zombie: it ended in the previous Forward
-                self.stats["decode_dropped"] += 1
-                continue
-            if res.skipped:
-                if req.abort_requested:  # it stopped in the Forward before, whose tokens the abort dropped
-                    continue
-                raise RuntimeError(f"worker skipped {req.rid} (stopped at a stop token) but the scheduler "
-                                   f"has not seen it finish")
-            req.worker_knows, req.prefix_slot_ids = True, []
-            req.kv_len = e.start + (len(res.next_token_ids) if e.steps > 1 else e.n)
-            if req.wants_prompt_logprobs:
-                req.prompt_logprobs.extend(res.prompt_logprobs)
-                req.prompt_top_logprobs.extend(res.prompt_top_logprobs)
-            if req.abort_requested:
-                continue
-            if e.steps > 1:
-                if not res.next_token_ids or len(res.next_token_ids) > e.steps:
-                    raise RuntimeError(f"worker returned {len(res.next_token_ids)} tokens for {req.rid} "
-                                       f"({e.steps} decode steps)")
-                self.stats["generation_tokens"] += apply_tokens(req, e.start, res.next_token_ids, res.logprobs)
-            elif e.sample:
-                if not res.sampled:
-                    raise RuntimeError(f"worker did not sample for {req.rid} (sample=true)")
-                if req.state == State.PREFILL:
-                    req.state = State.DECODE
-                    self.stats["prompt_tokens"] += len(req.prompt_ids) if req.retractions == 0 else 0
-                self.stats["generation_tokens"] += 1
-                req.stream.on_token(res.next_token_id, res.logprob,
-                                    res.top_logprobs if req.params.top_logprobs_num else None)
-            elif req.pending_tokens == 0:  # prompt computed, nothing to generate (max_new_tokens 0)
-                req.stream.finish_without_token(Finish.LENGTH)
-            if req.state == State.FINISHED:
-                finished.append(req)
-        self.stats["batches"] += 1
-        self.last_batch_at = time.monotonic()
-        in_flight = self.pipeline.request_ids()
-        release = [r for r in finished + self._zombies if r.rid not in in_flight]
-        self._zombies = [r for r in self._zombies if r.rid in in_flight]
-        for req in finished:
-            self.running.remove(req)
-            if req.rid in in_flight:  # stream its end now; release after the in-flight Forward
-                req.stream.close()
-                self._zombies.append(req)
-        if release:
-            self._cache_finished(release)
-
-    def _cache_finished(self, finished: list[Req]) -> None:
-        """Inserts each finished request's written tokens into the tree and releases it (cache and worker);
-        the ones not yet streamed end their stream. They are no longer in ``running``. When a call fails, the
-        error propagates (the dependency path resyncs), but the requests are answered and forgotten all the same
-        (their output is complete) and become orphans, which the resync releases at the worker (the new cache
-        session frees their slots): they are in no list the failure path walks, so they would hang otherwise."""
+    def _chain(self) -> None:
+        """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, after N); until N's
+        reply is in, each arrival is admitted at once and its extend sent to run after N (and after the extends
+        sent before it; ``queued``: ahead of N+1); then (``just-in-time``) N+1 is sent after N or the last
+        extend, and N is applied. An Allocate failure sends no N+1 (the next round drains and the synchronous
+        path retracts)."""
+        t0 = time.perf_counter()
+        cur, queued = self.pipeline.head(), self.cfg.overlap_mode == "queued"
+        nxt = self.planner.continuation(cur.batch)
+        # built now, while N runs: only the send waits for N's reply (just-in-time)
+        nxt_request = self.pipeline.prepare(self._items(nxt), after_seq=cur.seq) if nxt is not None else None
+        t1 = time.perf_counter()
         try:
-            self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
-                                                           finished=True) for r in finished])
-            self.worker.release([r.rid for r in finished])
-        except Exception:
-            self._orphans += [r.rid for r in finished]
+            ahead_of = 0  # queued: extends run ahead of N+1 when they reach the worker before it started
+            if nxt is not None and queued:
+                self._send_chained(nxt, nxt_request)
+                ahead_of = nxt_request.seq
+            extend_after = cur.seq  # extends run after N and after each other
+            while wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
+                extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent
+                self.table.publish()
+                if extend is not None:
+                    request = self.pipeline.prepare(self._items(extend), after_seq=extend_after, before_seq=ahead_of)
+                    extend_after = self.pipeline.send(extend, request).seq
+                    self._stats.add("extends_ahead")
+            if nxt is not None and not queued:
+                nxt_request.after_seq = extend_after
+                self._send_chained(nxt, nxt_request)
+            reply = cur.pending.result()
+        except BaseException:
+            self.recovery.drop_in_flight()  # N failed: what follows it at the worker is aborted there (resync requeues)
             raise
-        finally:
-            self._deliver(finished)
+        self.pipeline.pop()
+        self._apply(cur.batch, reply, t0, t1, time.perf_counter())
 
-    def _deliver(self, finished: list[Req]) -> None:
-        for req in finished:
-            if req.stream.has_final:
-                req.stream.close()
-            self._forget(req)
-            self.log.info("finished", rid=req.rid, reason=req.finish.value, prompt_tokens=len(req.prompt_ids),
-                          cached_tokens=req.cached_tokens, output_tokens=len(req.output_ids),
-                          retractions=req.retractions)
+    def _send_chained(self, batch: Batch, request) -> None:
+        self.pipeline.send(batch, request)
+        self._stats.add("decode_chained")
+
+    def _admissible_arrival(self) -> bool:
+        """Takes new requests; True when some arrived now and the running set has room (admission may still
+        defer them; requests that waited before are tried again only with a new arrival). Raises WorkerStalled
+        when the worker has stopped answering health checks."""
+        if self.recovery.worker_stalled():
+            raise self.recovery.stall_error()
+        return bool(self.table.take_new()) and len(self.table.running) < self.cfg.max_running_requests

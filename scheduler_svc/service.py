@@ -22,7 +22,7 @@ SERVICE_NAME = "codeserve.v1.Scheduler"
 def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:
     c = pool.counters
     return scheduler_pb2.PoolCounters(pool_id=pool.pool_id, capacity=c.capacity, available=c.available,
-                                      evictable=c.evictable, protected=c.protected, staged=c.staged, owned=c.owned)
+                                      evictable=c.evictable, protected=c.protected, owned=c.owned)
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):

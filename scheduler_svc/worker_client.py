@@ -1,5 +1,6 @@
-"""Thin client of the worker service. Forward raises WorkerEpochChanged on FAILED_PRECONDITION; an
-overlapped Forward (``forward_async``) is answered through a ``PendingForward``."""
+"""Thin client of the worker service. A Forward is sent without waiting (``forward_async``, or ``prepare``
+then ``send``) and answered through a ``PendingForward``, whose ``result`` raises WorkerEpochChanged on
+FAILED_PRECONDITION."""
 
 from __future__ import annotations
 
@@ -68,11 +69,6 @@ class WorkerClient:
 
     def info(self) -> worker_pb2.WorkerInfo:
         return call("worker", self.target, "Info", self._stub.Info, worker_pb2.InfoRequest(), 10.0)
-
-    def forward(self, items: list[worker_pb2.ForwardItem], seq: int = 0) -> worker_pb2.ForwardResponse:
-        """Runs one batch; raises WorkerEpochChanged when the worker's epoch is not ``self.epoch``."""
-        return call("worker", self.target, "Forward", self._stub.Forward,
-                    worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq), self.timeout, _epoch)
 
     def forward_async(self, items: list[worker_pb2.ForwardItem], seq: int, after_seq: int = 0) -> PendingForward:
         """Sends one batch without waiting; the worker runs it after Forward ``after_seq`` (0: at once)."""

@@ -242,11 +242,14 @@ class Engine:
         for b, it in enumerate(items):
             res = results.get(b)
             plp, ptop = prompt.get(b, ((), ()))
-            outputs.append(ForwardOutput.make((  # field order of ForwardOutput
-                it.request_id, res is not None, res.token_id if res is not None else -1,
-                res.logprob if res is not None and it.return_logprob else 0.0, res.top if res is not None else (),
-                plp, ptop, (), (), False)))
-        self._commit(items, inputs, hidden, qo, outputs)
+            sampled = res is not None
+            outputs.append(ForwardOutput.make(
+                request_id=it.request_id, sampled=sampled, next_token_id=res.token_id if sampled else -1,
+                logprob=res.logprob if sampled and it.return_logprob else 0.0, top_logprobs=res.top if sampled else (),
+                prompt_logprobs=plp, prompt_top_logprobs=ptop, next_token_ids=(), logprobs=(), skipped=False))
+            # its table grows by the new slots and tokens; the sampled token is the input of a from-last item
+            self.commit(it, it.slot_ids, inputs[b], res.token_id if sampled else None,
+                        hidden[qo[b + 1] - 1].clone() if it.return_prompt_logprobs else None)
         return tuple(outputs)
 
     def _prompt_len(self, it: ForwardItem) -> int:
@@ -275,40 +278,22 @@ class Engine:
             tops = tuple(tuple(zip(ii, vv)) for ii, vv in zip(i.tolist(), v.tolist()))
         return chosen, tops
 
-    def commit_written(self, it: ForwardItem, slots, tokens, last_token: int | None = None) -> None:
-        """Records that ``tokens`` (K/V written at ``slots``, same length) follow the request's history
-        (creating its state from the item's prefix when ``has_prefix``). Multi-step decode uses this, with
-        ``last_token``: the token sampled last (the input of a later ``input_from_last_sample`` item; the
-        request is stopped when it is one of the item's stop ids)."""
+    def commit(self, it: ForwardItem, slots, tokens, last_token: int | None,
+               last_hidden: torch.Tensor | None = None) -> None:
+        """Records that ``tokens`` (K/V written at ``slots``, same length) follow the request's history, creating
+        its state from the item's prefix when ``has_prefix``. ``last_token``: the token sampled last (None: none;
+        the input of a later ``input_from_last_sample`` item; the request is stopped when it is one of the item's
+        stop ids). ``last_hidden`` [n_embd]: the hidden row of the last written token, kept when the next chunk
+        needs it for prompt logprobs. The one commit of every Forward path (one step and multi-step)."""
         if it.has_prefix:
-            self.requests[it.request_id] = RequestState(slots=SlotTable(it.prefix_slot_ids),
-                                                        tokens=list(it.prefix_token_ids), prompt_len=self._prompt_len(it))
-        state = self.requests[it.request_id]
-        if it.prompt_len > 0:
-            state.prompt_len = it.prompt_len
+            state = RequestState(slots=SlotTable(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
+                                 prompt_len=self._prompt_len(it))
+            self.requests[it.request_id] = state
+        else:
+            state = self.requests[it.request_id]
+            if it.prompt_len > 0:
+                state.prompt_len = it.prompt_len
         state.slots.extend(slots)
         state.tokens.extend(tokens)
         state.last_token, state.stopped = last_token, last_token is not None and last_token in it.stop_token_ids
-        state.last_hidden = None
-
-    def _commit(self, items: Sequence[ForwardItem], inputs: list[tuple[int, ...]], hidden: torch.Tensor,
-                qo: list[int], outputs: Sequence[ForwardOutput]) -> None:
-        """Each request's table grows by its new slots and tokens; its sampled token is kept as ``last_token``
-        (the request is stopped when it is one of the item's stop ids)."""
-        for b, it in enumerate(items):
-            if it.has_prefix:
-                state = RequestState(slots=SlotTable(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
-                                     prompt_len=self._prompt_len(it))
-                self.requests[it.request_id] = state
-            else:
-                state = self.requests[it.request_id]
-                if it.prompt_len > 0:
-                    state.prompt_len = it.prompt_len
-            state.slots.extend(it.slot_ids)
-            state.tokens.extend(inputs[b])
-            out = outputs[b]
-            if out.sampled:
-                state.last_token, state.stopped = out.next_token_id, out.next_token_id in it.stop_token_ids
-            else:
-                state.last_token, state.stopped = None, False
-            state.last_hidden = hidden[qo[b + 1] - 1].clone() if it.return_prompt_logprobs else None
+        state.last_hidden = last_hidden

@@ -94,8 +94,9 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
         n = next((i + 1 for i, t in enumerate(got) if t in stops), len(got)) if stops else len(got)
         del got[n:]
         lp = tuple(rows_lps[row][:n]) if rows_lps is not None and it.return_logprob else ()
-        outputs[b] = ForwardOutput.make((it.request_id, True, got[-1], lp[-1] if lp else 0.0, (), (), (),
-                                         tuple(got), lp, False))  # field order of ForwardOutput
+        outputs[b] = ForwardOutput.make(request_id=it.request_id, sampled=True, next_token_id=got[-1],
+                                        logprob=lp[-1] if lp else 0.0, top_logprobs=(), prompt_logprobs=(),
+                                        prompt_top_logprobs=(), next_token_ids=tuple(got), logprobs=lp, skipped=False)
         got.insert(0, first[row])  # written: the input, then every sampled token but the last
-        engine.commit_written(it, it.slot_ids[:n], got[:n], last_token=got[n])
+        engine.commit(it, it.slot_ids[:n], got[:n], last_token=got[n])
     return tuple(outputs)

@@ -7,22 +7,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Counters(_message.Message):
-    __slots__ = ("capacity", "available", "staged", "evictable", "protected", "owned", "cached")
+    __slots__ = ("capacity", "available", "evictable", "protected", "owned", "cached")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
-    STAGED_FIELD_NUMBER: _ClassVar[int]
     EVICTABLE_FIELD_NUMBER: _ClassVar[int]
     PROTECTED_FIELD_NUMBER: _ClassVar[int]
     OWNED_FIELD_NUMBER: _ClassVar[int]
     CACHED_FIELD_NUMBER: _ClassVar[int]
     capacity: int
     available: int
-    staged: int
     evictable: int
     protected: int
     owned: int
     cached: int
-    def __init__(self, capacity: _Optional[int] = ..., available: _Optional[int] = ..., staged: _Optional[int] = ..., evictable: _Optional[int] = ..., protected: _Optional[int] = ..., owned: _Optional[int] = ..., cached: _Optional[int] = ...) -> None: ...
+    def __init__(self, capacity: _Optional[int] = ..., available: _Optional[int] = ..., evictable: _Optional[int] = ..., protected: _Optional[int] = ..., owned: _Optional[int] = ..., cached: _Optional[int] = ...) -> None: ...
 
 class PoolMember(_message.Message):
     __slots__ = ("worker_id", "epoch", "capacity_tokens")
@@ -193,11 +191,10 @@ class AllocateResponse(_message.Message):
     def __init__(self, receipt: _Optional[_Union[Receipt, _Mapping]] = ..., results: _Optional[_Iterable[_Union[AllocResult, _Mapping]]] = ..., relief: _Optional[_Union[EvictionReceipt, _Mapping]] = ...) -> None: ...
 
 class AllocationShortfall(_message.Message):
-    __slots__ = ("pool_id", "asked_tokens", "freed_by_eviction", "applied_staged", "still_evictable", "available", "reason", "counters")
+    __slots__ = ("pool_id", "asked_tokens", "freed_by_eviction", "still_evictable", "available", "reason", "counters")
     POOL_ID_FIELD_NUMBER: _ClassVar[int]
     ASKED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FREED_BY_EVICTION_FIELD_NUMBER: _ClassVar[int]
-    APPLIED_STAGED_FIELD_NUMBER: _ClassVar[int]
     STILL_EVICTABLE_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -205,28 +202,25 @@ class AllocationShortfall(_message.Message):
     pool_id: str
     asked_tokens: int
     freed_by_eviction: int
-    applied_staged: int
     still_evictable: int
     available: int
     reason: str
     counters: Counters
-    def __init__(self, pool_id: _Optional[str] = ..., asked_tokens: _Optional[int] = ..., freed_by_eviction: _Optional[int] = ..., applied_staged: _Optional[int] = ..., still_evictable: _Optional[int] = ..., available: _Optional[int] = ..., reason: _Optional[str] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ...) -> None: ...
+    def __init__(self, pool_id: _Optional[str] = ..., asked_tokens: _Optional[int] = ..., freed_by_eviction: _Optional[int] = ..., still_evictable: _Optional[int] = ..., available: _Optional[int] = ..., reason: _Optional[str] = ..., counters: _Optional[_Union[Counters, _Mapping]] = ...) -> None: ...
 
 class EvictionReceipt(_message.Message):
-    __slots__ = ("asked_tokens", "freed_tokens", "staged_tokens", "nodes_evicted", "before", "after")
+    __slots__ = ("asked_tokens", "freed_tokens", "nodes_evicted", "before", "after")
     ASKED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FREED_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    STAGED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     NODES_EVICTED_FIELD_NUMBER: _ClassVar[int]
     BEFORE_FIELD_NUMBER: _ClassVar[int]
     AFTER_FIELD_NUMBER: _ClassVar[int]
     asked_tokens: int
     freed_tokens: int
-    staged_tokens: int
     nodes_evicted: int
     before: Counters
     after: Counters
-    def __init__(self, asked_tokens: _Optional[int] = ..., freed_tokens: _Optional[int] = ..., staged_tokens: _Optional[int] = ..., nodes_evicted: _Optional[int] = ..., before: _Optional[_Union[Counters, _Mapping]] = ..., after: _Optional[_Union[Counters, _Mapping]] = ...) -> None: ...
+    def __init__(self, asked_tokens: _Optional[int] = ..., freed_tokens: _Optional[int] = ..., nodes_evicted: _Optional[int] = ..., before: _Optional[_Union[Counters, _Mapping]] = ..., after: _Optional[_Union[Counters, _Mapping]] = ...) -> None: ...
 
 class CacheItem(_message.Message):
     __slots__ = ("request_id", "token_ids", "finished")

@@ -92,22 +92,20 @@ class GetLoadRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PoolCounters(_message.Message):
-    __slots__ = ("pool_id", "capacity", "available", "evictable", "protected", "staged", "owned")
+    __slots__ = ("pool_id", "capacity", "available", "evictable", "protected", "owned")
     POOL_ID_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     EVICTABLE_FIELD_NUMBER: _ClassVar[int]
     PROTECTED_FIELD_NUMBER: _ClassVar[int]
-    STAGED_FIELD_NUMBER: _ClassVar[int]
     OWNED_FIELD_NUMBER: _ClassVar[int]
     pool_id: str
     capacity: int
     available: int
     evictable: int
     protected: int
-    staged: int
     owned: int
-    def __init__(self, pool_id: _Optional[str] = ..., capacity: _Optional[int] = ..., available: _Optional[int] = ..., evictable: _Optional[int] = ..., protected: _Optional[int] = ..., staged: _Optional[int] = ..., owned: _Optional[int] = ...) -> None: ...
+    def __init__(self, pool_id: _Optional[str] = ..., capacity: _Optional[int] = ..., available: _Optional[int] = ..., evictable: _Optional[int] = ..., protected: _Optional[int] = ..., owned: _Optional[int] = ...) -> None: ...
 
 class GetLoadResponse(_message.Message):
     __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total", "unhealthy_reason")

@@ -1,10 +1,10 @@
 """Hypothesis state machine over CacheCore: random sequences of match-and-lock, allocate, cache, release,
-evict, flush, free-group begin/end, epoch change, session change, lease expiry and op-id retries.
+evict, flush, epoch change, session change, lease expiry and op-id retries.
 
 After every step: integrity.check is empty (counters add up, no page in two places, lock refs, evictable ==
 what evict(inf) releases on a copy), every slot the tree maps holds the KV of exactly that prefix (a model
 of what the worker wrote), and the model's requests equal the pool's. Every eviction receipt's freed_tokens
-equals the measured change in allocatable slots and staged_tokens the change in staged slots.
+equals the measured change in allocatable slots.
 """
 
 from __future__ import annotations
@@ -111,7 +111,6 @@ class CacheMachine(RuleBasedStateMachine):
             s = err.shortfall
             c = self.pool.counters()
             assert s.available == c.available < s.asked_tokens and s.still_evictable == c.evictable == 0
-            assert c.staged == 0, "the relief ladder left staged frees unapplied"
             for rid in rids:
                 assert self.pool.requests[(self.session, rid)].length == self.reqs[rid].length
             return
@@ -159,7 +158,7 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(n=st.integers(0, 12), everything=st.booleans())
     def evict(self, n: int, everything: bool) -> None:
         alloc = self.pool.allocator
-        free0, staged0 = alloc.free_pages, alloc.staged_pages
+        free0 = alloc.free_pages
         evictable0 = self.pool.counters().evictable
         if everything:
             e = self.core.flush(self.op(), "p").eviction
@@ -167,22 +166,11 @@ class CacheMachine(RuleBasedStateMachine):
             e = self.core.evict(self.op(), "p", n).eviction
         p = self.page_size
         assert e.freed_tokens == (alloc.free_pages - free0) * p, "eviction receipt != change in allocatable"
-        assert e.staged_tokens == (alloc.staged_pages - staged0) * p, "eviction receipt != change in staged"
-        released = e.freed_tokens + e.staged_tokens
+        released = e.freed_tokens
         if everything or n >= evictable0:
             assert released == evictable0 and self.pool.counters().evictable == 0
         else:
             assert released >= n
-
-    @rule()
-    def toggle_free_group(self) -> None:
-        if not self.pool.allocator.group_open:
-            self.pool.begin_free_group()
-            return
-        staged = self.pool.counters().staged
-        available = self.pool.counters().available
-        assert self.pool.end_free_group() == staged
-        assert self.pool.counters().available == available + staged
 
     @rule(kind=st.sampled_from(["epoch", "session", "lease"]), really=st.integers(0, 3))
     def disruption(self, kind: str, really: int) -> None:
@@ -244,7 +232,7 @@ class CacheMachine(RuleBasedStateMachine):
             return
         assert self.core.check_integrity("p") == []
         c = self.pool.counters()
-        assert c.available + c.staged + c.cached + c.owned == c.capacity == self.capacity
+        assert c.available + c.cached + c.owned == c.capacity == self.capacity
 
     @invariant()
     def tree_maps_prefixes_to_their_kv(self) -> None:

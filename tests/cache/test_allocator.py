@@ -30,21 +30,3 @@ def test_double_free_and_out_of_range_change_nothing() -> None:
     with pytest.raises(InvalidArgument):
         alloc.free([4])
     assert alloc.free_pages == 2
-
-
-def test_free_group_stages_visibly_and_apply_keeps_group_open() -> None:
-    alloc = PageAllocator(num_pages=4, page_size=1)
-    pages = alloc.allocate(3)
-    alloc.begin_free_group()
-    alloc.free(pages[:2])
-    assert (alloc.free_pages, alloc.staged_pages) == (1, 2)
-    assert alloc.allocate(2) is None                               # staged pages are not allocatable
-    assert alloc.apply_staged() == 2 and alloc.group_open
-    alloc.free(pages[2:])
-    assert (alloc.free_pages, alloc.staged_pages) == (3, 1)
-    assert alloc.end_free_group() == 1 and not alloc.group_open and alloc.free_pages == 4
-    with pytest.raises(FailedPrecondition):
-        alloc.end_free_group()
-    alloc.begin_free_group()
-    with pytest.raises(FailedPrecondition):
-        alloc.begin_free_group()

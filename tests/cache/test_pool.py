@@ -141,22 +141,20 @@ def test_cache_rejects_tokens_beyond_allocation_or_a_different_prefix_and_change
     assert pool.counters() == before and integrity.check(pool) == []
 
 
-def test_relief_ladder_applies_staged_keeps_group_open_then_evicts() -> None:
+def test_relief_ladder_evicts_what_is_short_and_counts_what_became_allocatable() -> None:
     pool = make(capacity=8)
     run(pool, "cached", [1, 2, 3, 4])                              # 4 evictable
     lock(pool, "x", [])
     pool.allocate(S, [("x", 2)])
-    pool.begin_free_group()
-    pool.release(S, ["x"])                                          # 2 staged
+    pool.release(S, ["x"])                                          # 2 freed
     lock(pool, "y", [])
-    assert pool.counters().available == 2 and pool.counters().staged == 2
-    (a,), relief = pool.allocate(S, [("y", 7)])                     # 2 available + 2 staged + 3 of 4 evictable
-    assert len(a.slot_ids) == 7 and pool.allocator.group_open
-    assert relief is not None and relief.freed_tokens == 6 and relief.nodes_evicted == 1
-    assert relief.asked_tokens == 3                                 # staged frees were applied before evicting
+    assert pool.counters().available == 4
+    (a,), relief = pool.allocate(S, [("y", 7)])                     # 4 available + 3 of 4 evictable
+    assert len(a.slot_ids) == 7
+    assert relief is not None and relief.freed_tokens == 4 and relief.nodes_evicted == 1
+    assert relief.asked_tokens == 3                                 # only what was short
     assert pool.counters().available == 1                           # cascade freed the whole node (4)
     assert integrity.check(pool) == []
-    pool.end_free_group()
 
 
 def test_shortfall_names_asked_freed_and_why() -> None:

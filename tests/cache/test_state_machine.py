@@ -1,4 +1,4 @@
-"""Runs the CacheMachine (tests/cache/machine.py), and proves it can fail by planting the staged-frees fault."""
+"""Runs the CacheMachine (tests/cache/machine.py), and proves it can fail by planting a lying eviction receipt."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ def test_random_operation_sequences_keep_every_invariant() -> None:
     run_state_machine_as_test(CacheMachine, settings=SETTINGS)
 
 
-def test_machine_finds_a_receipt_that_counts_staged_frees_as_allocatable(monkeypatch) -> None:
+def test_machine_finds_a_receipt_that_counts_what_was_asked_as_freed(monkeypatch) -> None:
     honest = Pool.evict
 
     def lying_evict(self, num_tokens):
         receipt = honest(self, num_tokens)
-        # The production fault: "freed" = everything the tree let go of, staged or not.
-        return dataclasses.replace(receipt, freed_tokens=receipt.freed_tokens + receipt.staged_tokens)
+        # The production fault (lessons 1): "freed" = what eviction was asked for, not what became allocatable.
+        return dataclasses.replace(receipt, freed_tokens=receipt.asked_tokens)
 
     monkeypatch.setattr(Pool, "evict", lying_evict)
     with pytest.raises(AssertionError):

@@ -46,7 +46,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             self.load = scheduler_pb2.GetLoadResponse(
                 running=3, waiting=2, waiting_tokens=40,
                 pools=[scheduler_pb2.PoolCounters(pool_id="default", capacity=1000, available=600, evictable=150,
-                                                  protected=50, staged=0, owned=200)],
+                                                  protected=50, owned=200)],
                 seconds_since_last_batch=0.01, batches_completed=17, prefix_query_tokens=500,
                 prefix_hit_tokens=120, prompt_tokens_total=500, generation_tokens_total=321,
             )

@@ -62,7 +62,7 @@ def test_server_info(gateway, fake):
     assert body["n_positions"] == fake.n_positions
     assert body["max_running_requests"] == 8 and body["chunk_size"] == 32 and body["page_size"] == 1
     assert body["pools"] == [{"pool_id": "default", "capacity": 1000, "available": 600, "evictable": 150,
-                              "protected": 50, "staged": 0, "owned": 200}]
+                              "protected": 50, "owned": 200}]
     assert body["load"]["running"] == 3 and body["load"]["waiting"] == 2
     assert body["gateway_limits"]["max_n"] == 16
 

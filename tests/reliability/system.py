@@ -114,8 +114,8 @@ class System:
         return list(reply.violations)
 
     def settle(self, timeout: float = 60.0) -> cache_pb2.Counters:
-        """Waits for idle; asserts integrity empty, available + evictable == capacity (nothing owned, locked or
-        staged), then flushes and asserts available == capacity. Returns the counters after the flush."""
+        """Waits for idle; asserts integrity empty, available + evictable == capacity (nothing owned or
+        locked), then flushes and asserts available == capacity. Returns the counters after the flush."""
         for name in ("cache", "worker", "scheduler", "gateway"):
             assert self.exit_code(name) is None, f"{name} exited with {self.exit_code(name)}"
         self.be.wait_idle(timeout)

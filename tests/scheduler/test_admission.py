@@ -7,7 +7,9 @@ import pytest
 from codeserve.v1 import cache_pb2
 from scheduler_svc.admission import CLIP_MAX_NEW_TOKENS, Ledger, NewTokenRatio, fundable, future_tokens, reserved_for_running
 from scheduler_svc.policy import order_waiting, retract_victim
+from scheduler_svc.intake import Intake
 from scheduler_svc.request import Params, Req
+from scheduler_svc.requests import RequestTable
 
 
 @dataclass
@@ -16,12 +18,12 @@ class Running:
     remaining_new_tokens: int
 
 
-def counters(available=0, staged=0, evictable=0, capacity=1000):
-    return cache_pb2.Counters(capacity=capacity, available=available, staged=staged, evictable=evictable)
+def counters(available=0, evictable=0, capacity=1000):
+    return cache_pb2.Counters(capacity=capacity, available=available, evictable=evictable)
 
 
-def test_fundable_counts_available_staged_and_evictable():
-    assert fundable(counters(available=10, staged=3, evictable=100)) == 113
+def test_fundable_counts_available_and_evictable():
+    assert fundable(counters(available=10, evictable=100)) == 110
 
 
 def test_running_requests_reserve_unwritten_prompt_plus_ratio_of_remaining_new_tokens():
@@ -100,7 +102,10 @@ def test_lpm_orders_by_cached_prefix_and_keeps_retried_requests_first():
 
 def test_retract_victim_has_fewest_output_tokens_then_latest_admission():
     a, b, c = make_req("a", 5), make_req("b", 2), make_req("c", 2)
-    a.admitted(0, []), b.admitted(0, []), c.admitted(0, [])
+    table = RequestTable(None, None, Intake(8), None)  # admit calls neither the cache nor the worker
+    table.waiting.extend([a, b, c])
+    for r in (a, b, c):
+        table.admit(r, 0, [])
     assert retract_victim([a, b, c]).rid == "c"
     with pytest.raises(ValueError):
         retract_victim([])

@@ -79,10 +79,6 @@ class RecordingWorker:
             self.sent.append((seq, after_seq, list(items)))
             self.changed.notify_all()
 
-    def forward(self, items, seq: int = 0):
-        self._record(seq, 0, items)
-        return forward_response(items, TOKEN)
-
     def forward_async(self, items, seq: int, after_seq: int = 0):
         return self.send(self.prepare(items, seq, after_seq))
 

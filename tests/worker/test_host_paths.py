@@ -54,12 +54,14 @@ def test_make_equals_the_constructor_and_checks_the_count():
               prefix_token_ids=(7, 8), sampling=SamplingParams(temperature=0.5, seed=3), sample=True, return_logprob=True,
               top_logprobs_num=2, return_prompt_logprobs=False, prompt_len=2, decode_steps=1, stop_token_ids=(0,),
               input_from_last_sample=False)
-    made = ForwardItem.make(tuple(kw[f.name] for f in dataclasses.fields(ForwardItem)))
+    made = ForwardItem.make(**kw)
     assert made == ForwardItem(**kw) and hash(made) == hash(ForwardItem(**kw))
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.position_start = 5
-    with pytest.raises(ValueError, match="ForwardOutput has 10 fields, got 2 values"):
-        ForwardOutput.make(("a", True))
+    with pytest.raises(TypeError, match="missing 8 required keyword-only arguments"):
+        ForwardOutput.make(request_id="a", sampled=True)
+    with pytest.raises(TypeError, match="positional"):
+        ForwardItem.make(*kw.values())
 
 
 def test_item_from_proto_keeps_every_field():

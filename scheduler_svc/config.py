@@ -1,0 +1,30 @@
+"""The scheduler's settings (``SchedulerConfig``), read by the loop and handed to its parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Loop settings (tokens for sizes, seconds for times)."""
+
+    pool_id: str = "default"
+    max_running_requests: int = 64
+    chunk_size: int = 512
+    policy: str = "fcfs"
+    max_queued_requests: int = 1024
+    progress_timeout: float = 30.0
+    outage_timeout: float = 30.0
+    owner: str = "scheduler-0"
+    lease_seconds: float = 30.0
+    decode_steps: int = 1  # > 1: multi-step decode, up to this many steps per Forward (scheduler_svc/multistep.py)
+    overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/scheduler.py)
+    # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
+    overlap_mode: str = DEFAULT_OVERLAP_MODE
+
+    def __post_init__(self) -> None:
+        if self.overlap_mode not in OVERLAP_MODES:
+            raise ValueError(f"overlap_mode must be one of {', '.join(OVERLAP_MODES)}, got {self.overlap_mode!r}")

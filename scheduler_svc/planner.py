@@ -1,0 +1,234 @@
+"""Batch planning: which requests run in the next Forward and at which slots (extend, decode, admission,
+retract), on the request table, the cache client and the config.
+
+An extend batch takes continuing prefill chunks first, then admits waiting requests in policy order while the
+chunk budget, ``max_running_requests`` and the KV budget (the cache's receipts minus what running requests
+still need, charged through a per-round ``Ledger``) allow. A decode batch allocates 1 slot (or K for multi-step
+decode) per decoding request in one ``Cache.Allocate``; when the pool cannot fund it, multi-step falls back to
+one step, then the request that loses least is retracted (its written prefix cached, the request put first in
+line) until the rest fit. A continuation is the decode batch chained behind one in flight (overlap: its
+entries start where the in-flight ones end). Every decision is taken on the cache's receipts
+(``AllocationFailed`` carries the shortfall), never on what was asked for.
+
+Loop thread only. Moves requests only through the table's transitions (``scheduler_svc/requests.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from codeserve.v1 import cache_pb2
+from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
+from scheduler_svc.batch import Batch, Entry, slots_by_request
+from scheduler_svc.config import SchedulerConfig
+from scheduler_svc.errors import AllocationFailed
+from scheduler_svc.multistep import multistep_eligible, steps_for
+from scheduler_svc.policy import order_waiting, retract_victim
+from scheduler_svc.request import Req, State
+from scheduler_svc.requests import RequestTable
+from scheduler_svc.stats import Stats
+
+
+def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, max_running: int) -> bool:
+    """True in steady decode: the in-flight batch is decode and holds every running request (one admitted
+    while it ran is not in it: its first decode takes the synchronous path), no running request is in
+    PREFILL or has an abort pending, and no admission is possible (``waiting`` requests, none or no room)."""
+    if inflight.kind != "decode":
+        return False
+    if waiting and len(running) < max_running:
+        return False
+    held = {e.req.rid for e in inflight.entries}
+    return not any(r.state == State.PREFILL or r.abort_requested or r.rid not in held for r in running)
+
+
+def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
+    """(in-flight entry, decode steps) for each request that continues in the next Forward (one step each
+    when any of them is not multi-step eligible): not finished (a request finished while an earlier Forward
+    was processed is in ``inflight`` only to be dropped), no abort pending, and tokens left after the
+    in-flight entry's (it yields exactly ``steps`` tokens unless the request ends at a stop token, which the
+    worker then knows)."""
+    if not all(multistep_eligible(e.req) for e in inflight.entries):
+        max_steps = 1  # the worker takes a multi-step batch only of eligible items
+    plan = []
+    for e in inflight.entries:
+        req = e.req
+        if req.state != State.DECODE or req.abort_requested:
+            continue
+        after = req.remaining_new_tokens - e.steps
+        if after > 0:
+            plan.append((e, steps_for(req, max_steps, after)))
+    return plan
+
+
+def continuation_batch(plan: list[tuple[Entry, int]], slots: dict[str, tuple[int, ...]]) -> Batch:
+    """The next decode Batch: per request one ``from_last`` entry at ``start + steps`` of its in-flight
+    entry, with ``slots[rid]`` (as many as its steps)."""
+    return Batch("decode", tuple(Entry(e.req, start=e.start + e.steps, n=1, slot_ids=slots[e.req.rid], sample=True,
+                                       steps=k, from_last=True) for e, k in plan))
+
+
+class Planner:
+    """Plans extend and decode batches. ``cfg`` may be replaced between rounds (the loop's ``cfg`` setter)."""
+
+    def __init__(self, table: RequestTable, cache, cfg: SchedulerConfig, ratio: NewTokenRatio, stats: Stats,
+                 log) -> None:
+        self.table, self.cache, self.cfg, self.ratio, self.stats, self.log = table, cache, cfg, ratio, stats, log
+
+    # ---- extend --------------------------------------------------------------------------------------------
+    def extend(self, new_only: bool = False) -> Batch | None:
+        """Continuing prefill chunks, then admissions, within the chunk budget; None when there is nothing to
+        run or the pool cannot fund it (new admissions requeued, then continuing chunks retracted).
+        ``new_only``: admissions only (while Forwards are in flight, a request in PREFILL may have its chunk in
+        one of them)."""
+        budget = self.cfg.chunk_size
+        plan: list[tuple[Req, int]] = []
+        for req in self.table.running:
+            if req.state == State.PREFILL and budget > 0 and not new_only:
+                n = min(req.pending_tokens, budget)
+                plan.append((req, n))
+                budget -= n
+        continuing = list(plan)
+        plan += self._admit(budget) if budget > 0 and self.table.waiting else []
+        if not plan:
+            return None
+        try:
+            reply = self.cache.allocate([(r.rid, n) for r, n in plan])
+        except AllocationFailed as exc:
+            # New admissions go back first (released: nothing of theirs was written); continuing chunks retry.
+            self.log.warning("extend_allocation_failed", error=str(exc), requests=len(plan), continuing=len(continuing))
+            for req, _ in reversed(plan[len(continuing):]):
+                self._retract(req, cache_prefix=False)
+            plan = continuing
+            try:
+                reply = self.cache.allocate([(r.rid, n) for r, n in plan]) if plan else None
+            except AllocationFailed as again:
+                self.log.warning("extend_allocation_failed", error=str(again), requests=len(plan), continuing=len(plan))
+                for req, _ in reversed(plan):
+                    self._retract(req, cache_prefix=True)
+                reply = None
+            if reply is None:
+                return None
+        slots = slots_by_request(reply, plan)
+        return Batch("extend", tuple(
+            Entry(r, start=r.kv_len, n=n, slot_ids=slots[r.rid], sample=n == r.pending_tokens and r.remaining_new_tokens > 0)
+            for r, n in plan))
+
+    def _admit(self, budget: int) -> list[tuple[Req, int]]:
+        """Admits waiting requests in policy order while they fit (count, chunk budget, KV budget)."""
+        table, cfg = self.table, self.cfg
+        ledger = Ledger(reserved_for_running(table.running, self.ratio.value))
+        pool_idle = not table.running
+        out: list[tuple[Req, int]] = []
+        for req in order_waiting(table.waiting, cfg.policy, self._prefix_lengths):
+            if budget <= 0 or len(table.running) >= cfg.max_running_requests:
+                break
+            cached, slot_ids, counters = self._lock_prefix(req)
+            extend = len(req.all_ids) - cached
+            decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
+            if not decision.admit and pool_idle and ledger.admitted == 0:
+                table.refuse(req, f"request {req.rid} needs {extend} KV slots now but an idle pool funds only "
+                                  f"{decision.fundable} (capacity {counters.capacity})")
+                continue
+            if not decision.admit:
+                table.unlock(req)
+                self.log.debug("admission_deferred", rid=req.rid, cost=decision.cost, fundable=decision.fundable,
+                               reserved=decision.reserved, charged=decision.charged)
+                break
+            ledger.charge(decision)
+            table.admit(req, cached, slot_ids)
+            n = min(extend, budget)
+            budget -= n
+            out.append((req, n))
+            self.log.info("admitted", rid=req.rid, tokens=len(req.all_ids), cached=cached, chunk=n,
+                          fundable=decision.fundable, reserved=decision.reserved, charged=decision.charged)
+        return out
+
+    def _lock_prefix(self, req: Req) -> tuple[int, list[int], cache_pb2.Counters]:
+        """Match with lock, which also registers the request at the cache (a full hit still recomputes
+        >= 1 token: max_match_tokens = len - 1). Returns (cached tokens, their slots, counters after the
+        lock). Requests collecting prompt logprobs, and 1-token prompts, match nothing (empty key)."""
+        ids = req.all_ids
+        key = [] if req.wants_prompt_logprobs or len(ids) < 2 else ids
+        reply = self.cache.match([cache_pb2.MatchItem(request_id=req.rid, namespace=req.params.namespace,
+                                                      token_ids=key, lock=True, max_match_tokens=max(len(key) - 1, 0))])
+        if not reply.receipt.HasField("after"):
+            raise RuntimeError(f"Match receipt without counters for {req.rid}: no budget is not a budget of 0")
+        result = {r.request_id: r for r in reply.results}[req.rid]
+        if len(result.slot_ids) != result.cached_tokens or result.cached_tokens >= max(len(key), 1):
+            raise RuntimeError(f"Match receipt for {req.rid}: {result.cached_tokens} cached tokens, "
+                               f"{len(result.slot_ids)} slots, key of {len(key)} tokens")
+        self.stats.add("prefix_query", len(key))
+        self.stats.add("prefix_hit", result.cached_tokens)
+        return result.cached_tokens, list(result.slot_ids), reply.receipt.after
+
+    def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
+        reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace,
+                                                      token_ids=r.all_ids, lock=False) for r in reqs])
+        by_id = {r.request_id: r.cached_tokens for r in reply.results}
+        return [by_id[r.rid] for r in reqs]
+
+    # ---- decode ----------------------------------------------------------------------------------------------
+    def decode(self) -> Batch | None:
+        """One decode step (or K, multi-step) for every decoding request; None when none decodes. Retracts (or,
+        alone, fails) requests until the pool funds the rest."""
+        table = self.table
+        decoding = [r for r in table.running if r.state == State.DECODE]
+        admitting = table.waiting and len(table.running) < self.cfg.max_running_requests
+        # one step while requests wait with room, or when one request needs per-step host work (the worker
+        # takes a multi-step batch only of multi-step eligible items)
+        max_steps = 1 if admitting or not all(multistep_eligible(r) for r in decoding) else self.cfg.decode_steps
+        while decoding:
+            plan = [(r, steps_for(r, max_steps)) for r in decoding]
+            t0 = time.perf_counter()
+            try:
+                reply = self.cache.allocate([(r.rid, k) for r, k in plan])
+            except AllocationFailed as exc:
+                if max_steps > 1:  # fund one step for everyone before retracting anyone
+                    self.log.info("multistep_allocation_failed", error=str(exc), running=len(decoding))
+                    max_steps = 1
+                    continue
+                self.log.warning("decode_allocation_failed", error=str(exc), running=len(decoding))
+                victim = retract_victim(decoding)
+                decoding.remove(victim)
+                if len(table.running) == 1:
+                    table.fail_running(victim, f"KV pool too small for request {victim.rid} alone: {exc}")
+                    continue
+                self._retract(victim, cache_prefix=True)
+                continue
+            slots = slots_by_request(reply, plan)
+            self._funded(max(k for _, k in plan), time.perf_counter() - t0)
+            return Batch("decode", tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True, steps=k)
+                                         for r, k in plan))
+        return None
+
+    def continuation(self, inflight: Batch) -> Batch | None:
+        """The decode batch to chain behind ``inflight`` (overlap), its slots allocated now while it runs; None
+        when no request continues or the pool cannot fund it (nothing is retracted here: the next round
+        drains, and the synchronous path retracts)."""
+        t0 = time.perf_counter()
+        plan = continuation(inflight, self.cfg.decode_steps)
+        if not plan:
+            return None
+        try:
+            reply = self.cache.allocate([(e.req.rid, k) for e, k in plan])
+        except AllocationFailed as exc:
+            self.log.info("overlap_allocation_failed", error=str(exc), running=len(plan))
+            return None
+        batch = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
+        self._funded(max(k for _, k in plan), time.perf_counter() - t0)
+        return batch
+
+    def _funded(self, steps: int, seconds: float) -> None:
+        """A decode batch of up to ``steps`` steps was allocated in ``seconds``: the new-token ratio decays once
+        per step, and the allocation time is recorded."""
+        for _ in range(steps):
+            self.ratio.on_decode_step()
+        self.stats.decode_allocated(seconds)
+
+    def _retract(self, req: Req, cache_prefix: bool) -> None:
+        """Retract (``RequestTable.retract``); a retract raises the new-token ratio."""
+        self.table.retract(req, cache_prefix)
+        self.ratio.on_retract()
+        self.stats.add("retractions")
+        self.log.info("retracted", rid=req.rid, output_tokens=len(req.output_ids), ratio=round(self.ratio.value, 3))

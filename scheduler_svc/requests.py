@@ -1,0 +1,258 @@
+"""The request table: the one owner of where each request stands, the transitions between those places, and
+the only code that releases a request at the cache and at the worker.
+
+Where a request stands (``Stance``), and the method that moves it:
+
+    (intake inbox) --take_new--> WAITING --admit--> PREFILLING --prefill_done--> DECODING
+    WAITING   --unlock (admission deferred: its lock let go, it stays)--> WAITING
+    WAITING   --refuse (an idle pool cannot fund it) / abort--> gone (stream failed or ended)
+    PREFILLING, DECODING --retract--> WAITING (first in line; its written prefix cached or released)
+    PREFILLING, DECODING --fail_running / abort--> gone
+    PREFILLING, DECODING --finish--> gone (cached and released now) or FINISHING (its end streamed; it is in a
+                                     Forward still in flight: released by a later ``finish``)
+    FINISHING --lose_finishing (the Forwards in flight were dropped)--> ORPHANED
+    a release that fails --> ORPHANED (answered and forgotten; its slots are freed by the resync's new session
+                             and it is released at the worker by ``resynced``)
+    everything --fail_all--> gone (running ones ORPHANED); running --resynced--> WAITING
+
+A request's phase (``Req.state``: WAITING, PREFILL, DECODE) is written here only; FINISHED is derived from
+its finish reason, which its output stream sets (``scheduler_svc/output.py``). Counts are derived from the
+containers: ``held`` (requests whose slots are not yet released) and the ``snapshot`` that ``GetLoad`` and the
+queue bound read, published by ``publish`` (other threads read it; the loop publishes after every change).
+Loop thread only, except ``snapshot``.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections import deque
+from typing import Callable
+
+import grpc
+
+from codeserve.v1 import cache_pb2
+from scheduler_svc.intake import Intake
+from scheduler_svc.request import Finish, Req, State
+
+_ADMISSIONS = itertools.count(1)  # admission order, across tables (larger = more recent)
+
+
+class Stance(enum.Enum):
+    """Where a request stands in the table (``RequestTable.where``)."""
+
+    WAITING = "waiting"
+    PREFILLING = "prefilling"
+    DECODING = "decoding"
+    FINISHING = "finishing"   # finished, its end streamed, still inside a Forward in flight
+    ORPHANED = "orphaned"     # finished or failed, its release not done (the resync's new session does it)
+
+
+class RequestTable:
+    """Every request the loop holds: ``waiting`` (deque, queue order), ``running`` (admitted: prefilling or
+    decoding), ``finishing`` (finished, inside a Forward in flight), ``orphans`` (request ids whose release
+    failed or was cut short). ``cache`` and ``worker`` are the clients releases go to; ``intake`` is told when a
+    request ends (``forget``). Methods that call the cache or the worker raise their clients' errors."""
+
+    def __init__(self, cache, worker, intake: Intake, log) -> None:
+        self.cache, self.worker, self.intake, self.log = cache, worker, intake, log
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.finishing: list[Req] = []
+        self.orphans: list[str] = []
+        self.snapshot = (0, 0, 0)  # (held, waiting, waiting tokens) as of the last ``publish``
+
+    # ---- derived -------------------------------------------------------------------------------------------
+    def held(self) -> int:
+        """Requests whose slots are not yet released: running, finishing and orphaned (0: the pool is settled)."""
+        return len(self.running) + len(self.finishing) + len(self.orphans)
+
+    def publish(self) -> None:
+        """Publishes (held, waiting, waiting tokens) for other threads (``GetLoad``, the queue bound)."""
+        self.snapshot = (self.held(), len(self.waiting), sum(len(r.prompt_ids) + len(r.output_ids) for r in self.waiting))
+
+    def where(self, req: Req) -> Stance | None:
+        """Where ``req`` stands; None when the table does not hold it (not taken yet, or gone)."""
+        if req in self.finishing:
+            return Stance.FINISHING
+        if req.rid in self.orphans:
+            return Stance.ORPHANED
+        if req in self.running:
+            return Stance.PREFILLING if req.phase == State.PREFILL else Stance.DECODING
+        if req in self.waiting:
+            return Stance.WAITING
+        return None
+
+    def worker_held_ids(self) -> list[str]:
+        """Ids the worker may hold a slot table for: orphans and running requests it knows."""
+        return self.orphans + [r.rid for r in self.running if r.worker_knows]
+
+    # ---- intake and admission -------------------------------------------------------------------------------
+    def take_new(self) -> int:
+        """Moves new requests from the intake to the end of the waiting queue (publishing at once: the queue bound
+        reads inbox + snapshot, and they left the inbox); returns how many."""
+        taken = self.intake.take()
+        if taken:
+            self.waiting.extend(taken)
+            self.publish()
+        return len(taken)
+
+    def admit(self, req: Req, cached_tokens: int, prefix_slot_ids: list[int]) -> None:
+        """WAITING -> PREFILLING with a locked prefix of ``cached_tokens`` tokens at ``prefix_slot_ids``."""
+        self.waiting.remove(req)
+        if req.cached_tokens < 0:
+            req.cached_tokens = cached_tokens
+        req.kv_len = cached_tokens
+        req.prefix_slot_ids = list(prefix_slot_ids)
+        req.worker_knows = False
+        req.phase = State.PREFILL
+        req.admission = next(_ADMISSIONS)
+        self.running.append(req)
+
+    def unlock(self, req: Req) -> None:
+        """Admission deferred: lets go of the prefix lock its Match took (and its registration); it stays WAITING."""
+        self.cache.release_requests([req.rid])
+
+    def refuse(self, req: Req, message: str) -> None:
+        """WAITING -> gone: releases its lock and fails its stream with RESOURCE_EXHAUSTED and ``message``."""
+        self.cache.release_requests([req.rid])
+        self.waiting.remove(req)
+        req.stream.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+        self.intake.forget(req)
+
+    # ---- running ---------------------------------------------------------------------------------------------
+    def prefill_done(self, req: Req) -> None:
+        """PREFILLING -> DECODING (its first token was sampled)."""
+        req.phase = State.DECODE
+
+    def retract(self, req: Req, cache_prefix: bool) -> None:
+        """Running -> WAITING, first in line: caches its written prefix (``cache_prefix``, when any was written)
+        or releases it, drops it at the worker, and resets it for a recompute (its output so far is kept)."""
+        if cache_prefix and req.kv_len > 0:
+            self.cache.cache_requests([cache_pb2.CacheItem(request_id=req.rid, token_ids=req.all_ids[:req.kv_len],
+                                                           finished=True)])
+        else:
+            self.cache.release_requests([req.rid])
+        if req.worker_knows:
+            self.worker.release([req.rid])
+        self.running.remove(req)
+        self._requeue(req)
+        self.waiting.appendleft(req)
+
+    def fail_running(self, req: Req, message: str) -> None:
+        """Running -> gone: releases it (cache, worker) and fails its stream with RESOURCE_EXHAUSTED."""
+        self.cache.release_requests([req.rid])
+        if req.worker_knows:
+            self.worker.release([req.rid])
+        self.running.remove(req)
+        req.stream.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+        self.intake.forget(req)
+
+    def abort(self, running: bool = True) -> None:
+        """Ends every request with an abort pending (finish "abort"): the waiting ones, and (``running``) the
+        running ones, released (never cached: their last K/V may be unwritten). ``running=False`` while a Forward
+        in flight holds the running ones."""
+        waiting_aborted = [r for r in self.waiting if r.abort_requested]
+        running_aborted = [r for r in self.running if r.abort_requested] if running else []
+        if running_aborted:
+            self.cache.release_requests([r.rid for r in running_aborted])
+            self.worker.release([r.rid for r in running_aborted if r.worker_knows])
+        for req in waiting_aborted + running_aborted:
+            (self.waiting.remove if req in waiting_aborted else self.running.remove)(req)
+            req.stream.finish_without_token(Finish.ABORT)
+            req.stream.close()
+            self.intake.forget(req)
+            self.log.info("aborted", rid=req.rid, reason=req.abort_reason, output_tokens=len(req.output_ids))
+
+    def finish(self, finished: list[Req], in_flight: Callable[[], set[str]]) -> None:
+        """Running requests that ``finished`` in the Forward just applied, and the finishing ones: those in no
+        Forward still in flight (``in_flight()``: their ids) are cached (their written tokens inserted in the tree)
+        and released; a finished one still in flight streams its end now and becomes FINISHING. When the cache or
+        the worker call fails, the error propagates (the loop resyncs), but the requests are answered and
+        forgotten all the same (their output is complete) and become ORPHANED: they are in no list the failure
+        path walks, so they would hang otherwise."""
+        if not finished and not self.finishing:
+            return
+        ids = in_flight()
+        release = [r for r in finished + self.finishing if r.rid not in ids]
+        self.finishing = [r for r in self.finishing if r.rid in ids]
+        for req in finished:
+            self.running.remove(req)
+            if req.rid in ids:
+                req.stream.close()
+                self.finishing.append(req)
+        if not release:
+            return
+        try:
+            self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
+                                                           finished=True) for r in release])
+            self.worker.release([r.rid for r in release])
+        except Exception:
+            self.orphans += [r.rid for r in release]
+            raise
+        finally:
+            self._deliver(release)
+
+    def _deliver(self, finished: list[Req]) -> None:
+        for req in finished:
+            if req.stream.has_final:
+                req.stream.close()
+            self.intake.forget(req)
+            self.log.info("finished", rid=req.rid, reason=req.finish.value, prompt_tokens=len(req.prompt_ids),
+                          cached_tokens=req.cached_tokens, output_tokens=len(req.output_ids),
+                          retractions=req.retractions)
+
+    # ---- failures ---------------------------------------------------------------------------------------------
+    def lose_finishing(self) -> None:
+        """The Forwards in flight were dropped (a failure or a stall): FINISHING -> ORPHANED (forgotten; the new
+        session frees their slots)."""
+        for req in self.finishing:
+            self.orphans.append(req.rid)
+            self.intake.forget(req)
+        self.finishing = []
+
+    def fail_all(self, code: grpc.StatusCode, message: str) -> None:
+        """Every request held or new ends: an unfinished one fails with ``code`` and ``message``; one that finished
+        and was not yet answered is answered (only its release was cut short). Running ones become ORPHANED
+        (a first chunk in a stale Forward may still register one at the worker)."""
+        self.orphans += [r.rid for r in self.running]
+        for req in list(self.waiting) + self.running + self.intake.take():
+            if req.stream.has_final:
+                req.stream.close()
+            elif req.state != State.FINISHED:
+                req.stream.fail(code, message)
+            self.intake.forget(req)
+        self.waiting.clear()
+        self.running = []
+        self.publish()
+
+    def resynced(self, worker_ids: list[str]) -> int:
+        """After a new session (which freed every slot and lock of the old one): releases ``worker_ids`` (from
+        ``worker_held_ids`` before the reconnect) at the worker, clears the orphans, and requeues every running
+        request first in line (recomputed; its output so far is kept), except one that finished before the
+        outage, which is answered now. Returns how many were running."""
+        self.worker.release(worker_ids)
+        self.orphans = []
+        running = len(self.running)
+        for req in reversed(self.running):
+            if req.stream.has_final:
+                req.stream.close()
+                self.intake.forget(req)
+                continue
+            self._requeue(req)
+            self.waiting.appendleft(req)
+        self.running = []
+        self.publish()
+        return running
+
+    @staticmethod
+    def _requeue(req: Req) -> None:
+        """Resets ``req`` for the waiting queue: nothing of it is in the pool any more."""
+        req.kv_len = 0
+        req.prefix_slot_ids = []
+        req.worker_knows = False
+        req.phase = State.WAITING
+        req.retractions += 1
+        if req.wants_prompt_logprobs:  # partially collected: start over with the full prompt
+            req.prompt_logprobs.clear()
+            req.prompt_top_logprobs.clear()

@@ -1,0 +1,139 @@
+"""The request table on its own (no cache service, no worker): where a request stands after each transition,
+what is released where, and the counts derived from it. The cache and the worker are one recording stand-in
+(this test is about the table's calls, not about the services)."""
+
+import pytest
+import structlog
+
+from codeserve.v1 import common_pb2
+from scheduler_svc.intake import Intake
+from scheduler_svc.output import OutputStream
+from scheduler_svc.request import Finish, Params, Req, State, StreamEnd
+from scheduler_svc.requests import RequestTable, Stance
+
+EOS = 0
+
+
+class Recorder:
+    """Stands in for CacheClient and WorkerClient: records (call, argument); ``fail`` names a call that raises."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.fail = ""
+
+    def _call(self, name: str, arg) -> None:
+        self.calls.append((name, arg))
+        if name == self.fail:
+            raise ConnectionError(f"{name} failed")
+
+    def release_requests(self, rids):
+        self._call("cache.release", list(rids))
+
+    def cache_requests(self, items):
+        self._call("cache.cache", [(it.request_id, list(it.token_ids)) for it in items])
+
+    def release(self, rids):
+        self._call("worker.release", list(rids))
+
+
+@pytest.fixture
+def parts(tokenizer):
+    rec, intake = Recorder(), Intake(16)
+    table = RequestTable(rec, rec, intake, structlog.get_logger())
+
+    def new(rid: str, prompt=(5, 6, 7), max_new: int = 4) -> Req:
+        req = Req(rid=rid, prompt_ids=list(prompt), params=Params(
+            max_new_tokens=max_new, asked_max_new_tokens=max_new, sampling=common_pb2.SamplingParams(), ignore_eos=True))
+        req.stream = OutputStream(req, tokenizer, EOS)
+        intake.submit(req, len(table.waiting))
+        return req
+
+    return table, rec, intake, new
+
+
+def ends(req: Req) -> list:
+    out = []
+    while not req.out.empty():
+        out.append(req.out.get_nowait())
+    return out
+
+
+def test_a_request_moves_through_the_table_and_is_released_once(parts):
+    table, rec, intake, new = parts
+    a = new("a")
+    assert table.where(a) is None and table.take_new() == 1 and table.where(a) == Stance.WAITING
+    assert table.snapshot == (0, 1, 3)
+    table.admit(a, 0, [])
+    assert table.where(a) == Stance.PREFILLING and a.state == State.PREFILL and a.kv_len == 0
+    table.prefill_done(a)
+    assert table.where(a) == Stance.DECODING and a.state == State.DECODE
+    a.kv_len, a.worker_knows = 3, True
+    a.stream.on_token(9, 0.0, None)
+    a.stream.finish_without_token(Finish.LENGTH)  # finished now; still in a Forward in flight
+    table.finish([a], lambda: {"a"})
+    assert table.where(a) == Stance.FINISHING and rec.calls == [] and intake.busy()
+    table.publish()
+    assert table.snapshot == (1, 0, 0) and table.held() == 1
+    table.finish([], set)  # the Forward that held it was applied
+    assert rec.calls == [("cache.cache", [("a", [5, 6, 7])]), ("worker.release", ["a"])]
+    assert table.where(a) is None and table.held() == 0 and not intake.busy()
+    assert isinstance(ends(a)[-1], StreamEnd)
+
+
+def test_a_failed_release_orphans_the_request_and_the_resync_releases_it_at_the_worker(parts):
+    table, rec, intake, new = parts
+    a = new("a")
+    table.take_new()
+    table.admit(a, 0, [])
+    a.kv_len, a.worker_knows = 3, True
+    a.stream.finish_without_token(Finish.LENGTH)
+    rec.fail = "cache.cache"
+    with pytest.raises(ConnectionError):
+        table.finish([a], set)
+    assert table.where(a) == Stance.ORPHANED and table.held() == 1 and not intake.busy()
+    assert ends(a)[-1] == StreamEnd()  # answered all the same
+    rec.fail, rec.calls = "", []
+    assert table.resynced(table.worker_held_ids()) == 0
+    assert rec.calls == [("worker.release", ["a"])] and table.held() == 0
+
+
+def test_retract_caches_the_written_prefix_and_puts_the_request_first(parts):
+    table, rec, _, new = parts
+    a, b = new("a"), new("b")
+    table.take_new()
+    table.admit(a, 0, [])
+    a.kv_len, a.worker_knows = 2, True
+    table.retract(a, cache_prefix=True)
+    assert list(table.waiting) == [a, b] and a.state == State.WAITING and a.retractions == 1 and a.kv_len == 0
+    assert rec.calls == [("cache.cache", [("a", [5, 6])]), ("worker.release", ["a"])]
+    rec.calls = []
+    table.admit(a, 0, [])  # the worker does not know it now: released at the cache only
+    table.retract(a, cache_prefix=False)
+    assert rec.calls == [("cache.release", ["a"])]
+
+
+def test_aborts_end_waiting_requests_and_release_running_ones_without_caching(parts):
+    table, rec, intake, new = parts
+    a, b = new("a"), new("b")
+    table.take_new()
+    table.admit(a, 0, [])
+    a.worker_knows = True
+    a.abort_requested = b.abort_requested = True
+    table.abort(running=False)  # a Forward in flight holds a
+    assert table.where(a) == Stance.PREFILLING and table.where(b) is None and rec.calls == []
+    table.abort()
+    assert table.where(a) is None and rec.calls == [("cache.release", ["a"]), ("worker.release", ["a"])]
+    assert a.finish == Finish.ABORT and b.finish == Finish.ABORT and not intake.busy()
+
+
+def test_fail_all_answers_finished_ones_fails_the_rest_and_orphans_the_running(parts):
+    table, rec, intake, new = parts
+    a, b = new("a"), new("b")
+    table.take_new()
+    table.admit(a, 0, [])
+    c = new("c")  # still in the intake
+    table.fail_all("UNAVAILABLE", "down")
+    assert [e for e in ends(b)] == [StreamEnd("UNAVAILABLE", "down")] == ends(c)
+    assert ends(a) == [StreamEnd("UNAVAILABLE", "down")]
+    assert table.orphans == ["a"] and table.held() == 1 and table.snapshot == (1, 0, 0) and not intake.busy()
+    assert rec.calls == []
