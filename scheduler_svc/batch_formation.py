@@ -24,6 +24,7 @@ from scheduler_svc.batch import Batch, Entry, slots_by_request
 from scheduler_svc.errors import AllocationFailed
 from scheduler_svc.multistep import multistep_eligible, steps_for
 from scheduler_svc.policy import order_waiting, retract_victim
+from scheduler_svc.prefix_stats import count_admission
 from scheduler_svc.request import Req, State
 
 
@@ -92,6 +93,7 @@ class BatchFormation:
                                reserved=decision.reserved, charged=decision.charged)
                 break
             ledger.charge(decision)
+            count_admission(self.stats, req, cached)  # prefix-cache counters: the first admission only
             req.admitted(cached, slot_ids)
             self.waiting.remove(req)
             self.running.append(req)
@@ -116,8 +118,6 @@ class BatchFormation:
         if len(result.slot_ids) != result.cached_tokens or result.cached_tokens >= max(len(key), 1):
             raise RuntimeError(f"Match receipt for {req.rid}: {result.cached_tokens} cached tokens, "
                                f"{len(result.slot_ids)} slots, key of {len(key)} tokens")
-        self.stats["prefix_query"] += len(key)
-        self.stats["prefix_hit"] += result.cached_tokens
         return result.cached_tokens, list(result.slot_ids), reply.receipt.after
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
