@@ -3,7 +3,8 @@
 Used only by the gateway's unit tests (the gateway's job is translation between HTTP and this API;
 the real scheduler is tested in its own suite and end to end). Behaviour:
 - generated tokens are ``continuation`` (tokenized), then EOS (id 0, finish "stop") unless
-  ignore_eos; max_new_tokens reached -> finish "length"; stop strings are held back and trimmed;
+  ignore_eos; max_new_tokens reached -> finish "length"; stop strings are held back and trimmed; a token
+  whose text is held back waits for a message with text (no message but the last has empty text);
 - logprob of generated token i is ``-0.1 * (i + 1)``; top alternatives are (id, lp), (id + 1, lp - 1), ...;
   prompt logprob of prompt token i (i >= 1) is ``-0.5 - 0.01 * i``;
 - ``error`` = (code, details) makes Generate fail at once (with the scheduler's "counted" trailer when
@@ -160,6 +161,8 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
                 break
             msg.text = text[sent_chars:safe] if safe > sent_chars else ""
             sent_chars = max(sent_chars, safe)
+            if not msg.text:  # like the scheduler: tokens whose text is held back go out with it
+                continue
             yield msg
             msg = scheduler_pb2.GenerateResponse(request_id=request.request_id)
             if self.token_delay_s:
