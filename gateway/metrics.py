@@ -83,9 +83,9 @@ class GatewayMetrics:
         self._load = _LoadCollector(model_name)
         self.registry.register(self._load)
         self.errors = Counter("codeserve:request_errors",
-                              "HTTP requests the gateway answered with an error that no Generate call counts at the "
-                              "scheduler (refused before any call: bad input, unknown model or path, the scheduler known "
-                              "down or unreachable; gateway faults), by HTTP status and error type.",
+                              "HTTP requests the gateway answered with an error that no Generate call counts at "
+                              "the scheduler (refused before any call: bad input, unknown model or path, the "
+                              "scheduler known down or unreachable; gateway faults), by HTTP status and error type.",
                               ["model_name", "status", "type"], registry=self.registry)
 
     def count_error(self, status: int, err_type: str) -> None:

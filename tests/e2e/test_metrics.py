@@ -100,7 +100,8 @@ def test_grpc_requests_are_counted_on_the_gateways_metrics(http, backend):
     before = scrape(http)
     generate(backend.scheduler, text="def fibonacci(n):\n", max_new_tokens=8, skip_special_tokens=True)
     for _ in range(3):
-        assert http.post("/v1/completions", json={"prompt": "x = ", "max_tokens": 4, "temperature": 0}).status_code == 200
+        r = http.post("/v1/completions", json={"prompt": "x = ", "max_tokens": 4, "temperature": 0})
+        assert r.status_code == 200
     assert http.post("/v1/completions", json={"prompt": "x", "max_tokens": -1}).status_code == 400  # no call made
     after = scrape(http)
     assert delta(after, before, "vllm:request_success_total") == 4

@@ -126,7 +126,7 @@ def test_every_grpc_call_is_counted_once(small):
     assert delta(after, before, "codeserve:generate_errors_total|code=INVALID_ARGUMENT") == 1
     assert delta(after, before, "vllm:e2e_request_latency_seconds_count") == 3
     assert delta(after, before, "vllm:time_to_first_token_seconds_count") == 3
-    assert delta(after, before, "vllm:inter_token_latency_seconds_count") >= 2  # the later tokens of the first call at least
+    assert delta(after, before, "vllm:inter_token_latency_seconds_count") >= 2  # the first call's later tokens
     small.idle_check()
 
 
