@@ -289,6 +289,7 @@ class GenerationStream:
         """Gives up on the call (the scheduler does not answer): cancels it; the pending or next ``next()``
         raises ``error``."""
         if not self._finished:
+            error.counted_upstream = True  # the frozen scheduler counts its call as "abort" when it sees the cancel
             self._abandoned = error
             log.warning("request_abandoned", rid=self.request_id, error=error.message)
         self.cancel()
