@@ -17,13 +17,12 @@ import grpc
 import structlog
 
 from codeserve.v1 import common_pb2, scheduler_pb2
+from common.counted import counted_by_scheduler
 from gateway.errors import ApiError
 from gateway.scheduler_client import SchedulerClient
 
 T = TypeVar("T")
 log = structlog.get_logger()
-# the trailing metadata the scheduler's Generate sets on an error status it counted (scheduler_svc/service.py)
-COUNTED_MARK = ("codeserve-counted", "generate_errors")
 SETTLE_TIMEOUT_S = 5.0  # how long the scheduler may take to end a call after its last message
 
 TopEntries = tuple[tuple[int, float], ...]  # (token_id, logprob) pairs, best first
@@ -226,7 +225,7 @@ class GenerationStream:
             # the scheduler counted the call: it answered this status (its mark in the trailers), or the call
             # ended at the deadline, which the scheduler sees as its client leaving (finished_reason "abort")
             error.counted_upstream = (exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-                                      or COUNTED_MARK in tuple(exc.trailing_metadata() or ()))
+                                      or counted_by_scheduler(exc.trailing_metadata()))
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and self._timeout_s is not None:
                 error.message = f"request did not finish within the gateway's request timeout ({self._timeout_s} s)"
             log.warning("request_failed", rid=self.request_id, grpc_code=exc.code().name, status=error.status,

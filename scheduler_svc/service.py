@@ -9,6 +9,7 @@ import grpc
 from tokenizers import Tokenizer
 
 from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
+from common.counted import COUNTED_MARK
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost, WorkerStalled
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import Finish, StreamEnd
@@ -18,7 +19,6 @@ from scheduler_svc.scheduler import Scheduler
 from scheduler_svc.validate import InvalidRequest, build_request
 
 SERVICE_NAME = "codeserve.v1.Scheduler"
-COUNTED_MARK = ("codeserve-counted", "generate_errors")  # trailer of an error status counted in request metrics
 
 
 def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:

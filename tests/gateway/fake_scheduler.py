@@ -21,10 +21,10 @@ import threading
 import grpc
 
 from codeserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from common.counted import COUNTED_MARK
 from common.grpc_server import RunningServer, start
 from gateway.tokenizer import GatewayTokenizer
 from scheduler_svc.request_metrics import RequestMetrics
-from scheduler_svc.service import COUNTED_MARK
 
 EOS_ID = 0
 
