@@ -174,7 +174,7 @@ async def metrics(request: Request):
     """Prometheus text format (see gateway.metrics for the names)."""
     ctx = get_ctx(request)
     try:
-        load = await ctx.client.get_load()
+        load = await ctx.client.get_load(request_metrics=True)
     except ApiError:
         load = None  # reported as codeserve:scheduler_up 0, scheduler families left out
     return Response(ctx.metrics.render(load), media_type=CONTENT_TYPE_LATEST)

@@ -99,8 +99,8 @@ async def _stream(request: Request, ctx: GatewayContext, body: ChatCompletionReq
         async for index, msg in merge_streams(streams, firsts):
             if msg.finish_reason:
                 completion[index] = msg.completion_tokens
-            if not msg.text and not msg.token_ids and not msg.finish_reason:
-                continue
+            if not msg.text and not msg.finish_reason:  # no content chunk of empty text (the scheduler sends
+                continue                                  # tokens with their text: such a message has none)
             logprobs = {"content": _chat_logprobs(ctx, msg, top_count)} if body.logprobs else None
             delta = {"content": msg.text} if msg.text or not msg.finish_reason else {}
             yield {**chunk_head, "choices": [{"index": index, "delta": delta, "logprobs": logprobs,

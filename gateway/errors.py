@@ -21,6 +21,7 @@ class ApiError(Exception):
     status: HTTP status code. type: OpenAI error type (``invalid_request_error``, ``authentication_error``,
     ``rate_limit_error``, ``service_unavailable``, ``internal_error``, ``not_found_error``).
     param: the request field at fault, when there is one. retry_after_s: sets the Retry-After header.
+    counted_upstream (set after construction): the scheduler's request metrics count this outcome already.
     """
 
     def __init__(
@@ -37,6 +38,7 @@ class ApiError(Exception):
         self.type = type
         self.param = param
         self.retry_after_s = retry_after_s
+        self.counted_upstream = False  # True: the scheduler counted this outcome of a Generate call
 
     def body(self) -> dict:
         """The OpenAI error body."""
@@ -102,8 +104,10 @@ def from_grpc(code: grpc.StatusCode, details: str | None, retry_after_s: int, ta
 
 
 def counted(request: Request, err: ApiError) -> JSONResponse:
-    """``err``'s response, counted in the app's ``codeserve:request_errors`` metric."""
-    request.app.state.ctx.metrics.count_error(err.status, err.type)
+    """``err``'s response, counted in the app's ``codeserve:request_errors`` metric unless the scheduler counted
+    it (``counted_upstream``: the outcome of a Generate call, in the scheduler's request metrics)."""
+    if not err.counted_upstream:
+        request.app.state.ctx.metrics.count_error(err.status, err.type)
     return err.response()
 
 

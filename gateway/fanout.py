@@ -15,8 +15,7 @@ from gateway.generation import GenerationResult, GenerationStream, gather_all
 
 
 def _start(ctx: GatewayContext, request: scheduler_pb2.GenerateRequest) -> GenerationStream:
-    return GenerationStream(ctx.client, request, ctx.metrics.observer(), ctx.settings.retry_after_s,
-                            ctx.settings.request_timeout_s)
+    return GenerationStream(ctx.client, request, ctx.settings.retry_after_s, ctx.settings.request_timeout_s)
 
 
 async def collect_all(

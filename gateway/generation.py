@@ -1,5 +1,7 @@
 """One Generate call to the scheduler, as the HTTP layer sees it: a stream of messages with gRPC
-errors mapped to ApiError, metrics observed, and a frozen result when collected.
+errors mapped to ApiError, and a frozen result when collected. The call's request metrics are kept by the
+scheduler (scheduler_svc/request_metrics.py): an ApiError that the scheduler's outcome of the call carries is
+marked ``counted_upstream`` so that the gateway does not count it again.
 
 Cancelling (``GenerationStream.cancel`` or cancelling the task that reads it) cancels the gRPC call,
 which aborts the request at the scheduler.
@@ -15,8 +17,8 @@ import grpc
 import structlog
 
 from codeserve.v1 import common_pb2, scheduler_pb2
+from common.counted import counted_by_scheduler
 from gateway.errors import ApiError
-from gateway.metrics import RequestObserver
 from gateway.scheduler_client import SchedulerClient
 
 T = TypeVar("T")
@@ -189,13 +191,11 @@ class GenerationStream:
         self,
         client: SchedulerClient,
         request: scheduler_pb2.GenerateRequest,
-        observer: RequestObserver,
         retry_after_s: int,
         timeout_s: float | None = None,
     ) -> None:
         self.request_id = request.request_id
         self._client = client
-        self._observer = observer
         self._retry_after_s = retry_after_s
         self._timeout_s = timeout_s
         self._call = client.start_generate(request, timeout_s)
@@ -222,6 +222,10 @@ class GenerationStream:
         except grpc.aio.AioRpcError as exc:
             self._finished = True
             error = self._client.error(exc)
+            # the scheduler counted the call: it answered this status (its mark in the trailers), or the call
+            # ended at the deadline, which the scheduler sees as its client leaving (finished_reason "abort")
+            error.counted_upstream = (exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                                      or counted_by_scheduler(exc.trailing_metadata()))
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and self._timeout_s is not None:
                 error.message = f"request did not finish within the gateway's request timeout ({self._timeout_s} s)"
             log.warning("request_failed", rid=self.request_id, grpc_code=exc.code().name, status=error.status,
@@ -234,16 +238,16 @@ class GenerationStream:
         if self._first:
             self._first = False
             self._prompt_tokens, self._cached_tokens = msg.prompt_tokens, msg.cached_tokens
-        self._observer.on_tokens(len(msg.token_ids))
         if msg.finish_reason:
             self._finished = True
-            self._observer.on_finish(msg.finish_reason)
             log.info("request_finished", rid=self.request_id, prompt_tokens=self._prompt_tokens,
                      cached_tokens=self._cached_tokens, completion_tokens=msg.completion_tokens,
                      finish_reason=msg.finish_reason, matched_stop=msg.matched_stop)
             if msg.finish_reason == "abort":
-                raise ApiError(503, f"request {self.request_id} was aborted by the scheduler",
-                               "service_unavailable", retry_after_s=self._retry_after_s)
+                error = ApiError(503, f"request {self.request_id} was aborted by the scheduler",
+                                 "service_unavailable", retry_after_s=self._retry_after_s)
+                error.counted_upstream = True  # in request_success, finished_reason "abort"
+                raise error
         return msg
 
     async def messages(self) -> AsyncIterator[scheduler_pb2.GenerateResponse]:
@@ -284,6 +288,7 @@ class GenerationStream:
         """Gives up on the call (the scheduler does not answer): cancels it; the pending or next ``next()``
         raises ``error``."""
         if not self._finished:
+            error.counted_upstream = True  # the frozen scheduler counts its call as "abort" when it sees the cancel
             self._abandoned = error
             log.warning("request_abandoned", rid=self.request_id, error=error.message)
         self.cancel()

@@ -175,8 +175,8 @@ async def _stream(request: Request, ctx: GatewayContext, body: CompletionRequest
             text, logprobs = states[index].piece(msg)
             if msg.finish_reason:
                 completion_tokens[index] = msg.completion_tokens
-            if not text and not msg.token_ids and not msg.finish_reason:
-                continue
+            if not text and not msg.finish_reason:  # no content chunk of empty text (the scheduler sends tokens
+                continue                              # with their text: such a message has none)
             choice = {
                 "index": index,
                 "text": text,

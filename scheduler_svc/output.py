@@ -6,6 +6,7 @@ from tokenizers import Tokenizer
 
 from codeserve.v1 import common_pb2, scheduler_pb2
 from scheduler_svc.detokenizer import IncrementalDetokenizer
+from scheduler_svc.held_tokens import HeldTokens
 from scheduler_svc.request import Finish, Req, State, StreamEnd, stop_ids
 from scheduler_svc.stop_strings import StopStringMatcher
 
@@ -24,6 +25,7 @@ class OutputStream:
         self._stop_ids = frozenset(stop_ids(req.params, eos_token_id))  # token ids that end the request
         self._final: scheduler_pb2.GenerateResponse | None = None
         self._pending: scheduler_pb2.GenerateResponse | None = None  # deferred messages, merged (``flush``)
+        self.held = HeldTokens()  # tokens whose text is held back: they go out with it (scheduler_svc/held_tokens.py)
 
     def _message(self) -> scheduler_pb2.GenerateResponse:
         req = self.req
@@ -47,28 +49,27 @@ class OutputStream:
             req.output_logprobs.append(logprob)
         if p.top_logprobs_num > 0:
             req.output_top_logprobs.append(top if top is not None else common_pb2.TopLogprobs())
-        text = ""
+        delta = released = ""
         if token_id in self._stop_ids:
             req.finish, req.matched_stop = Finish.STOP, str(token_id)
         elif not self.stops.active:  # nothing to match: the matcher would pass the text through
-            text = self.detok.push([token_id])
+            delta = released = self.detok.push([token_id])
         else:
-            result = self.stops.push(self.detok.push([token_id]))
-            text = result.text
+            delta = self.detok.push([token_id])
+            result = self.stops.push(delta)
+            released = result.text
             if result.matched is not None:
                 req.finish, req.matched_stop = Finish.STOP, result.matched
+        self.held.add(token_id, logprob, req.output_top_logprobs[-1] if p.top_logprobs_num > 0 else None, delta,
+                      complete=not self.detok.holding)
+        self.held.release(len(released))
         if req.finish is None and req.remaining_new_tokens <= 0:
             req.finish = Finish.LENGTH
         if req.finish is not None:
-            text += self._drain()
-        msg = self._message()
-        msg.token_ids.append(token_id)
-        msg.text = text
-        if p.return_logprob:
-            msg.logprobs.append(logprob)
-        if p.top_logprobs_num > 0:
-            msg.top_logprobs.append(req.output_top_logprobs[-1])
-        req.sent_tokens = len(req.output_ids)
+            self._drain()
+        msg = self._held_message()
+        if msg is None:  # its text is held back: the token goes out with it
+            return
         if self._pending is not None:
             msg = self._merge(self._pending, msg)
             self._pending = None
@@ -90,7 +91,7 @@ class OutputStream:
         token (used with return_logprob; may be empty otherwise)."""
         req, p = self.req, self.req.params
         cut = min(len(token_ids), req.remaining_new_tokens)
-        if self._pending is not None or p.top_logprobs_num > 0 or cut <= 0:
+        if self._pending is not None or p.top_logprobs_num > 0 or cut <= 0 or self.held:
             return self._one_by_one(token_ids, logprobs)
         accepted = list(token_ids[:cut])
         stop_tok = None
@@ -99,32 +100,33 @@ class OutputStream:
             cut = stop_tok + 1
             del accepted[cut:]
         text_ids = accepted if stop_tok is None else accepted[:stop_tok]
+        marks = self.detok.mark(), self.stops.mark()
         if self.stops.active:
-            marks = self.detok.mark(), self.stops.mark()
             result = self.stops.push(self.detok.push(text_ids))
-            if result.matched is not None or self.detok.holding:
-                # which token completed the stop string (or might have, in text held back): replay one by one
-                self.detok.rewind(marks[0])
-                self.stops.rewind(marks[1])
-                return self._one_by_one(token_ids, logprobs)
             text = result.text
+            held_back = result.matched is not None or self.stops.holding
         else:  # nothing to match: the matcher would pass the text through
             text = self.detok.push(text_ids)
+            held_back = False
+        if held_back or self.detok.holding or (not text and stop_tok is None):
+            # which token completed the stop string, or which tokens go with text held back: replay one by one
+            self.detok.rewind(marks[0])
+            self.stops.rewind(marks[1])
+            return self._one_by_one(token_ids, logprobs)
         req.output_ids.extend(accepted)
-        lps = [logprobs[i] if i < len(logprobs) else 0.0 for i in range(cut)] if p.return_logprob else []
-        req.output_logprobs.extend(lps)
+        lps = [logprobs[i] if i < len(logprobs) else 0.0 for i in range(cut)]
+        if p.return_logprob:
+            req.output_logprobs.extend(lps)
+        for i, token_id in enumerate(accepted):  # one message: all of its text comes with the last token
+            self.held.add(token_id, lps[i], None, text if i == len(accepted) - 1 else "", complete=True)
+        self.held.release(len(text))
         if stop_tok is not None:
             req.finish, req.matched_stop = Finish.STOP, str(accepted[-1])
         elif req.remaining_new_tokens <= 0:
             req.finish = Finish.LENGTH
         if req.finish is not None:
-            text += self._drain()
-        msg = self._message()
-        msg.token_ids.extend(accepted)
-        msg.text = text
-        if lps:
-            msg.logprobs.extend(lps)
-        req.sent_tokens = len(req.output_ids)
+            self._drain()
+        msg = self._held_message()
         if req.finish is None:
             req.out.put(msg)
             return cut
@@ -159,15 +161,34 @@ class OutputStream:
             self.req.out.put(self._pending)
             self._pending = None
 
-    def _drain(self) -> str:
-        """Text still held back by the detokenizer and the stop matcher (a stop may still match in it)."""
+    def _drain(self) -> None:
+        """Lets through the text still held back by the detokenizer and the stop matcher (a stop may still
+        match in it), into ``held``."""
         if self.stops.matched is not None:
-            return ""
-        result = self.stops.push(self.detok.flush())
+            return
+        flushed = self.detok.flush()
+        self.held.add_text(flushed)
+        result = self.stops.push(flushed)
         if result.matched is not None:
             self.req.finish, self.req.matched_stop = Finish.STOP, result.matched
-            return result.text
-        return result.text + self.stops.flush()
+            self.held.release(len(result.text))
+            return
+        self.held.release(len(result.text) + len(self.stops.flush()))
+
+    def _held_message(self) -> scheduler_pb2.GenerateResponse | None:
+        """A message of the held tokens that may go out with their text: all of them when the request has
+        finished (its last message), else ``held.take()`` (None: nothing may go out yet)."""
+        part = self.held.take_all() if self.req.finish is not None else self.held.take()
+        if part is None:
+            return None
+        msg = self._message()
+        msg.token_ids.extend(part.token_ids)
+        msg.text = part.text
+        if self.req.params.return_logprob:
+            msg.logprobs.extend(part.logprobs)
+        msg.top_logprobs.extend(part.top_logprobs)
+        self.req.sent_tokens += len(part.token_ids)
+        return msg
 
     def _finish_fields(self, msg: scheduler_pb2.GenerateResponse) -> None:
         msg.finish_reason = self.req.finish.value
@@ -178,9 +199,9 @@ class OutputStream:
         """Finishes with no new token (max_new_tokens 0, abort); ``close`` sends the last message."""
         req = self.req
         req.finish = reason
-        msg = self._message()
         if reason != Finish.ABORT:
-            msg.text = self._drain()
+            self._drain()
+        msg = self._held_message()  # with the tokens still held (an abort: the text let through so far)
         self._finish_fields(msg)
         self._final = msg
 

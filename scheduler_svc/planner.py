@@ -25,6 +25,7 @@ from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.errors import AllocationFailed
 from scheduler_svc.multistep import multistep_eligible, steps_for
 from scheduler_svc.policy import order_waiting, retract_victim
+from scheduler_svc.prefix_stats import count_admission
 from scheduler_svc.request import Req, State
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
@@ -136,6 +137,7 @@ class Planner:
                                reserved=decision.reserved, charged=decision.charged)
                 break
             ledger.charge(decision)
+            count_admission(self.stats, req, cached)  # prefix-cache counters: the first admission only
             table.admit(req, cached, slot_ids)
             n = min(extend, budget)
             budget -= n
@@ -158,8 +160,6 @@ class Planner:
         if len(result.slot_ids) != result.cached_tokens or result.cached_tokens >= max(len(key), 1):
             raise RuntimeError(f"Match receipt for {req.rid}: {result.cached_tokens} cached tokens, "
                                f"{len(result.slot_ids)} slots, key of {len(key)} tokens")
-        self.stats.add("prefix_query", len(key))
-        self.stats.add("prefix_hit", result.cached_tokens)
         return result.cached_tokens, list(result.slot_ids), reply.receipt.after
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:

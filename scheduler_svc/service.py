@@ -9,9 +9,11 @@ import grpc
 from tokenizers import Tokenizer
 
 from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
+from common.counted import COUNTED_MARK
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost, WorkerStalled
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import Finish, StreamEnd
+from scheduler_svc.request_metrics import RequestMetrics
 from scheduler_svc.intake import QueueFull, SchedulerStopped
 from scheduler_svc.scheduler import Scheduler
 from scheduler_svc.validate import InvalidRequest, build_request
@@ -28,36 +30,56 @@ def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     """Generate streams from a request's queue, fed by the loop; a client that goes away aborts its request."""
 
-    def __init__(self, scheduler: Scheduler, tokenizer: Tokenizer, log, max_queued_tokens: int = 0) -> None:
+    def __init__(self, scheduler: Scheduler, tokenizer: Tokenizer, log, max_queued_tokens: int = 0,
+                 metrics: RequestMetrics | None = None) -> None:
         """``max_queued_tokens``: bound on the prompt tokens waiting (0 = none); a request that would pass it while
-        others wait is RESOURCE_EXHAUSTED (a request alone in the queue is always taken, so any valid one can run)."""
+        others wait is RESOURCE_EXHAUSTED (a request alone in the queue is always taken, so any valid one can run).
+        ``metrics``: where every Generate call is counted (a new RequestMetrics when None)."""
         self.sched, self.tok, self.log = scheduler, tokenizer, log
+        self.metrics = metrics if metrics is not None else RequestMetrics()
         self.max_queued_tokens = max_queued_tokens
         self.draining = threading.Event()
 
     def Generate(self, request, context):
+        call = self.metrics.call()  # counted exactly once however the call ends (scheduler_svc/request_metrics.py)
+        try:
+            yield from self._generate(request, context, call)
+        except Exception:
+            call.failed(grpc.StatusCode.UNKNOWN.name)  # no-op after _abort counted its own code
+            raise
+        finally:
+            call.closed()
+
+    @staticmethod
+    def _abort(context, call, code: grpc.StatusCode, message: str) -> None:
+        """Ends the call with ``code``, counted; the trailer tells the gateway not to count it again."""
+        call.failed(code.name)
+        context.set_trailing_metadata((COUNTED_MARK,))
+        context.abort(code, message)
+
+    def _generate(self, request, context, call):
         info = self.sched.info
         if self.draining.is_set():
-            context.abort(grpc.StatusCode.UNAVAILABLE, "scheduler is shutting down")
+            self._abort(context, call, grpc.StatusCode.UNAVAILABLE, "scheduler is shutting down")
         try:
             req = build_request(request, self.tok, info, self.sched.capacity)
         except InvalidRequest as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            self._abort(context, call, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         req.stream = OutputStream(req, self.tok, info.eos_token_id)
         log = self.log.bind(rid=req.rid)
         if req.params.max_new_tokens == 0 and not req.wants_prompt_logprobs:
             req.stream.finish_without_token(Finish.LENGTH)
             req.stream.close()
         else:
-            self._check_queued_tokens(req, context)
+            self._check_queued_tokens(req, context, call)
             try:
                 self.sched.submit(req)
             except QueueFull as exc:
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+                self._abort(context, call, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
             except (SchedulerStopped, WorkerStalled) as exc:
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+                self._abort(context, call, grpc.StatusCode.UNAVAILABLE, str(exc))
             except ValueError as exc:
-                context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+                self._abort(context, call, grpc.StatusCode.ALREADY_EXISTS, str(exc))
             if not context.add_callback(lambda: self.sched.abort(req.rid, "client disconnected")):
                 self.sched.abort(req.rid, "client disconnected")  # it left before the callback was in place
         log.info("generate", prompt_tokens=len(req.prompt_ids), max_new_tokens=req.params.max_new_tokens)
@@ -66,19 +88,20 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             if isinstance(item, StreamEnd):
                 if item.code is not None:
                     log.warning("generate_failed", code=item.code.name, error=item.message)
-                    context.abort(item.code, item.message)
+                    self._abort(context, call, item.code, item.message)
                 return
+            call.on_message(item)
             yield item
 
-    def _check_queued_tokens(self, req, context) -> None:
+    def _check_queued_tokens(self, req, context, call) -> None:
         if not self.max_queued_tokens:
             return
         _, waiting, tokens = self.sched.queue_lengths()
         if waiting and tokens + len(req.prompt_ids) > self.max_queued_tokens:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"waiting queue is full: {waiting} requests with {tokens} tokens wait, and this request's "
-                          f"{len(req.prompt_ids)} prompt tokens would pass the limit of {self.max_queued_tokens} "
-                          f"queued tokens")
+            self._abort(context, call, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"waiting queue is full: {waiting} requests with {tokens} tokens wait, and this request's "
+                        f"{len(req.prompt_ids)} prompt tokens would pass the limit of {self.max_queued_tokens} "
+                        f"queued tokens")
 
     def Abort(self, request, context):
         return scheduler_pb2.AbortResponse(found=self.sched.abort(request.request_id, "Abort RPC"))
@@ -99,7 +122,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             seconds_since_last_batch=time.monotonic() - self.sched.last_batch_at, batches_completed=s["batches"],
             prefix_query_tokens=s["prefix_query"], prefix_hit_tokens=s["prefix_hit"],
             prompt_tokens_total=s["prompt_tokens"], generation_tokens_total=s["generation_tokens"],
-            unhealthy_reason=self.sched.unhealthy_reason())
+            unhealthy_reason=self.sched.unhealthy_reason(),
+            request_metrics=self.metrics.render() if request.request_metrics else "")
 
     def FlushCache(self, request, context):
         try:

@@ -53,6 +53,11 @@ class StopStringMatcher:
         return StopResult(buf[: len(buf) - hold])
 
     @property
+    def holding(self) -> bool:
+        """True when pushed text is held back (it may still become a stop string)."""
+        return bool(self._held)
+
+    @property
     def active(self) -> bool:
         """True when there are stop strings to match."""
         return bool(self._stops)

@@ -88,8 +88,10 @@ class AbortResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class GetLoadRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("request_metrics",)
+    REQUEST_METRICS_FIELD_NUMBER: _ClassVar[int]
+    request_metrics: bool
+    def __init__(self, request_metrics: _Optional[bool] = ...) -> None: ...
 
 class PoolCounters(_message.Message):
     __slots__ = ("pool_id", "capacity", "available", "evictable", "protected", "owned")
@@ -108,7 +110,7 @@ class PoolCounters(_message.Message):
     def __init__(self, pool_id: _Optional[str] = ..., capacity: _Optional[int] = ..., available: _Optional[int] = ..., evictable: _Optional[int] = ..., protected: _Optional[int] = ..., owned: _Optional[int] = ...) -> None: ...
 
 class GetLoadResponse(_message.Message):
-    __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total", "unhealthy_reason")
+    __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total", "unhealthy_reason", "request_metrics")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     WAITING_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +122,7 @@ class GetLoadResponse(_message.Message):
     PROMPT_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     GENERATION_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     UNHEALTHY_REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_METRICS_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     waiting_tokens: int
@@ -131,7 +134,8 @@ class GetLoadResponse(_message.Message):
     prompt_tokens_total: int
     generation_tokens_total: int
     unhealthy_reason: str
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolCounters, _Mapping]]] = ..., seconds_since_last_batch: _Optional[float] = ..., batches_completed: _Optional[int] = ..., prefix_query_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., unhealthy_reason: _Optional[str] = ...) -> None: ...
+    request_metrics: str
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolCounters, _Mapping]]] = ..., seconds_since_last_batch: _Optional[float] = ..., batches_completed: _Optional[int] = ..., prefix_query_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., unhealthy_reason: _Optional[str] = ..., request_metrics: _Optional[str] = ...) -> None: ...
 
 class FlushCacheRequest(_message.Message):
     __slots__ = ()

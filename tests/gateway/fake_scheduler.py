@@ -3,10 +3,14 @@
 Used only by the gateway's unit tests (the gateway's job is translation between HTTP and this API;
 the real scheduler is tested in its own suite and end to end). Behaviour:
 - generated tokens are ``continuation`` (tokenized), then EOS (id 0, finish "stop") unless
-  ignore_eos; max_new_tokens reached -> finish "length"; stop strings are held back and trimmed;
+  ignore_eos; max_new_tokens reached -> finish "length"; stop strings are held back and trimmed; a token
+  whose text is held back waits for a message with text (no message but the last has empty text);
 - logprob of generated token i is ``-0.1 * (i + 1)``; top alternatives are (id, lp), (id + 1, lp - 1), ...;
   prompt logprob of prompt token i (i >= 1) is ``-0.5 - 0.01 * i``;
-- ``error`` = (code, details) makes Generate fail at once; ``hang`` makes it wait until cancelled;
+- ``error`` = (code, details) makes Generate fail at once (with the scheduler's "counted" trailer when
+  ``error_counted``); ``hang`` makes it wait until cancelled;
+- GetLoad with request_metrics returns ``request_metrics`` (the text of a real RequestMetrics: one call
+  finished "length" after 2 tokens in 2 messages, one failed RESOURCE_EXHAUSTED);
 - ``cancelled`` collects the request ids whose calls ended before the fake finished them.
 """
 
@@ -17,8 +21,10 @@ import threading
 import grpc
 
 from codeserve.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from common.counted import COUNTED_MARK
 from common.grpc_server import RunningServer, start
 from gateway.tokenizer import GatewayTokenizer
+from scheduler_svc.request_metrics import RequestMetrics
 
 EOS_ID = 0
 
@@ -38,6 +44,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             self.completed: list[str] = []
             self.aborted: list[str] = []
             self.error: tuple[grpc.StatusCode, str] | None = None
+            self.error_counted = False
             self.error_if = None  # callable(GenerateRequest) -> (code, details) | None
             self.hang = False
             self.token_delay_s = 0.0
@@ -51,6 +58,12 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
                 prefix_hit_tokens=120, prompt_tokens_total=500, generation_tokens_total=321,
             )
             self.started = threading.Event()
+            metrics = RequestMetrics()
+            call = metrics.call()
+            call.on_message(scheduler_pb2.GenerateResponse(token_ids=[5]))
+            call.on_message(scheduler_pb2.GenerateResponse(token_ids=[6], finish_reason="length"))
+            metrics.call().failed(grpc.StatusCode.RESOURCE_EXHAUSTED.name)
+            self.request_metrics = metrics.render()
 
     # --- Generate ---------------------------------------------------------------------------
     def Generate(self, request, context):
@@ -67,6 +80,8 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         error = self.error or (self.error_if(request) if self.error_if is not None else None)
         if error is not None:
             finished.set()
+            if self.error_counted:
+                context.set_trailing_metadata((COUNTED_MARK,))
             context.abort(error[0], error[1])
         if self.hang:
             ended.wait(60)
@@ -146,6 +161,8 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
                 break
             msg.text = text[sent_chars:safe] if safe > sent_chars else ""
             sent_chars = max(sent_chars, safe)
+            if not msg.text:  # like the scheduler: tokens whose text is held back go out with it
+                continue
             yield msg
             msg = scheduler_pb2.GenerateResponse(request_id=request.request_id)
             if self.token_delay_s:
@@ -177,7 +194,11 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     def GetLoad(self, request, context):
         if self.error is not None:
             context.abort(self.error[0], self.error[1])
-        return self.load
+        load = scheduler_pb2.GetLoadResponse()
+        load.CopyFrom(self.load)
+        if request.request_metrics:
+            load.request_metrics = self.request_metrics
+        return load
 
     def FlushCache(self, request, context):
         with self.lock:
