@@ -39,19 +39,19 @@ def main(argv: list[str] | None = None) -> int:
 
     log = logs.configure("cache", args.log_level)
     core = CacheCore(lease_seconds=args.lease_seconds)
-    running = grpc_server.start(
-        lambda server: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), server),
-        [SERVICE_NAME], args.listen,
-    )
-    log.info("serving", port=running.port, listen=args.listen, lease_seconds=args.lease_seconds)
     stop = threading.Event()
 
     def on_signal(signum, _frame) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)  # before SERVING: a SIGTERM right after start-up drains
     signal.signal(signal.SIGINT, on_signal)
+    running = grpc_server.start(
+        lambda server: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), server),
+        [SERVICE_NAME], args.listen,
+    )
+    log.info("serving", port=running.port, listen=args.listen, lease_seconds=args.lease_seconds)
     stop.wait()
     running.set_serving(False, ["", SERVICE_NAME])
     running.server.stop(args.drain_seconds).wait()

@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     loop = threading.Thread(target=sched.run, name="scheduler-loop", daemon=True)
     loop.start()
     servicer = SchedulerServicer(sched, tokenizer, log, max_queued_tokens=args.max_queued_tokens)
+    stop = threading.Event()  # handlers before SERVING: a SIGTERM right after start-up drains, not kills
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     # Each Generate stream holds a server thread while it waits or runs: one per queued or running request.
     server = grpc_server.start(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
                                [SERVICE_NAME], args.listen, max_workers=args.max_queued_requests + args.max_running_requests + 16)
@@ -133,9 +136,6 @@ def main(argv: list[str] | None = None) -> int:
              decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap, overlap_mode=cfg.overlap_mode,
              worker_stall_timeout=args.worker_stall_timeout)
 
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     serving = True
     logged_stats, next_stats = None, 0.0
     while not stop.wait(0.25):

@@ -74,15 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()
-    running = grpc_server.start(lambda s: add_to_server(engine, s, log), [SERVICE_NAME], args.listen)
-    log.info("serving", port=running.port, **{k: v for k, v in info.__dict__.items()})
     stop = threading.Event()
 
     def on_signal(signum, frame):
         stop.set()
 
+    # before the server reports SERVING: a SIGTERM right after "serving" must drain, not kill (seen: rc -15
+    # in tests/worker/test_service.py::test_cli_serves_and_stops_on_sigterm under load)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    running = grpc_server.start(lambda s: add_to_server(engine, s, log), [SERVICE_NAME], args.listen)
+    log.info("serving", port=running.port, **{k: v for k, v in info.__dict__.items()})
     stop.wait()
     running.set_serving(False, ["", SERVICE_NAME])
     log.info("draining", seconds=DRAIN_SECONDS)
