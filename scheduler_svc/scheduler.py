@@ -95,6 +95,7 @@ class Scheduler(BatchFormation):
         self.last_batch_at = time.monotonic()
         self.snapshot = (0, 0, 0)  # (running, waiting, waiting tokens), published by the loop every round
         self.pipeline = Pipeline(self)  # overlap: Forwards sent and not yet processed, in order
+        self._aborts: list[Req] = []  # flagged (Intake.take_aborts) and not yet freed: running ones wait for the loop
         self._zombies: list[Req] = []  # finished (end streamed) but in an in-flight Forward: released after it
         self._stale: list[PendingForward] = []  # sent before a failure or stall; answered before any new Forward
         self._alloc_s = 0.0  # seconds of the last decode batch's Cache.Allocate
@@ -379,13 +380,23 @@ class Scheduler(BatchFormation):
     def _apply_aborts(self, running: bool = True) -> None:
         """Frees aborted requests; ``running=False`` (a Forward in flight holds the running ones) only
         the waiting ones."""
-        waiting_aborted = [r for r in self.waiting if r.abort_requested]
-        running_aborted = [r for r in self.running if r.abort_requested] if running else []
+        self._aborts = self.intake.take_aborts(self._aborts)
+        if not self._aborts:
+            return
+        waiting_aborted = [r for r in self._aborts if r.state == State.WAITING]
+        running_aborted = [r for r in self._aborts if r.state in (State.PREFILL, State.DECODE)] if running else []
+        self._aborts = [r for r in self._aborts if r.state in (State.PREFILL, State.DECODE) and not running]
         if running_aborted:  # never insert unwritten KV: release, not cache
             self.cache.release_requests([r.rid for r in running_aborted])
             self.worker.release([r.rid for r in running_aborted if r.worker_knows])
+        gone = {id(r) for r in waiting_aborted + running_aborted}
+        if waiting_aborted:  # one pass per round with aborts, not one per abort
+            kept = [r for r in self.waiting if id(r) not in gone]
+            self.waiting.clear()
+            self.waiting.extend(kept)
+        if running_aborted:
+            self.running[:] = [r for r in self.running if id(r) not in gone]
         for req in waiting_aborted + running_aborted:
-            (self.waiting.remove if req in waiting_aborted else self.running.remove)(req)
             req.stream.finish_without_token(Finish.ABORT)
             req.stream.close()
             self._forget(req)
