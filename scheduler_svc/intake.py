@@ -61,10 +61,16 @@ class Intake:
 
     def take_aborts(self, pending: list[Req]) -> list[Req]:
         """``pending`` (flagged earlier, not yet freed) and the requests flagged since the last call, each
-        once, less those that ended meanwhile: the loop frees them without scanning its queues for flags."""
+        once, less those that ended meanwhile: the loop frees them without scanning its queues for flags. A
+        flagged request still in the inbox (submitted after the loop's last ``take``) stays flagged for a later
+        call: the loop frees it once it is in the waiting queue."""
         with self._lock:
             flagged, self._aborted = pending + self._aborted, []
-            return [r for r in flagged if self._live.get(r.rid) is r]
+            if not flagged:
+                return []
+            inbox = {id(r) for r in self._inbox}
+            self._aborted = [r for r in flagged if id(r) in inbox]
+            return [r for r in flagged if self._live.get(r.rid) is r and id(r) not in inbox]
 
     def take(self) -> list[Req]:
         """New requests since the last call, in arrival order."""

@@ -106,3 +106,20 @@ def test_running_aborts_wait_while_a_forward_is_in_flight() -> None:
     assert worker.released == []
     sched._apply_aborts()
     assert running[0] not in sched.running and worker.released == [[running[0].rid]]
+
+
+def test_an_abort_of_a_request_still_in_the_inbox_waits_until_it_is_queued() -> None:
+    """Submitted after the loop's intake and aborted at once: freed only once it is in the waiting queue
+    (freed from the inbox, it would be queued and run afterwards; seen in the keystroke test)."""
+    sched, waiting, _, _ = scheduler_with(3, 0)
+    params = Params(max_new_tokens=4, asked_max_new_tokens=4, sampling=common_pb2.SamplingParams())
+    late = Req(rid="late", prompt_ids=[1, 2, 3], params=params)
+    late.stream = Stream()
+    sched.intake.submit(late, len(sched.waiting))
+    assert sched.abort("late")
+    sched._apply_aborts()
+    assert late.stream.finish is None and sched.intake.busy()
+    sched._intake()
+    sched._apply_aborts()
+    assert late.stream.finish == Finish.ABORT and late not in sched.waiting
+    assert list(sched.waiting) == waiting
