@@ -64,6 +64,8 @@ async def completion(client: httpx.AsyncClient, body: dict, rec: dict) -> None:
 
 
 async def typist(i: int, client: httpx.AsyncClient, files: list[FimCut], args, until: float, recs: list) -> None:
+    """Typist ``i`` until ``until`` (time.monotonic): bursts of keystrokes, one request each, the previous one
+    cancelled; appends one record per request to ``recs``."""
     rng = random.Random(args.seed * 1000 + i)
     k = i
     while time.monotonic() < until:
@@ -100,6 +102,7 @@ def prefix_counters(url: str) -> tuple[float, float]:
 
 
 async def run_mode(args, url: str, files: list[FimCut]) -> dict:
+    """One timed run of ``args.typists`` typists in FIM layout ``args.mode``; returns the figures."""
     recs: list[dict] = []
     hits0, queries0 = prefix_counters(url)
     limits = httpx.Limits(max_connections=args.typists * 4, max_keepalive_connections=args.typists * 4)
@@ -129,6 +132,7 @@ async def run_mode(args, url: str, files: list[FimCut]) -> dict:
 
 
 def start_stack(args, out: pathlib.Path):
+    """Starts the four services (logs under ``out/logs``); returns the launcher's Stack."""
     from launcher.config import StackConfig, commands
     from launcher.stack import Stack
     from worker_svc.model.default import ensure_default_model
