@@ -8,9 +8,12 @@ writes the fp32 checkpoint from it. Regenerate with::
 
 Deterministic: fixed seeds, a fixed number of steps (not a wall-clock budget), a fixed thread count and
 ``torch.use_deterministic_algorithms(True)``: the same torch version on the same CPU ISA gives the same
-bytes. 500 steps of 16 x 256 tokens (bf16 autocast, fp32 master weights): about 1.5-2 minutes on 2 idle
-CPU cores (0.16-0.25 s a step), longer when other processes share the cores. Memorizing the corpus is the goal: greedy continuations of
-``def fibonacci(n):``, ``import os``, ``SELECT `` look like code, and documents end with ``<|endoftext|>``.
+bytes. 1200 steps of 8 x 512 tokens (bf16 autocast, fp32 master weights); windows of 512 tokens so that a FIM
+copy of a document (up to ~450 tokens) fits whole, middle included. About 5 minutes on 2 idle CPU cores, longer
+when other processes share the cores. Memorizing the corpus is the goal: greedy continuations of
+``def fibonacci(n):``, ``import os``, ``SELECT `` look like code, and documents end with ``<|endoftext|>``;
+with StarCoder's FIM transformation (``fim_variants``) the model also fills a middle between a prefix and a
+suffix (PSM and SPM).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ import time
 
 import torch
 
-STEPS = 500
-BATCH = 16
-SEQ_LEN = 256
+STEPS = 1200
+BATCH = 8
+SEQ_LEN = 512
 LR = 4e-3
 WARMUP = 30
 SPLIT_P = 0.06  # share of space-prefixed tokens split into "Ġ" + rest (prompts ending with a space)
@@ -36,10 +39,11 @@ THREADS = 2
 # positions drawn uniformly into prefix / middle / suffix with probability FIM_RATE, then laid out as PSM
 # (<fim_prefix> prefix <fim_suffix> suffix <fim_middle> middle) or, with probability FIM_SPM_RATE, as SPM
 # (<fim_prefix> <fim_suffix> suffix <fim_middle> prefix middle); the parts are tokenized separately.
-# FIM_VARIANTS cuts are drawn per document once (seeded), each occurrence in a batch picks one of them.
+# FIM_VARIANTS cuts are drawn per document once (seeded), each occurrence in a batch picks one of them (enough
+# that the model learns to fill any cut, not a few memorized ones).
 FIM_RATE = 0.5
 FIM_SPM_RATE = 0.5
-FIM_VARIANTS = 16
+FIM_VARIANTS = 256
 
 
 def corpus_token_stream(tokenizer_json: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -77,24 +81,24 @@ def fim_variants(tokenizer_json: str, gen: torch.Generator) -> list[list[torch.T
     if None in (pre, mid, suf, eos):
         raise KeyError("the default tokenizer lacks a FIM marker or <|endoftext|>")
 
-    def enc(text: str) -> list[int]:
-        return tok.encode(text, add_special_tokens=False).ids if text else []
-
     out: list[list[torch.Tensor]] = []
     for doc in training_documents():
         text = doc[: -len("<|endoftext|>")]
         if "<fim_prefix>" in text:
             out.append([])
             continue
+        cuts = [sorted(torch.randint(len(text) + 1, (2,), generator=gen).tolist()) for _ in range(FIM_VARIANTS)]
+        spm = (torch.rand(FIM_VARIANTS, generator=gen) < FIM_SPM_RATE).tolist()
+        parts = [p for a, b in cuts for p in (text[:a], text[a:b], text[b:])]
+        ids = [e.ids for e in tok.encode_batch(parts, add_special_tokens=False)]
         variants = []
-        for _ in range(FIM_VARIANTS):
-            a, b = sorted(torch.randint(len(text) + 1, (2,), generator=gen).tolist())
-            prefix, middle, suffix = enc(text[:a]), enc(text[a:b]), enc(text[b:])
-            if float(torch.rand(1, generator=gen)) < FIM_SPM_RATE:
-                ids = [pre, suf] + suffix + [mid] + prefix + middle
+        for k in range(FIM_VARIANTS):
+            prefix, middle, suffix = ids[3 * k], ids[3 * k + 1], ids[3 * k + 2]
+            if spm[k]:
+                seq = [pre, suf] + suffix + [mid] + prefix + middle
             else:
-                ids = [pre] + prefix + [suf] + suffix + [mid] + middle
-            variants.append(torch.tensor(ids + [eos], dtype=torch.long))
+                seq = [pre] + prefix + [suf] + suffix + [mid] + middle
+            variants.append(torch.tensor(seq + [eos], dtype=torch.long))
         out.append(variants)
     return out
 
