@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -12,6 +13,7 @@ from codeserve.v1 import scheduler_pb2
 from gateway.chat_template import render
 from gateway.context import GatewayContext, get_ctx
 from gateway.errors import invalid
+from gateway.fim import fim_prompts, fim_stop_ids
 from gateway.fanout import collect_all, open_streams, stream_response
 from gateway.generation import GenerationResult, ResultBuilder, SamplingRequest, merge_streams
 from gateway.logprobs import prompt_logprob_lists
@@ -27,6 +29,14 @@ async def _prompts(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[li
     """The prompts and whether the request is a batch. Raises ApiError 400."""
     if (body.text is None) == (body.input_ids is None):
         raise invalid("give exactly one of text and input_ids", "text")
+    if body.fim_mode is not None and body.suffix is None:
+        raise invalid("fim_mode is only allowed with suffix", "fim_mode")
+    if body.suffix is not None:
+        if body.text is None:
+            raise invalid("suffix needs text (the text before the cursor), not input_ids", "suffix")
+        mode = body.fim_mode or "psm"
+        return await fim_prompts(body.text, body.suffix, mode, ctx.tokenizer, ctx.settings, "text"), \
+            isinstance(body.text, list)
     if body.text is not None:
         if isinstance(body.text, str):
             return [await text_prompt(body.text, ctx.tokenizer, ctx.settings, "text")], False
@@ -101,8 +111,10 @@ async def _requests(body: NativeGenerateRequest, ctx: GatewayContext) -> tuple[l
         rids = [rids] if not batch else [f"{rids}-{i}" for i in range(len(prompts))]
     elif len(rids) != len(prompts):
         raise invalid(f"rid has {len(rids)} entries for {len(prompts)} inputs", "rid")
-    requests = [_sampling(p, prompt, body, ctx).to_proto(rid, prompt.ids)
-                for p, prompt, rid in zip(params, prompts, rids)]
+    samplings = [_sampling(p, prompt, body, ctx) for p, prompt in zip(params, prompts)]
+    if body.suffix is not None:
+        samplings = [replace(s, stop_token_ids=fim_stop_ids(ctx.tokenizer, s.stop_token_ids)) for s in samplings]
+    requests = [s.to_proto(rid, prompt.ids) for s, prompt, rid in zip(samplings, prompts, rids)]
     return requests, batch
 
 

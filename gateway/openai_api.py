@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -13,6 +13,7 @@ from codeserve.v1 import scheduler_pb2
 from gateway.context import GatewayContext, get_ctx
 from gateway.disconnect import GuardedStreamingResponse
 from gateway.errors import invalid
+from gateway.fim import fim_prompts, fim_stop_ids
 from gateway.fanout import collect_all, open_streams, stream_response
 from gateway.generation import GenerationResult, SamplingRequest, merge_streams
 from gateway.logprobs import LegacyLogprobs, legacy_logprobs, merge, prompt_logprob_lists
@@ -119,7 +120,10 @@ def _prompt_logprobs(ctx: GatewayContext, prompt: PromptInput, logprobs, tops, c
 async def _jobs(body: CompletionRequest, ctx: GatewayContext, completion_id: str) -> tuple[list[_Job], int]:
     if (problem := body.unsupported()) is not None:
         raise invalid(problem[1], problem[0])
-    prompts = await parse_completion_prompt(body.prompt, ctx.tokenizer, ctx.settings)
+    if body.suffix is not None:
+        prompts = await fim_prompts(body.prompt, body.suffix, body.fim_mode or "psm", ctx.tokenizer, ctx.settings)
+    else:
+        prompts = await parse_completion_prompt(body.prompt, ctx.tokenizer, ctx.settings)
     check_n(body.n, len(prompts), ctx.settings)
     check_logprobs(body.logprobs, ctx.settings)
     max_tokens = body.max_tokens if body.max_tokens is not None else ctx.settings.default_max_tokens
@@ -129,6 +133,8 @@ async def _jobs(body: CompletionRequest, ctx: GatewayContext, completion_id: str
         for choice in range(body.n):
             sampling = sampling_request(body, ctx, cap_new_tokens(max_tokens, prompt, ctx.settings), choice,
                                         body.logprobs, want_prompt_logprobs)
+            if body.suffix is not None:
+                sampling = replace(sampling, stop_token_ids=fim_stop_ids(ctx.tokenizer, sampling.stop_token_ids))
             jobs.append(_Job(prompt, sampling.to_proto(f"{completion_id}-{len(jobs)}", prompt.ids)))
     return jobs, body.n
 

@@ -113,17 +113,27 @@ class CompletionRequest(SamplingFields):
     max_tokens: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
     echo: StrictBool = False
     logprobs: StrictInt | None = Field(None, ge=0)
-    suffix: str | None = None
+    suffix: str | None = None  # fill-in-the-middle: prompt is the text before the cursor (gateway.fim)
+    fim_mode: Literal["psm", "spm"] | None = None  # the FIM layout; None: psm
     best_of: StrictInt | None = Field(None, ge=1)
 
     def unsupported(self) -> tuple[str, str] | None:
-        """See SamplingFields.unsupported; also ``suffix`` and ``best_of`` other than n."""
-        if self.suffix is not None:
-            return "suffix", ("suffix is not supported; put the fill-in-the-middle markers in the prompt "
-                              "(<fim_prefix>...<fim_suffix>...<fim_middle>)")
+        """See SamplingFields.unsupported; also ``fim_mode`` without ``suffix``, ``echo`` with ``logprobs``
+        and ``suffix``, and ``best_of`` other than n."""
+        if problem := fim_problem(self.suffix, self.fim_mode):
+            return problem
+        if self.suffix is not None and self.echo and self.logprobs is not None:
+            return "echo", "echo with logprobs is not supported with suffix (echo alone returns the prefix)"
         if self.best_of is not None and self.best_of != self.n:
             return "best_of", "best_of other than n is not supported"
         return super().unsupported()
+
+
+def fim_problem(suffix: str | None, fim_mode: str | None) -> tuple[str, str] | None:
+    """("fim_mode", reason) when a FIM layout is asked without a suffix, else None."""
+    if fim_mode is not None and suffix is None:
+        return "fim_mode", "fim_mode is only allowed with suffix"
+    return None
 
 
 class ContentPart(BaseModel):
@@ -206,6 +216,8 @@ class NativeGenerateRequest(ApiRequest):
     model_config = ConfigDict(extra="ignore")
     text: str | list[str] | None = None
     input_ids: list[StrictInt] | list[list[StrictInt]] | None = None
+    suffix: str | None = None  # fill-in-the-middle: text is the text before the cursor (gateway.fim)
+    fim_mode: Literal["psm", "spm"] | None = None  # the FIM layout; None: psm
     sampling_params: NativeSamplingParams | list[NativeSamplingParams] | None = None
     stream: StrictBool = False
     return_logprob: StrictBool = False

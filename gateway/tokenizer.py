@@ -32,6 +32,10 @@ class GatewayTokenizer:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self._tok = tokenizer
+        # A second instance that tokenizes special-token text ("<fim_prefix>") as ordinary text; a copy, as the
+        # flag is per instance and encode_async runs in other threads.
+        self._literal = Tokenizer.from_str(tokenizer.to_str())
+        self._literal.encode_special_tokens = True
         self._special_ids = frozenset(
             token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special
         )
@@ -71,6 +75,18 @@ class GatewayTokenizer:
         ``encode``), so a long prompt being tokenized does not block the event loop."""
         encodings = await asyncio.to_thread(self._tok.encode_batch, [text], add_special_tokens=False)
         return list(encodings[0].ids)
+
+    async def encode_literal_async(self, text: str) -> list[int]:
+        """Token ids of ``text`` in which special-token text (``<fim_prefix>``, ``<|endoftext|>``) is tokenized
+        as ordinary text, never as the special id (user text that must not forge a marker). Run in a worker
+        thread like ``encode_async``. No BOS/EOS is added."""
+        encodings = await asyncio.to_thread(self._literal.encode_batch, [text], add_special_tokens=False)
+        return list(encodings[0].ids)
+
+    def special_token_id(self, content: str) -> int | None:
+        """The id of the added special token whose text is ``content`` (e.g. ``"<fim_prefix>"``), else None."""
+        token_id = self._tok.token_to_id(content)
+        return token_id if token_id is not None and token_id in self._special_ids else None
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` without any clean-up of tokenization spaces."""

@@ -26,6 +26,7 @@ class Intake:
         self._lock = threading.Lock()
         self._inbox: list[Req] = []
         self._live: dict[str, Req] = {}
+        self._aborted: list[Req] = []  # flagged since the loop's last take_aborts, each once
         self.stopped_reason = ""
         self.busy_since = time.monotonic()   # when work arrived at an idle scheduler
 
@@ -49,12 +50,27 @@ class Intake:
         """Flags a live request for abort (the loop frees it within one step). False when unknown or ended."""
         with self._lock:
             req = self._live.get(rid)
-        if req is None:
-            return False
-        req.abort_reason = reason
-        req.abort_requested = True
+            if req is None:
+                return False
+            if not req.abort_requested:
+                req.abort_reason = reason
+                req.abort_requested = True
+                self._aborted.append(req)
         self.wake.set()
         return True
+
+    def take_aborts(self, pending: list[Req]) -> list[Req]:
+        """``pending`` (flagged earlier, not yet freed) and the requests flagged since the last call, each
+        once, less those that ended meanwhile: the loop frees them without scanning its queues for flags. A
+        flagged request still in the inbox (submitted after the loop's last ``take``) stays flagged for a later
+        call: the loop frees it once it is in the waiting queue."""
+        with self._lock:
+            flagged, self._aborted = pending + self._aborted, []
+            if not flagged:
+                return []
+            inbox = {id(r) for r in self._inbox}
+            self._aborted = [r for r in flagged if id(r) in inbox]
+            return [r for r in flagged if self._live.get(r.rid) is r and id(r) not in inbox]
 
     def take(self) -> list[Req]:
         """New requests since the last call, in arrival order."""

@@ -60,6 +60,7 @@ class RequestTable:
         self.running: list[Req] = []
         self.finishing: list[Req] = []
         self.orphans: list[str] = []
+        self.aborting: list[Req] = []  # flagged (``Intake.take_aborts``), not yet freed: running ones wait for ``abort()``
         self.snapshot = (0, 0, 0)  # (held, waiting, waiting tokens) as of the last ``publish``
 
     # ---- derived -------------------------------------------------------------------------------------------
@@ -152,13 +153,26 @@ class RequestTable:
         """Ends every request with an abort pending (finish "abort"): the waiting ones, and (``running``) the
         running ones, released (never cached: their last K/V may be unwritten). ``running=False`` while a Forward
         in flight holds the running ones."""
-        waiting_aborted = [r for r in self.waiting if r.abort_requested]
-        running_aborted = [r for r in self.running if r.abort_requested] if running else []
+        # O(1) per abort: only the requests flagged since the last look (no scan of the queues for flags), and
+        # one pass over each queue per round that has aborts (not a remove per abort)
+        self.aborting = self.intake.take_aborts(self.aborting)
+        if not self.aborting:
+            return
+        live = (State.PREFILL, State.DECODE)
+        waiting_aborted = [r for r in self.aborting if r.state == State.WAITING]
+        running_aborted = [r for r in self.aborting if r.state in live] if running else []
+        self.aborting = [r for r in self.aborting if r.state in live and not running]
         if running_aborted:
             self.cache.release_requests([r.rid for r in running_aborted])
             self.worker.release([r.rid for r in running_aborted if r.worker_knows])
+        gone = {id(r) for r in waiting_aborted + running_aborted}
+        if waiting_aborted:
+            kept = [r for r in self.waiting if id(r) not in gone]
+            self.waiting.clear()
+            self.waiting.extend(kept)
+        if running_aborted:
+            self.running[:] = [r for r in self.running if id(r) not in gone]
         for req in waiting_aborted + running_aborted:
-            (self.waiting.remove if req in waiting_aborted else self.running.remove)(req)
             req.stream.finish_without_token(Finish.ABORT)
             req.stream.close()
             self.intake.forget(req)

@@ -24,6 +24,7 @@ from worker_svc.model.default import ensure_default_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BATCH, INPUT_LEN, NEW = 4, 24, 8
+SEED = 4  # prompts for which EOS never wins with the default model (the oracle checks it)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def model(model_path):
 
 @pytest.fixture(scope="module")
 def prompts(model) -> torch.Tensor:
-    return hb.random_prompts(BATCH, INPUT_LEN, model.config.vocab_size, seed=0)
+    return hb.random_prompts(BATCH, INPUT_LEN, model.config.vocab_size, seed=SEED)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,8 @@ def _cli(args: list[str], timeout: float) -> tuple[int, dict]:
 def test_cli_static_compiled_equals_dynamic(model_path, dynamic_run, tmp_path):
     """The GPU's strongest path, compiled by transformers (torch.compile, inductor) here on the CPU."""
     rc, res = _cli(["--baseline", "static", "--model-path", str(model_path), "--device", "cpu", "--batch", str(BATCH),
-                    "--input-len", str(INPUT_LEN), "--output-len", str(NEW), "--json-out", str(tmp_path / "s.json")], 240)
+                    "--input-len", str(INPUT_LEN), "--output-len", str(NEW), "--seed", str(SEED),
+                    "--json-out", str(tmp_path / "s.json")], 240)
     assert rc == 0 and res["ok"], res.get("error")
     assert res["settings"]["compiled"] and res["settings"]["compile_config"]["backend"] == "inductor"
     assert res["output_tokens"] == BATCH * NEW

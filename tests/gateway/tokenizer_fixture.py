@@ -22,14 +22,15 @@ _CORPUS = [
 ]
 
 
-def build_tokenizer(path: pathlib.Path) -> pathlib.Path:
-    """Trains the tokenizer (deterministic, a few ms) and writes it to ``path`` (a tokenizer.json)."""
+def build_tokenizer(path: pathlib.Path, special_tokens: list[str] | None = None) -> pathlib.Path:
+    """Trains the tokenizer (deterministic, a few ms) and writes it to ``path`` (a tokenizer.json);
+    ``special_tokens`` replaces SPECIAL_TOKENS (ids 0..)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=400,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens if special_tokens is not None else SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

@@ -84,8 +84,8 @@ def test_stop_token_id_inside_a_forward_while_others_continue(be, model_path):
     dropped = stats(be).get("decode_dropped", 0)
     ps = prompts(2, 4)
     base = hf.greedy(model_path, ps[0], 20, eos=None)[0]
-    target = base[5]
-    k = base.index(target)
+    k = next(i for i in range(5, len(base)) if base[i] not in base[:i])  # its first stop is past the extend
+    target = base[k]
     reqs = [dict(input_ids=ps[0], max_new_tokens=20, ignore_eos=True, stop_token_ids=[target])]
     reqs += [dict(input_ids=p, max_new_tokens=20, ignore_eos=True) for p in ps[1:]]
     outs = generate_many(be.scheduler, reqs)
@@ -102,14 +102,17 @@ def test_stop_string_inside_a_forward_while_others_continue(be, model_path, toke
     ps = prompts(3, 4)
     base = hf.greedy(model_path, ps[0], 24, eos=None)[0]
     text = tokenizer.decode(base, skip_special_tokens=False)
-    stop = next(text[i:i + 2] for i in range(6, len(text) - 2) if "\ufffd" not in text[i:i + 2] and text[i:i + 2].strip())
+    start = len(tokenizer.decode(base[:6], skip_special_tokens=False))  # its first match is past the extend
+    stop = next(text[i:i + 2] for i in range(start, len(text) - 2)
+                if "\ufffd" not in text[i:i + 2] and text[i:i + 2].strip() and text.find(text[i:i + 2]) == i)
     reqs = [dict(input_ids=ps[0], max_new_tokens=24, ignore_eos=True, stop=[stop])]
     reqs += [dict(input_ids=p, max_new_tokens=24, ignore_eos=True) for p in ps[1:]]
     outs = generate_many(be.scheduler, reqs)
     out = outs[0]
     assert (out.finish_reason, out.matched_stop) == ("stop", stop)
     assert out.token_ids == base[: len(out.token_ids)]
-    assert stop in tokenizer.decode(out.token_ids) and stop not in tokenizer.decode(out.token_ids[:-1])
+    assert stop in tokenizer.decode(out.token_ids, skip_special_tokens=False)
+    assert stop not in tokenizer.decode(out.token_ids[:-1], skip_special_tokens=False)
     assert out.text == text[: text.find(stop)]
     for r, o in zip(reqs[1:], outs[1:]):
         assert o.token_ids == hf.greedy(model_path, r["input_ids"], 24, eos=None)[0]

@@ -105,4 +105,4 @@ def test_positions_are_absolute_after_a_hit(model_dir, long_prompt):
     (bad,) = wrong.forward([ForwardItem(request_id="x", input_ids=tuple(long_prompt[cut:]), position_start=0,
                                         slot_ids=tuple(range(300, 300 + n - cut)), has_prefix=True,
                                         return_logprob=True)], wrong.epoch).outputs
-    assert abs(bad.logprob - full.logprob) > 1e-3
+    assert abs(bad.logprob - full.logprob) > 1e-4  # the suite's logprob equality tolerance (fp32 noise: ~1e-6)

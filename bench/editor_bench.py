@@ -1,0 +1,190 @@
+"""The editor workload: simulated typists doing fill-in-the-middle completions at keystroke rate.
+
+Each typist edits a HumanEval file (``bench/humaneval_fim.py``: prompt + canonical solution cut into prefix /
+middle / suffix, single-line and multi-line spans) by typing its middle one character a keystroke. Every
+keystroke (50-150 ms apart) sends a streamed ``/v1/completions`` request with ``suffix`` and cancels the
+previous one (as Continue does); after a burst of 5-15 keystrokes the typist waits for the last completion
+(it is answered) and reads for 0.3-0.8 s. A typist that has typed the whole middle moves to the next file.
+The same file is completed again and again, so the prefix cache matters.
+
+Figures (JSON under --out, one file per FIM layout): TTFT p50/p90/p99 of answered requests (sent -> first
+token-bearing chunk), aborts per second (requests cancelled by the next keystroke), cache hit rate (the
+answered requests' cached_tokens / prompt_tokens, and the server's prefix-cache counters from /metrics over
+the run), prompt lengths, HTTP errors.
+
+    python -m bench.editor_bench --out bench/results/cpu-editor              # starts the CPU stack
+    python -m bench.editor_bench --url http://127.0.0.1:8000 --out OUT       # an already running server
+    python -m bench.editor_bench --gpu --model-path DIR --out OUT            # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+import random
+import re
+import statistics
+import time
+
+import httpx
+
+from bench.humaneval_fim import FimCut, cuts
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def pct(values: list[float], q: float) -> float | None:
+    """The q-quantile (0..1, nearest rank) of ``values``, None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+async def completion(client: httpx.AsyncClient, body: dict, rec: dict) -> None:
+    """One streamed FIM completion; fills ``rec`` (status, ttft, usage) as it goes."""
+    sent = time.monotonic()
+    async with client.stream("POST", "/v1/completions", json=body) as reply:
+        rec["status"] = reply.status_code
+        if reply.status_code != 200:
+            rec["error"] = (await reply.aread())[:200].decode(errors="replace")
+            return
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                rec["prompt_tokens"] = chunk["usage"]["prompt_tokens"]
+                rec["cached_tokens"] = chunk["usage"]["prompt_tokens_details"]["cached_tokens"]
+            if any(c["text"] for c in chunk["choices"]) and "ttft" not in rec:
+                rec["ttft"] = time.monotonic() - sent
+    rec["done"] = True
+
+
+async def typist(i: int, client: httpx.AsyncClient, files: list[FimCut], args, until: float, recs: list) -> None:
+    """Typist ``i`` until ``until`` (time.monotonic): bursts of keystrokes, one request each, the previous one
+    cancelled; appends one record per request to ``recs``."""
+    rng = random.Random(args.seed * 1000 + i)
+    k = i
+    while time.monotonic() < until:
+        cut = files[k % len(files)]
+        typed = 0
+        while typed < len(cut.middle) and time.monotonic() < until:
+            task, rec = None, None
+            for _ in range(rng.randint(5, 15)):
+                typed = min(typed + 1, len(cut.middle))
+                body = {"model": args.model, "prompt": cut.prefix + cut.middle[:typed], "suffix": cut.suffix,
+                        "fim_mode": args.mode, "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
+                        "stream_options": {"include_usage": True}}
+                if task is not None and not task.done():
+                    task.cancel()
+                    rec["cancelled"] = True
+                rec = {"typist": i, "task_id": cut.task_id, "kind": cut.kind}
+                recs.append(rec)
+                task = asyncio.create_task(completion(client, body, rec))
+                await asyncio.sleep(rng.uniform(0.05, 0.15))
+            try:
+                await task  # the burst's last request is answered
+            except httpx.HTTPError as exc:
+                rec["error"] = f"{type(exc).__name__}: {exc}"
+            await asyncio.sleep(rng.uniform(0.3, 0.8))
+        k += len(files) // max(args.typists, 1) or 1
+
+
+def prefix_counters(url: str) -> tuple[float, float]:
+    """(prefix-cache hit tokens, queried tokens) from the server's /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    def total(name: str) -> float:
+        return sum(float(m) for m in re.findall(rf"^{name}(?:_total)?(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M))
+    return total("vllm:prefix_cache_hits"), total("vllm:prefix_cache_queries")
+
+
+async def run_mode(args, url: str, files: list[FimCut]) -> dict:
+    """One timed run of ``args.typists`` typists in FIM layout ``args.mode``; returns the figures."""
+    recs: list[dict] = []
+    hits0, queries0 = prefix_counters(url)
+    limits = httpx.Limits(max_connections=args.typists * 4, max_keepalive_connections=args.typists * 4)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        t0 = time.monotonic()
+        await asyncio.gather(*(typist(i, client, files, args, t0 + args.duration, recs) for i in range(args.typists)))
+        wall = time.monotonic() - t0
+    hits1, queries1 = prefix_counters(url)
+    answered = [r for r in recs if r.get("done") and not r.get("cancelled")]
+    ttfts = [1000 * r["ttft"] for r in answered if "ttft" in r]
+    cancelled = [r for r in recs if r.get("cancelled")]
+    with_usage = [r for r in answered if "prompt_tokens" in r]
+    return {
+        "mode": args.mode, "typists": args.typists, "duration_s": round(wall, 2), "requests": len(recs),
+        "answered": len(answered), "cancelled": len(cancelled), "aborts_per_s": round(len(cancelled) / wall, 2),
+        "http_5xx": sum(1 for r in recs if r.get("status", 0) >= 500),
+        "errors": sorted({r["error"] for r in recs if "error" in r})[:5],
+        "ttft_ms": {"p50": pct(ttfts, 0.5), "p90": pct(ttfts, 0.9), "p99": pct(ttfts, 0.99),
+                    "mean": statistics.fmean(ttfts) if ttfts else None},
+        "prompt_tokens": {"p50": pct([r["prompt_tokens"] for r in with_usage], 0.5),
+                          "max": max((r["prompt_tokens"] for r in with_usage), default=None)},
+        "answered_cache_hit_rate": (sum(r["cached_tokens"] for r in with_usage)
+                                    / max(1, sum(r["prompt_tokens"] for r in with_usage))),
+        "server_prefix_hit_rate": (hits1 - hits0) / max(1.0, queries1 - queries0),
+        "server_prefix_tokens": {"hit": hits1 - hits0, "queried": queries1 - queries0},
+    }
+
+
+def start_stack(args, out: pathlib.Path):
+    """Starts the four services (logs under ``out/logs``); returns the launcher's Stack."""
+    from launcher.config import StackConfig, commands
+    from launcher.stack import Stack
+    from worker_svc.model.default import ensure_default_model
+
+    model = args.model_path or str(ensure_default_model())
+    cfg = StackConfig(model_path=model, http_port=0, cache_port=0, worker_port=0, scheduler_port=0,
+                      device="cuda" if args.gpu else "cpu", dtype="bfloat16" if args.gpu else "float32",
+                      kv_tokens=args.kv_tokens, page_size=args.page_size, max_queued_requests=4096,
+                      progress_timeout=120.0)
+    stack = Stack(cfg, out / "logs", model_path=model)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    argv = commands(stack.cfg, model)
+    for name in ("cache", "worker", "scheduler", "gateway"):
+        stack.start_one(name, argv[name], timeout=600)
+    return stack
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: see the module docstring."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--url", default=None, help="a running server (default: start the stack here)")
+    ap.add_argument("--model", default=None, help="model name (default: the server's)")
+    ap.add_argument("--model-path", default=None)
+    ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--kv-tokens", type=int, default=131072)
+    ap.add_argument("--page-size", type=int, default=1)
+    ap.add_argument("--typists", type=int, default=20)
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds of typing per mode")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--modes", default="psm,spm")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stack = None if args.url else start_stack(args, out)
+    url = args.url or stack.url
+    try:
+        args.model = args.model or httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+        files = cuts(seed=args.seed)
+        random.Random(args.seed).shuffle(files)
+        for mode in args.modes.split(","):
+            args.mode = mode
+            result = asyncio.run(run_mode(args, url, files))
+            result["page_size"] = args.page_size
+            result["device"] = "cuda" if args.gpu else "cpu"
+            (out / f"editor_{mode}.json").write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps(result), flush=True)
+    finally:
+        if stack is not None:
+            stack.stop()
+
+
+if __name__ == "__main__":
+    main()
