@@ -118,7 +118,7 @@ def test_aborts_end_waiting_requests_and_release_running_ones_without_caching(pa
     table.take_new()
     table.admit(a, 0, [])
     a.worker_knows = True
-    a.abort_requested = b.abort_requested = True
+    assert intake.abort("a", "test") and intake.abort("b", "test")  # flagged as Scheduler.abort flags them
     table.abort(running=False)  # a Forward in flight holds a
     assert table.where(a) == Stance.PREFILLING and table.where(b) is None and rec.calls == []
     table.abort()
