@@ -93,8 +93,12 @@ async def fim_prompt(prefix: str, suffix: str, markers: FimMarkers, tokenizer: G
                       f"tokens; the prompt must be shorter than {limit} tokens", param)
     prefix_ids = await tokenizer.encode_literal_async(prefix) if prefix else []
     suffix_ids = await tokenizer.encode_literal_async(suffix) if suffix else []
-    ids = check_ids(layout(markers, prefix_ids, suffix_ids, mode), settings, param)
-    return PromptInput(text=prefix, ids=ids)
+    ids = layout(markers, prefix_ids, suffix_ids, mode)
+    if len(ids) >= limit:
+        raise invalid(f"the FIM prompt ({param} {len(prefix_ids)} tokens + suffix {len(suffix_ids)} tokens + 3 "
+                      f"markers) has {len(ids)} tokens, but the context limit (n_positions) is {limit} tokens; "
+                      f"the prompt must be shorter than {limit} tokens", param)
+    return PromptInput(text=prefix, ids=check_ids(ids, settings, param))
 
 
 async def fim_prompts(prompt: object, suffix: str, mode: FimMode, tokenizer: GatewayTokenizer,
@@ -106,8 +110,10 @@ async def fim_prompts(prompt: object, suffix: str, mode: FimMode, tokenizer: Gat
     if isinstance(prompt, str):
         return [await fim_prompt(prompt, suffix, markers, tokenizer, settings, mode, param)]
     if not isinstance(prompt, list) or not all(isinstance(p, str) for p in prompt):
+        ids = isinstance(prompt, list) and prompt and all(isinstance(p, (int, list)) for p in prompt)
+        got = "token ids (which cannot be split at the cursor)" if ids else f"{type(prompt).__name__} {prompt!r:.40}"
         raise invalid(f"with suffix, {param} must be a string or a list of strings (the text before the "
-                      f"cursor), not token ids", param)
+                      f"cursor), not {got}", param)
     if not prompt:
         raise invalid(f"{param} is an empty list", param)
     if len(prompt) > settings.max_prompts:

@@ -178,9 +178,15 @@ class ChatCompletionRequest(SamplingFields):
     add_generation_prompt: StrictBool = True
     tools: list[Any] | None = None
     tool_choice: Any = None
+    suffix: Any = None  # declared to be refused: fill-in-the-middle is /v1/completions' (gateway.fim)
+    fim_mode: Any = None
 
     def unsupported(self) -> tuple[str, str] | None:
-        """See SamplingFields.unsupported; also tools (no tool calling)."""
+        """See SamplingFields.unsupported; also tools (no tool calling) and suffix / fim_mode (FIM is a
+        /v1/completions feature: silently ignoring it would answer a different question)."""
+        for name in ("suffix", "fim_mode"):
+            if getattr(self, name) is not None:
+                return name, f"{name} is not supported on /v1/chat/completions; use /v1/completions with suffix"
         if self.tools:
             return "tools", "tool calling is not supported"
         if self.tool_choice not in (None, "none"):

@@ -151,8 +151,10 @@ class RequestTable:
 
     def abort(self, running: bool = True) -> None:
         """Ends every request with an abort pending (finish "abort"): the waiting ones, and (``running``) the
-        running ones, released (never cached: their last K/V may be unwritten). ``running=False`` while a Forward
-        in flight holds the running ones."""
+        running ones. ``running=False`` while a Forward in flight holds the running ones. A running one caches
+        what its applied Forwards wrote (``all_ids[:kv_len]``, as a retract does: no Forward is in flight then,
+        so those K/V are written) and releases the rest: an editor aborts most completions mid-prefill, and the
+        next keystroke's prompt shares that file prefix."""
         # O(1) per abort: only the requests flagged since the last look (no scan of the queues for flags), and
         # one pass over each queue per round that has aborts (not a remove per abort)
         self.aborting = self.intake.take_aborts(self.aborting)
@@ -163,7 +165,12 @@ class RequestTable:
         running_aborted = [r for r in self.aborting if r.state in live] if running else []
         self.aborting = [r for r in self.aborting if r.state in live and not running]
         if running_aborted:
-            self.cache.release_requests([r.rid for r in running_aborted])
+            written = [r for r in running_aborted if r.kv_len > 0]
+            if written:
+                self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
+                                                               finished=True) for r in written])
+            if len(written) < len(running_aborted):
+                self.cache.release_requests([r.rid for r in running_aborted if r.kv_len == 0])
             self.worker.release([r.rid for r in running_aborted if r.worker_knows])
         gone = {id(r) for r in waiting_aborted + running_aborted}
         if waiting_aborted:

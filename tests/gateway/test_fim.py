@@ -148,3 +148,23 @@ def test_santacoder_markers_and_file_sep_stop(gateway_with, fake, tmp_path):
     assert list(sent.stop_token_ids) == [7, 5]  # the user's, then <file_sep>
     complete(gw, prompt=PREFIX, max_tokens=1)
     assert list(fake.requests[-1].stop_token_ids) == []  # not a FIM request: no extra stop
+
+
+def test_chat_refuses_suffix_and_fim_mode(gateway, fake):
+    """FIM is /v1/completions'; chat used to ignore both fields and answer a different question (200)."""
+    for field, value in (("suffix", "x"), ("fim_mode", "spm")):
+        r = httpx.post(f"{gateway.url}/v1/chat/completions", timeout=30,
+                       json={"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], field: value})
+        assert_error(r, 400, "/v1/completions", param=field)
+    assert fake.requests == []
+
+
+def test_fim_context_error_counts_prompt_and_suffix_apart(gateway, fake):
+    """A 1-token prompt with a long suffix: the message names the suffix's share, not 'prompt has N tokens'."""
+    r = complete(gateway, prompt="x", suffix="y = 2\n" * 300)
+    assert_error(r, 400, "the FIM prompt (prompt 1 tokens + suffix ", " tokens + 3 markers)", param="prompt")
+
+
+@pytest.mark.parametrize("prompt,says", [(None, "NoneType"), (5, "int 5"), ({"a": 1}, "dict"), ([[1, 2]], "token ids")])
+def test_non_text_prompt_with_suffix_names_what_it_got(gateway, fake, prompt, says):
+    assert_error(complete(gateway, prompt=prompt, suffix="y"), 400, says, param="prompt")

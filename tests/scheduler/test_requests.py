@@ -137,3 +137,19 @@ def test_fail_all_answers_finished_ones_fails_the_rest_and_orphans_the_running(p
     assert ends(a) == [StreamEnd("UNAVAILABLE", "down")]
     assert table.orphans == ["a"] and table.held() == 1 and table.snapshot == (1, 0, 0) and not intake.busy()
     assert rec.calls == []
+
+
+def test_an_aborted_running_request_caches_what_was_written(parts):
+    """An editor aborts most completions mid-prefill; the written part of the prompt stays in the radix tree
+    (evictable) for the next keystroke's request, as a retract keeps it; a request with nothing written yet is
+    released."""
+    table, rec, intake, new = parts
+    a, b = new("a", prompt=(5, 6, 7, 8, 9)), new("b")
+    table.take_new()
+    table.admit(a, 0, [])
+    table.admit(b, 0, [])
+    a.kv_len, a.worker_knows = 3, True  # one chunk of 3 tokens applied, 2 still to prefill
+    assert intake.abort("a", "client disconnected") and intake.abort("b", "client disconnected")
+    table.abort()
+    assert rec.calls == [("cache.cache", [("a", [5, 6, 7])]), ("cache.release", ["b"]), ("worker.release", ["a"])]
+    assert table.where(a) is None and table.where(b) is None and a.finish == Finish.ABORT
