@@ -108,4 +108,4 @@ async def _stream(request: Request, ctx: GatewayContext, body: ChatCompletionReq
         if include_usage:
             yield {**chunk_head, "choices": [], "usage": usage_counts(prompt_tokens, sum(completion), cached)}
 
-    return stream_response(streams, events())
+    return stream_response(ctx.metrics, streams, events())
