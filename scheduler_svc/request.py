@@ -50,6 +50,7 @@ class Params:
     return_prompt_logprobs: bool = False
     namespace: str = ""
     no_stop_trim: bool = False
+    health_probe: bool = False  # a readiness probe: kept out of the request metrics and token counters
 
 
 @dataclass(frozen=True)

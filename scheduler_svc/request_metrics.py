@@ -52,9 +52,10 @@ class RequestMetrics:
                               "Generate calls that ended with an error status, by gRPC status code.",
                               ["code"], registry=r)
 
-    def call(self) -> "CallMetrics":
-        """A new observer for one Generate call (its clock starts now)."""
-        return CallMetrics(self)
+    def call(self, health_probe: bool = False) -> "CallMetrics":
+        """A new observer for one Generate call (its clock starts now); a health probe's
+        (``GenerateRequest.health_probe``) observes nothing."""
+        return CallMetrics(self, counted=not health_probe)
 
     def render(self) -> str:
         """The Prometheus text exposition of these metrics (no model_name label)."""
@@ -65,11 +66,13 @@ class CallMetrics:
     """Observes one Generate call; the first of ``finished`` / ``failed`` / ``closed`` counts it, later ones do
     nothing. Used by the servicer thread of that call only (the guard makes a stray second thread harmless)."""
 
-    def __init__(self, metrics: RequestMetrics) -> None:
+    def __init__(self, metrics: RequestMetrics, counted: bool = True) -> None:
+        """``counted`` False: a call kept out of the metrics (a health probe): every method does nothing."""
         self._m = metrics
         self._start = time.perf_counter()
         self._last: float | None = None
-        self._counted = False
+        self._observes = counted
+        self._counted = not counted
         self._lock = threading.Lock()
 
     def _claim(self) -> bool:
@@ -82,7 +85,7 @@ class CallMetrics:
     def on_message(self, msg: scheduler_pb2.GenerateResponse) -> None:
         """Called for each message before it is sent: token latencies; the last message (finish_reason set)
         counts the call as finished with that reason."""
-        count = len(msg.token_ids)
+        count = len(msg.token_ids) if self._observes else 0
         if count > 0:
             now = time.perf_counter()
             if self._last is None:

@@ -19,6 +19,7 @@ from scheduler_svc.scheduler import Scheduler
 from scheduler_svc.validate import InvalidRequest, build_request
 
 SERVICE_NAME = "codeserve.v1.Scheduler"
+POOL_READ_TIMEOUT_S = 1.0  # GetLoad's bound on the cache's GetPool, well inside a scrape's and the gateway's deadline
 
 
 def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:
@@ -41,11 +42,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.draining = threading.Event()
 
     def Generate(self, request, context):
-        call = self.metrics.call()  # counted exactly once however the call ends (scheduler_svc/request_metrics.py)
+        call = self.metrics.call(request.health_probe)  # counted exactly once however the call ends (scheduler_svc/request_metrics.py)
         try:
             yield from self._generate(request, context, call)
-        except Exception:
-            call.failed(grpc.StatusCode.UNKNOWN.name)  # no-op after _abort counted its own code
+        except Exception:  # _abort's own exception too (it counted its code: failed() is then a no-op)
+            call.failed(grpc.StatusCode.UNKNOWN.name)  # a fault in this servicer: gRPC answers UNKNOWN
+            context.set_trailing_metadata((COUNTED_MARK,))  # counted here: the gateway must not count it again
             raise
         finally:
             call.closed()
@@ -114,11 +116,16 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     def GetLoad(self, request, context):
+        """The scheduler's own numbers, and the pool's counters from the cache; a cache that does not answer within
+        POOL_READ_TIMEOUT_S leaves ``pools`` empty and names why in ``pool_error`` (the rest stands)."""
         running, waiting, waiting_tokens = self.sched.queue_lengths()
         s = self.sched.stats
+        try:
+            pools, pool_error = [pool_counters(self.sched.cache.get_pool(POOL_READ_TIMEOUT_S))], ""
+        except (DependencyUnavailable, DependencyError, SessionLost) as exc:
+            pools, pool_error = [], str(exc)
         return scheduler_pb2.GetLoadResponse(
-            running=running, waiting=waiting, waiting_tokens=waiting_tokens,
-            pools=[pool_counters(self._pool(context))],
+            running=running, waiting=waiting, waiting_tokens=waiting_tokens, pools=pools, pool_error=pool_error,
             seconds_since_last_batch=time.monotonic() - self.sched.last_batch_at, batches_completed=s["batches"],
             prefix_query_tokens=s["prefix_query"], prefix_hit_tokens=s["prefix_hit"],
             prompt_tokens_total=s["prompt_tokens"], generation_tokens_total=s["generation_tokens"],
