@@ -1,5 +1,6 @@
 """Running several Generate calls for one HTTP request (a batch of prompts, n > 1), tied to the
-client connection: a disconnect or an error in one call cancels them all; a streamed answer is one
+client connection: a disconnect or an error in one call cancels them all (after an error, the scheduler is first
+told that the others end because a sibling failed: ``generation.abort_siblings``); a streamed answer is one
 server-sent-events response over the opened streams."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from codeserve.v1 import scheduler_pb2
 from gateway.context import GatewayContext
 from gateway.disconnect import GuardedStreamingResponse, error_event, sse, until_disconnect
 from gateway.errors import ApiError
-from gateway.generation import GenerationResult, GenerationStream, gather_all
+from gateway.generation import GenerationResult, GenerationStream, abort_siblings, gather_all
 from gateway.metrics import GatewayMetrics
 
 
@@ -31,7 +32,7 @@ async def collect_all(
         try:
             for r in requests:
                 streams.append(_start(ctx, r))
-            return await gather_all(s.collect() for s in streams)
+            return await gather_all((s.collect() for s in streams), lambda: abort_siblings(streams))
         finally:
             for stream in streams:
                 stream.cancel()
@@ -50,7 +51,8 @@ async def open_streams(
     try:
         for r in requests:  # a refusal part-way (scheduler known down) cancels those already started
             streams.append(_start(ctx, r))
-        firsts = await until_disconnect(http_request, gather_all(s.next() for s in streams))
+        firsts = await until_disconnect(http_request, gather_all((s.next() for s in streams),
+                                                                  lambda: abort_siblings(streams)))
     except BaseException:
         for stream in streams:
             stream.cancel()

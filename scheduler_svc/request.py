@@ -53,6 +53,9 @@ class Params:
     health_probe: bool = False  # a readiness probe: kept out of the request metrics and token counters
 
 
+SIBLING_FAILED = "another call of the same HTTP request failed"  # abort_reason of AbortRequest.sibling_failed
+
+
 @dataclass(frozen=True)
 class StreamEnd:
     """Last item of a request's stream: ``code`` None means success; otherwise a grpc.StatusCode and message."""

@@ -7,6 +7,8 @@ gRPC API directly are counted alike. Each call is counted exactly once, when it 
   "stop", "length" or "abort". "abort" is a call ended before it finished: its client went away (an HTTP
   client that closed its stream or its connection: the gateway cancels the call; a gRPC client that
   cancelled), an ``Abort`` RPC, or a generator closed by gRPC before its last message was delivered;
+  ``codeserve:sibling_aborts_total`` counts those of them the gateway ended because another call of the same
+  HTTP request failed (its ``Abort`` with ``sibling_failed`` before it cancels): not client aborts;
 - ``codeserve:generate_errors_total{code}``: the call ended with an error status (its gRPC code name:
   INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, ALREADY_EXISTS, INTERNAL, ...).
 
@@ -48,6 +50,10 @@ class RequestMetrics:
         self.success = Counter("vllm:request_success",
                                "Finished Generate calls by finish reason (abort: ended early, e.g. the client left).",
                                ["finished_reason"], registry=r)
+        self.sibling_aborts = Counter("codeserve:sibling_aborts",
+                                      "Calls counted in request_success{finished_reason=\"abort\"} that the gateway "
+                                      "ended because another call of the same HTTP request failed (n > 1, a prompt "
+                                      "list): not client aborts.", registry=r)
         self.errors = Counter("codeserve:generate_errors",
                               "Generate calls that ended with an error status, by gRPC status code.",
                               ["code"], registry=r)
@@ -73,6 +79,7 @@ class CallMetrics:
         self._last: float | None = None
         self._observes = counted
         self._counted = not counted
+        self.sibling_abort = lambda: False  # set by the servicer: True when the call was aborted as a sibling
         self._lock = threading.Lock()
 
     def _claim(self) -> bool:
@@ -104,6 +111,8 @@ class CallMetrics:
         if self._claim():
             self._m.success.labels(reason).inc()
             self._m.e2e.observe(time.perf_counter() - self._start)
+            if reason == "abort" and self.sibling_abort():
+                self._m.sibling_aborts.inc()
 
     def failed(self, code_name: str) -> None:
         """Counts the call as ended with the error status ``code_name`` (a grpc.StatusCode name)."""

@@ -12,7 +12,7 @@ from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
 from common.counted import COUNTED_MARK
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost, WorkerStalled
 from scheduler_svc.output import OutputStream
-from scheduler_svc.request import Finish, StreamEnd
+from scheduler_svc.request import SIBLING_FAILED, Finish, StreamEnd
 from scheduler_svc.request_metrics import RequestMetrics
 from scheduler_svc.intake import QueueFull, SchedulerStopped
 from scheduler_svc.scheduler import Scheduler
@@ -68,6 +68,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         except InvalidRequest as exc:
             self._abort(context, call, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         req.stream = OutputStream(req, self.tok, info.eos_token_id)
+        call.sibling_abort = lambda: req.abort_reason == SIBLING_FAILED  # read if the call ends as an abort
         log = self.log.bind(rid=req.rid)
         if req.params.max_new_tokens == 0 and not req.wants_prompt_logprobs:
             req.stream.finish_without_token(Finish.LENGTH)
@@ -106,7 +107,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                         f"queued tokens")
 
     def Abort(self, request, context):
-        return scheduler_pb2.AbortResponse(found=self.sched.abort(request.request_id, "Abort RPC"))
+        reason = SIBLING_FAILED if request.sibling_failed else "Abort RPC"
+        return scheduler_pb2.AbortResponse(found=self.sched.abort(request.request_id, reason))
 
     def _pool(self, context) -> cache_pb2.PoolStatus:
         """This scheduler's pool status from the cache; a failure answers UNAVAILABLE naming the cause."""

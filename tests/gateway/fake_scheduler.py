@@ -11,7 +11,8 @@ the real scheduler is tested in its own suite and end to end). Behaviour:
   ``error_counted``); ``hang`` makes it wait until cancelled;
 - GetLoad with request_metrics returns ``request_metrics`` (the text of a real RequestMetrics: one call
   finished "length" after 2 tokens in 2 messages, one failed RESOURCE_EXHAUSTED);
-- ``cancelled`` collects the request ids whose calls ended before the fake finished them.
+- ``cancelled`` collects the request ids whose calls ended before the fake finished them, ``aborted`` the
+  (request id, sibling_failed) of each Abort RPC.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             self.requests: list[scheduler_pb2.GenerateRequest] = []
             self.cancelled: list[str] = []
             self.completed: list[str] = []
-            self.aborted: list[str] = []
+            self.aborted: list[tuple[str, bool]] = []  # (request_id, sibling_failed) of each Abort RPC
             self.error: tuple[grpc.StatusCode, str] | None = None
             self.error_counted = False
             self.error_if = None  # callable(GenerateRequest) -> (code, details) | None
@@ -188,7 +189,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     # --- unary ------------------------------------------------------------------------------
     def Abort(self, request, context):
         with self.lock:
-            self.aborted.append(request.request_id)
+            self.aborted.append((request.request_id, request.sibling_failed))
         return scheduler_pb2.AbortResponse(found=False)
 
     def GetLoad(self, request, context):

@@ -194,3 +194,27 @@ def test_request_metrics_do_not_depend_on_the_cache_answering(small):
         assert time.monotonic() < deadline, small.load().pool_error
         time.sleep(0.1)
     small.idle_check()
+
+
+def test_a_sibling_abort_is_counted_apart_from_client_aborts(small):
+    """The gateway's Abort with sibling_failed, then its cancel: counted as finished_reason "abort" and in
+    codeserve:sibling_aborts; a plain cancel (a client that left) only as "abort". Was: both the same."""
+    small.idle_check()
+    before = request_metrics(small)
+    for sibling in (True, False):
+        rid = f"fanout-{sibling}"
+        call = small.scheduler.Generate(request(input_ids=[9, 10, 11], max_new_tokens=400, ignore_eos=True,
+                                                request_id=rid), timeout=60)
+        next(iter(call))  # it runs
+        if sibling:
+            assert small.scheduler.Abort(scheduler_pb2.AbortRequest(request_id=rid, sibling_failed=True),
+                                         timeout=10).found
+        call.cancel()
+    deadline = time.monotonic() + 10
+    while delta(request_metrics(small), before, "vllm:request_success_total|finished_reason=abort") < 2:
+        assert time.monotonic() < deadline, "the calls were not counted"
+        time.sleep(0.05)
+    after = request_metrics(small)
+    assert delta(after, before, "vllm:request_success_total|finished_reason=abort") == 2
+    assert delta(after, before, "codeserve:sibling_aborts_total") == 1
+    small.idle_check()
