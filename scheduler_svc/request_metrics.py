@@ -16,7 +16,9 @@ Latencies (seconds, from the call's arrival at the servicer): ``vllm:time_to_fir
 message with tokens, ``vllm:inter_token_latency_seconds`` per later token (a message of k tokens k times its
 gap / k), ``vllm:e2e_request_latency_seconds`` for every call counted in request_success (aborts included).
 The names are vLLM's, so dashboards work; the gateway serves them on its /metrics with its model_name label
-(``GetLoad`` with ``request_metrics``).
+(``GetLoad`` with ``request_metrics``). A readiness probe's call (``GenerateRequest.health_probe``, the gateway's
+/health_generate) is not counted. The counts live in this process: they start from zero when the scheduler
+restarts (Prometheus' ``rate()`` treats that as a counter reset).
 """
 
 from __future__ import annotations
