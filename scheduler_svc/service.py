@@ -19,7 +19,8 @@ from scheduler_svc.scheduler import Scheduler
 from scheduler_svc.validate import InvalidRequest, build_request
 
 SERVICE_NAME = "codeserve.v1.Scheduler"
-POOL_READ_TIMEOUT_S = 1.0  # GetLoad's bound on the cache's GetPool, well inside a scrape's and the gateway's deadline
+# GetLoad's deadline per GetPool try (a dead cache: + ~1.6 s of rpc.call retries), inside the gateway's own
+POOL_READ_TIMEOUT_S = 1.0
 
 
 def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:
@@ -42,7 +43,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.draining = threading.Event()
 
     def Generate(self, request, context):
-        call = self.metrics.call(request.health_probe)  # counted exactly once however the call ends (scheduler_svc/request_metrics.py)
+        # counted exactly once however the call ends (scheduler_svc/request_metrics.py); a health probe not at all
+        call = self.metrics.call(request.health_probe)
         try:
             yield from self._generate(request, context, call)
         except Exception:  # _abort's own exception too (it counted its code: failed() is then a no-op)

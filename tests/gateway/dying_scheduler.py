@@ -1,6 +1,7 @@
 """A stand-in scheduler run as its own process, so a test can kill -9 it while a request is in flight:
 ``python -m tests.gateway.dying_scheduler PORT``. Generate prints "generating <request_id>" on stdout, sends one
-message (one token, text "x") and then waits forever (until the process is killed). Prints "serving" once the gRPC server listens."""
+message (one token, text "x") and then waits forever (until the process is killed). Prints "serving" once the gRPC
+server listens."""
 
 from __future__ import annotations
 
