@@ -72,6 +72,7 @@ async def health_generate(request: Request):
         prompt = ctx.tokenizer.encode("def")
         req = SamplingRequest(max_new_tokens=1, temperature=0.0).to_proto(f"health-{uuid.uuid4().hex}", prompt)
         req.namespace = "__health_generate__"
+        req.health_probe = True  # kept out of the request metrics and token counters (SGLang: log_metrics=False)
         call = ctx.client.start_generate(req, timeout_s=timeout)
         tokens = 0
         finish = ""
@@ -128,6 +129,9 @@ async def server_info(request: Request):
     """Model, limits, scheduler load and per-pool counters (from ServerInfo and GetLoad)."""
     ctx = get_ctx(request)
     info, load = await asyncio.gather(ctx.client.server_info(), ctx.client.get_load())
+    if load.pool_error:
+        raise ApiError(503, f"the scheduler could not read its KV pool from the cache: {load.pool_error}",
+                       "service_unavailable", retry_after_s=ctx.settings.retry_after_s)
     s = ctx.settings
     return {
         "model_name": s.model_name,

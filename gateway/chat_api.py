@@ -23,7 +23,9 @@ router = APIRouter()
 
 
 def _chat_logprobs(ctx: GatewayContext, msg: scheduler_pb2.GenerateResponse, top_count: int) -> list[dict]:
-    """OpenAI chat logprobs ``content`` entries for the tokens of ``msg``."""
+    """OpenAI chat logprobs ``content`` entries for the tokens of ``msg``: ``token`` the token's text on its own (a
+    piece of a multi-byte character renders as U+FFFD), ``bytes`` its real bytes (``GatewayTokenizer.token_bytes``:
+    the bytes of a text's tokens joined are the text's UTF-8)."""
     if len(msg.logprobs) != len(msg.token_ids):
         raise ValueError(f"{len(msg.token_ids)} tokens but {len(msg.logprobs)} logprobs from the scheduler")
     out = []
@@ -33,8 +35,9 @@ def _chat_logprobs(ctx: GatewayContext, msg: scheduler_pb2.GenerateResponse, top
         if top_count and i < len(msg.top_logprobs):
             for entry in msg.top_logprobs[i].entries[:top_count]:
                 alt = ctx.tokenizer.token_text(entry.token_id)
-                alternatives.append({"token": alt, "logprob": entry.logprob, "bytes": list(alt.encode())})
-        out.append({"token": text, "logprob": msg.logprobs[i], "bytes": list(text.encode()),
+                alternatives.append({"token": alt, "logprob": entry.logprob,
+                                     "bytes": list(ctx.tokenizer.token_bytes(entry.token_id))})
+        out.append({"token": text, "logprob": msg.logprobs[i], "bytes": list(ctx.tokenizer.token_bytes(token_id)),
                     "top_logprobs": alternatives})
     return out
 
@@ -108,4 +111,4 @@ async def _stream(request: Request, ctx: GatewayContext, body: ChatCompletionReq
         if include_usage:
             yield {**chunk_head, "choices": [], "usage": usage_counts(prompt_tokens, sum(completion), cached)}
 
-    return stream_response(streams, events())
+    return stream_response(ctx.metrics, streams, events())

@@ -1,5 +1,6 @@
 """Running several Generate calls for one HTTP request (a batch of prompts, n > 1), tied to the
-client connection: a disconnect or an error in one call cancels them all; a streamed answer is one
+client connection: a disconnect or an error in one call cancels them all (after an error, the scheduler is first
+told that the others end because a sibling failed: ``generation.abort_siblings``); a streamed answer is one
 server-sent-events response over the opened streams."""
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from fastapi import Request
 from codeserve.v1 import scheduler_pb2
 from gateway.context import GatewayContext
 from gateway.disconnect import GuardedStreamingResponse, error_event, sse, until_disconnect
-from gateway.generation import GenerationResult, GenerationStream, gather_all
+from gateway.errors import ApiError
+from gateway.generation import GenerationResult, GenerationStream, abort_siblings, gather_all
+from gateway.metrics import GatewayMetrics
 
 
 def _start(ctx: GatewayContext, request: scheduler_pb2.GenerateRequest) -> GenerationStream:
@@ -29,7 +32,7 @@ async def collect_all(
         try:
             for r in requests:
                 streams.append(_start(ctx, r))
-            return await gather_all(s.collect() for s in streams)
+            return await gather_all((s.collect() for s in streams), lambda: abort_siblings(streams))
         finally:
             for stream in streams:
                 stream.cancel()
@@ -48,7 +51,8 @@ async def open_streams(
     try:
         for r in requests:  # a refusal part-way (scheduler known down) cancels those already started
             streams.append(_start(ctx, r))
-        firsts = await until_disconnect(http_request, gather_all(s.next() for s in streams))
+        firsts = await until_disconnect(http_request, gather_all((s.next() for s in streams),
+                                                                  lambda: abort_siblings(streams)))
     except BaseException:
         for stream in streams:
             stream.cancel()
@@ -56,18 +60,23 @@ async def open_streams(
     return streams, firsts
 
 
-def stream_response(streams: list[GenerationStream], payloads: AsyncIterator[dict]) -> GuardedStreamingResponse:
+def stream_response(metrics: GatewayMetrics, streams: list[GenerationStream],
+                    payloads: AsyncIterator[dict]) -> GuardedStreamingResponse:
     """The server-sent-events answer over ``streams`` (from ``open_streams``): each dict ``payloads`` yields is one
     event; an exception it raises becomes an error event (the 200 is already sent: an ApiError's OpenAI body, any
-    other a 500 internal_error); then ``data: [DONE]``. Every stream's call is cancelled however the response
-    ends (finished, client gone, error), even if ``payloads`` never started."""
+    other a 500 internal_error), counted in ``metrics``' ``codeserve:request_errors`` unless the scheduler counted
+    that outcome of its call (``counted_upstream``); then ``data: [DONE]``. Every stream's call is cancelled
+    however the response ends (finished, client gone, error), even if ``payloads`` never started."""
 
     async def events() -> AsyncIterator[str]:
         try:
             async for payload in payloads:
                 yield sse(payload)
         except Exception as exc:  # reported to the client as an error event, then the stream ends
-            yield sse(error_event(exc))
+            body = error_event(exc)
+            if not (isinstance(exc, ApiError) and exc.counted_upstream):  # e.g. the scheduler died, a gateway fault
+                metrics.count_error(body["error"]["code"], body["error"]["type"])
+            yield sse(body)
         yield sse("[DONE]")
 
     def close() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Iterable, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 import grpc
 import structlog
@@ -24,6 +24,7 @@ from gateway.scheduler_client import SchedulerClient
 T = TypeVar("T")
 log = structlog.get_logger()
 SETTLE_TIMEOUT_S = 5.0  # how long the scheduler may take to end a call after its last message
+SIBLING_ABORT_TIMEOUT_S = 1.0  # how long a failed fan-out waits for the scheduler to take its siblings' abort reason
 
 TopEntries = tuple[tuple[int, float], ...]  # (token_id, logprob) pairs, best first
 
@@ -279,6 +280,17 @@ class GenerationStream:
             first = False
         return builder.build()
 
+    @property
+    def finished(self) -> bool:
+        """True once the call's last message or its error was read (or it was abandoned)."""
+        return self._finished
+
+    async def abort_as_sibling(self) -> None:
+        """Tells the scheduler that this call ends because another call of the same HTTP request failed (an Abort
+        RPC with ``sibling_failed``: counted apart from client aborts); the caller cancels it next. Raises
+        ApiError when the Abort RPC fails."""
+        await self._client.abort(self.request_id, sibling_failed=True)
+
     def cancel(self) -> None:
         """Cancels the gRPC call (no-op when it already finished)."""
         self._call.cancel()
@@ -294,11 +306,35 @@ class GenerationStream:
         self.cancel()
 
 
-async def gather_all(awaitables: Iterable[Awaitable[T]]) -> list[T]:
-    """Like asyncio.gather, but when one fails (or this is cancelled) the others are cancelled too."""
+async def abort_siblings(streams: Iterable[GenerationStream]) -> None:
+    """Before a failed fan-out cancels its other calls: tells the scheduler why (``abort_as_sibling``) for each call
+    still running, all at once, waiting at most SIBLING_ABORT_TIMEOUT_S. A failed or late Abort is logged and
+    changes nothing else: the calls are cancelled all the same (the scheduler then counts them as client aborts)."""
+    running = [s for s in streams if not s.finished]
+    if not running:
+        return
+    try:
+        outcomes = await asyncio.wait_for(asyncio.gather(*(s.abort_as_sibling() for s in running),
+                                                         return_exceptions=True), SIBLING_ABORT_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        log.warning("sibling_abort_timeout", rids=[s.request_id for s in running], waited_s=SIBLING_ABORT_TIMEOUT_S)
+        return
+    for stream, outcome in zip(running, outcomes):
+        if isinstance(outcome, Exception):
+            log.warning("sibling_abort_failed", rid=stream.request_id, error=repr(outcome))
+
+
+async def gather_all(awaitables: Iterable[Awaitable[T]],
+                     on_failure: Callable[[], Awaitable[None]] | None = None) -> list[T]:
+    """Like asyncio.gather, but when one fails (or this is cancelled) the others are cancelled too; on a failure
+    (not a cancellation) ``on_failure()`` is awaited first, while the others still run."""
     tasks = [asyncio.ensure_future(a) for a in awaitables]
     try:
         return list(await asyncio.gather(*tasks))
+    except Exception:
+        if on_failure is not None:
+            await on_failure()
+        raise
     finally:
         for task in tasks:
             if not task.done():
@@ -309,8 +345,9 @@ async def merge_streams(
     streams: list[GenerationStream], first: list[scheduler_pb2.GenerateResponse | None]
 ) -> AsyncIterator[tuple[int, scheduler_pb2.GenerateResponse]]:
     """Interleaves several streams as (stream index, message), starting with the already-read
-    ``first`` messages (None = nothing read yet). Stops at the first error (raised here) and
-    cancels every stream when the iteration ends for any reason."""
+    ``first`` messages (None = nothing read yet). Stops at the first error (raised here, after
+    ``abort_siblings`` told the scheduler why the others end) and cancels every stream when the iteration ends
+    for any reason."""
     queue: asyncio.Queue = asyncio.Queue()
     done_marker = object()
 
@@ -333,6 +370,7 @@ async def merge_streams(
         while remaining:
             index, msg, exc = await queue.get()
             if exc is not None:
+                await abort_siblings(streams)
                 raise exc
             if msg is done_marker:
                 remaining -= 1

@@ -6,7 +6,10 @@ status) are kept by the scheduler, where every request passes, HTTP and gRPC ali
 the scheduler's numbers too. All of them are read with GetLoad at scrape time and served here with this
 gateway's model_name label. The gateway itself counts only the error answers that no Generate call carries
 (``codeserve:request_errors``). When GetLoad fails, the scheduler's families are left out and
-``codeserve:scheduler_up`` is 0: a scrape never reports an invented value.
+``codeserve:scheduler_up`` is 0 (it means only that the scheduler did not answer); when the scheduler answered but
+could not read its pool from the cache (``GetLoadResponse.pool_error``), only ``vllm:kv_cache_usage_perc`` is left
+out and ``codeserve:cache_pool_up`` is 0, the request metrics and counters stand: a scrape never reports an
+invented value.
 """
 
 from __future__ import annotations
@@ -49,13 +52,17 @@ class _LoadCollector:
 
         yield gauge("vllm:num_requests_running", "Requests in the running batch.", load.running)
         yield gauge("vllm:num_requests_waiting", "Requests in the waiting queue.", load.waiting)
-        capacity = sum(pool.capacity for pool in load.pools)
-        available = sum(pool.available for pool in load.pools)
-        evictable = sum(pool.evictable for pool in load.pools)
-        # Used = held by requests or by the prefix cache and not reclaimable right now.
-        usage = (capacity - available - evictable) / capacity if capacity > 0 else 0.0
-        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full (locked or in use, not evictable).",
-                    usage)
+        yield gauge("codeserve:cache_pool_up", "1 when the scheduler read its KV pool's counters from the cache at "
+                    "this scrape (0: the cache did not answer; kv_cache_usage_perc is left out).",
+                    0.0 if load.pool_error else 1.0)
+        if not load.pool_error:
+            capacity = sum(pool.capacity for pool in load.pools)
+            available = sum(pool.available for pool in load.pools)
+            evictable = sum(pool.evictable for pool in load.pools)
+            # Used = held by requests or by the prefix cache and not reclaimable right now.
+            usage = (capacity - available - evictable) / capacity if capacity > 0 else 0.0
+            yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full (locked or in use, not evictable).",
+                        usage)
         yield counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
                       load.prefix_query_tokens)
         yield counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", load.prefix_hit_tokens)

@@ -198,7 +198,7 @@ async def _stream(request: Request, ctx: GatewayContext, body: NativeGenerateReq
                 output["index"] = index
             yield output
 
-    return stream_response(streams, events())
+    return stream_response(ctx.metrics, streams, events())
 
 
 @router.post("/tokenize")

@@ -194,7 +194,7 @@ async def _stream(request: Request, ctx: GatewayContext, body: CompletionRequest
             counts = usage_counts(sum(prompt_tokens[::n]), sum(completion_tokens), sum(cached_tokens[::n]))
             yield {**head, "choices": [], "usage": counts}
 
-    return stream_response(streams, events())
+    return stream_response(ctx.metrics, streams, events())
 
 
 def _model_card(ctx: GatewayContext) -> dict:

@@ -84,9 +84,11 @@ class SchedulerClient:
         """Evicts every unlocked cached prefix. Raises ApiError."""
         return await self._unary("FlushCache", scheduler_pb2.FlushCacheRequest())
 
-    async def abort(self, request_id: str) -> scheduler_pb2.AbortResponse:
-        """Aborts one request by id. Raises ApiError."""
-        return await self._unary("Abort", scheduler_pb2.AbortRequest(request_id=request_id))
+    async def abort(self, request_id: str, sibling_failed: bool = False) -> scheduler_pb2.AbortResponse:
+        """Aborts one request by id (``sibling_failed``: because another call of its HTTP request failed).
+        Raises ApiError."""
+        return await self._unary("Abort", scheduler_pb2.AbortRequest(request_id=request_id,
+                                                                     sibling_failed=sibling_failed))
 
     async def probe(self, timeout_s: float) -> int:
         """grpc.health.v1 Check("") with a deadline of ``timeout_s``; returns the ServingStatus value.

@@ -10,7 +10,7 @@ import asyncio
 import pathlib
 from dataclasses import dataclass
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, decoders
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class GatewayTokenizer:
             token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special
         )
         self.max_token_chars = _max_token_chars(tokenizer)
+        self._added = {token_id: added.content for token_id, added in tokenizer.get_added_tokens_decoder().items()}
+        self._byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
 
     def min_tokens(self, text: str) -> int | None:
         """A lower bound on ``len(encode(text))`` computed without tokenizing: ceil(chars / L), L being
@@ -95,6 +97,20 @@ class GatewayTokenizer:
     def token_text(self, token_id: int) -> str:
         """Text of one token on its own (a lone byte of a multi-byte character decodes to U+FFFD)."""
         return self._tok.decode([token_id], skip_special_tokens=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for (OpenAI's ``bytes``): for a byte-level BPE vocabulary entry, its bytes
+        (a piece of a multi-byte character is that piece, never U+FFFD's bytes), so the bytes of a text's tokens
+        joined are its UTF-8 bytes; an added token's content as UTF-8. For another decoder: its text's UTF-8.
+        Raises ValueError for an id outside the vocabulary."""
+        if token_id in self._added:
+            return self._added[token_id].encode()
+        if not self._byte_level:
+            return self.token_text(token_id).encode()
+        piece = self._tok.id_to_token(token_id)
+        if piece is None:
+            raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
+        return bytes(_UNICODE_TO_BYTE[ch] for ch in piece)
 
     def is_special(self, token_id: int) -> bool:
         """True for added special tokens (e.g. ``<|endoftext|>``, ``<fim_prefix>``)."""
@@ -155,6 +171,21 @@ class PieceTracker:
         window = self._ids[self._prefix_start :]
         done = self._tok.decode(self._ids[self._prefix_start : self._read_start], self._skip)
         return self._tok.decode(window, self._skip)[len(done) :]
+
+
+def _unicode_to_byte() -> dict[str, int]:
+    """The inverse of GPT-2's byte-to-unicode table (the characters byte-level BPE vocabularies spell bytes with):
+    printable Latin-1 bytes stand for themselves, the other 68 bytes for U+0100 onwards, in byte order."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+            *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    table = {chr(b): b for b in kept}
+    shifted = (b for b in range(256) if b not in table.values())
+    for n, b in enumerate(shifted):
+        table[chr(256 + n)] = b
+    return table
+
+
+_UNICODE_TO_BYTE = _unicode_to_byte()
 
 
 def _max_token_chars(tokenizer: Tokenizer) -> int | None:

@@ -42,8 +42,9 @@ class CacheClient:
         self._stub = cache_pb2_grpc.CacheStub(self._chan)
         self.session_id = ""
 
-    def _call(self, name: str, request, on_error=_session_or_pool_lost):
-        return call("cache", self.target, name, getattr(self._stub, name), request, self.timeout, on_error)
+    def _call(self, name: str, request, on_error=_session_or_pool_lost, timeout: float | None = None):
+        return call("cache", self.target, name, getattr(self._stub, name), request,
+                    self.timeout if timeout is None else timeout, on_error)
 
     def close(self) -> None:
         self._chan.close()
@@ -81,9 +82,10 @@ class CacheClient:
     def flush(self) -> cache_pb2.FlushResponse:
         return self._call("Flush", cache_pb2.FlushRequest(op_id=_op(), pool_id=self.pool_id))
 
-    def get_pool(self) -> cache_pb2.PoolStatus:
-        """Status of this client's pool. Raises SessionLost when the cache does not know the pool."""
-        reply = self._call("GetPool", cache_pb2.GetPoolRequest(pool_id=self.pool_id))
+    def get_pool(self, timeout: float | None = None) -> cache_pb2.PoolStatus:
+        """Status of this client's pool (``timeout``: seconds, default the client's). Raises SessionLost when the
+        cache does not know the pool, DependencyUnavailable / DependencyError when the call fails."""
+        reply = self._call("GetPool", cache_pb2.GetPoolRequest(pool_id=self.pool_id), timeout=timeout)
         for pool in reply.pools:
             if pool.pool_id == self.pool_id:
                 return pool

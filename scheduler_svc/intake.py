@@ -47,12 +47,13 @@ class Intake:
         self.wake.set()
 
     def abort(self, rid: str, reason: str) -> bool:
-        """Flags a live request for abort (the loop frees it within one step). False when unknown or ended."""
+        """Flags a live request for abort (the loop frees it within one step); the first ``reason`` given stands.
+        False when unknown or ended."""
         with self._lock:
             req = self._live.get(rid)
             if req is None:
                 return False
-            if not req.abort_requested:
+            if not req.abort_requested:  # the first reason stands (a sibling's Abort RPC, then the cancel it precedes)
                 req.abort_reason = reason
                 req.abort_requested = True
                 self._aborted.append(req)

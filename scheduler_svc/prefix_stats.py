@@ -16,10 +16,11 @@ from scheduler_svc.stats import Stats
 
 def count_admission(stats: Stats, req: Req, cached_tokens: int) -> None:
     """Adds ``req``'s lookup to the ``prefix_query`` / ``prefix_hit`` counters (tokens) when this is its first
-    admission; call it before ``RequestTable.admit`` (which records the first admission's cached tokens).
+    admission (a health probe's, ``Params.health_probe``, never counts); call it before ``RequestTable.admit``
+    (which records the first admission's cached tokens).
     Requests collecting prompt logprobs and 1-token prompts look up nothing (an empty key, see
     ``Planner._lock_prefix``)."""
-    if req.cached_tokens >= 0:  # admitted before: a recompute
+    if req.cached_tokens >= 0 or req.params.health_probe:  # admitted before (a recompute), or a readiness probe
         return
     stats.add("prefix_query", 0 if req.wants_prompt_logprobs or len(req.prompt_ids) < 2 else len(req.prompt_ids))
     stats.add("prefix_hit", cached_tokens)

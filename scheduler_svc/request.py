@@ -50,6 +50,10 @@ class Params:
     return_prompt_logprobs: bool = False
     namespace: str = ""
     no_stop_trim: bool = False
+    health_probe: bool = False  # a readiness probe: kept out of the request metrics and token counters
+
+
+SIBLING_FAILED = "another call of the same HTTP request failed"  # abort_reason of AbortRequest.sibling_failed
 
 
 @dataclass(frozen=True)

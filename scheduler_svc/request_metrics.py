@@ -7,6 +7,8 @@ gRPC API directly are counted alike. Each call is counted exactly once, when it 
   "stop", "length" or "abort". "abort" is a call ended before it finished: its client went away (an HTTP
   client that closed its stream or its connection: the gateway cancels the call; a gRPC client that
   cancelled), an ``Abort`` RPC, or a generator closed by gRPC before its last message was delivered;
+  ``codeserve:sibling_aborts_total`` counts those of them the gateway ended because another call of the same
+  HTTP request failed (its ``Abort`` with ``sibling_failed`` before it cancels): not client aborts;
 - ``codeserve:generate_errors_total{code}``: the call ended with an error status (its gRPC code name:
   INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, ALREADY_EXISTS, INTERNAL, ...).
 
@@ -14,7 +16,9 @@ Latencies (seconds, from the call's arrival at the servicer): ``vllm:time_to_fir
 message with tokens, ``vllm:inter_token_latency_seconds`` per later token (a message of k tokens k times its
 gap / k), ``vllm:e2e_request_latency_seconds`` for every call counted in request_success (aborts included).
 The names are vLLM's, so dashboards work; the gateway serves them on its /metrics with its model_name label
-(``GetLoad`` with ``request_metrics``).
+(``GetLoad`` with ``request_metrics``). A readiness probe's call (``GenerateRequest.health_probe``, the gateway's
+/health_generate) is not counted. The counts live in this process: they start from zero when the scheduler
+restarts (Prometheus' ``rate()`` treats that as a counter reset).
 """
 
 from __future__ import annotations
@@ -48,13 +52,18 @@ class RequestMetrics:
         self.success = Counter("vllm:request_success",
                                "Finished Generate calls by finish reason (abort: ended early, e.g. the client left).",
                                ["finished_reason"], registry=r)
+        self.sibling_aborts = Counter("codeserve:sibling_aborts",
+                                      "Calls counted in request_success{finished_reason=\"abort\"} that the gateway "
+                                      "ended because another call of the same HTTP request failed (n > 1, a prompt "
+                                      "list): not client aborts.", registry=r)
         self.errors = Counter("codeserve:generate_errors",
                               "Generate calls that ended with an error status, by gRPC status code.",
                               ["code"], registry=r)
 
-    def call(self) -> "CallMetrics":
-        """A new observer for one Generate call (its clock starts now)."""
-        return CallMetrics(self)
+    def call(self, health_probe: bool = False) -> "CallMetrics":
+        """A new observer for one Generate call (its clock starts now); a health probe's
+        (``GenerateRequest.health_probe``) observes nothing."""
+        return CallMetrics(self, counted=not health_probe)
 
     def render(self) -> str:
         """The Prometheus text exposition of these metrics (no model_name label)."""
@@ -65,11 +74,14 @@ class CallMetrics:
     """Observes one Generate call; the first of ``finished`` / ``failed`` / ``closed`` counts it, later ones do
     nothing. Used by the servicer thread of that call only (the guard makes a stray second thread harmless)."""
 
-    def __init__(self, metrics: RequestMetrics) -> None:
+    def __init__(self, metrics: RequestMetrics, counted: bool = True) -> None:
+        """``counted`` False: a call kept out of the metrics (a health probe): every method does nothing."""
         self._m = metrics
         self._start = time.perf_counter()
         self._last: float | None = None
-        self._counted = False
+        self._observes = counted
+        self._counted = not counted
+        self.sibling_abort = lambda: False  # set by the servicer: True when the call was aborted as a sibling
         self._lock = threading.Lock()
 
     def _claim(self) -> bool:
@@ -82,7 +94,7 @@ class CallMetrics:
     def on_message(self, msg: scheduler_pb2.GenerateResponse) -> None:
         """Called for each message before it is sent: token latencies; the last message (finish_reason set)
         counts the call as finished with that reason."""
-        count = len(msg.token_ids)
+        count = len(msg.token_ids) if self._observes else 0
         if count > 0:
             now = time.perf_counter()
             if self._last is None:
@@ -101,6 +113,8 @@ class CallMetrics:
         if self._claim():
             self._m.success.labels(reason).inc()
             self._m.e2e.observe(time.perf_counter() - self._start)
+            if reason == "abort" and self.sibling_abort():
+                self._m.sibling_aborts.inc()
 
     def failed(self, code_name: str) -> None:
         """Counts the call as ended with the error status ``code_name`` (a grpc.StatusCode name)."""

@@ -49,10 +49,10 @@ def apply(batch, reply, table: RequestTable, stats: Stats) -> list[Req]:
             written = len(res.next_token_ids) if e.steps > 1 else e.n
         elif e.steps > 1:
             written, accepted = _multi_step(e, res)
-            generated += accepted
+            generated += 0 if req.params.health_probe else accepted
         elif e.sample:
             written = _sampled(e, res, table, stats)
-            generated += 1
+            generated += 0 if req.params.health_probe else 1
         else:
             written = _chunk(e)
         req.kv_len = e.start + written
@@ -87,7 +87,7 @@ def _sampled(e, res, table: RequestTable, stats: Stats) -> int:
         raise RuntimeError(f"worker did not sample for {req.rid} (sample=true)")
     if req.state == State.PREFILL:
         table.prefill_done(req)
-        stats.add("prompt_tokens", len(req.prompt_ids) if req.retractions == 0 else 0)
+        stats.add("prompt_tokens", len(req.prompt_ids) if req.retractions == 0 and not req.params.health_probe else 0)
     req.stream.on_token(res.next_token_id, res.logprob, res.top_logprobs if req.params.top_logprobs_num else None)
     return e.n
 

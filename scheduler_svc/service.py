@@ -12,13 +12,15 @@ from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
 from common.counted import COUNTED_MARK
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost, WorkerStalled
 from scheduler_svc.output import OutputStream
-from scheduler_svc.request import Finish, StreamEnd
+from scheduler_svc.request import SIBLING_FAILED, Finish, StreamEnd
 from scheduler_svc.request_metrics import RequestMetrics
 from scheduler_svc.intake import QueueFull, SchedulerStopped
 from scheduler_svc.scheduler import Scheduler
 from scheduler_svc.validate import InvalidRequest, build_request
 
 SERVICE_NAME = "codeserve.v1.Scheduler"
+# GetLoad's deadline per GetPool try (a dead cache: + ~1.6 s of rpc.call retries), inside the gateway's own
+POOL_READ_TIMEOUT_S = 1.0
 
 
 def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:
@@ -41,11 +43,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.draining = threading.Event()
 
     def Generate(self, request, context):
-        call = self.metrics.call()  # counted exactly once however the call ends (scheduler_svc/request_metrics.py)
+        # counted exactly once however the call ends (scheduler_svc/request_metrics.py); a health probe not at all
+        call = self.metrics.call(request.health_probe)
         try:
             yield from self._generate(request, context, call)
-        except Exception:
-            call.failed(grpc.StatusCode.UNKNOWN.name)  # no-op after _abort counted its own code
+        except Exception:  # _abort's own exception too (it counted its code: failed() is then a no-op)
+            call.failed(grpc.StatusCode.UNKNOWN.name)  # a fault in this servicer: gRPC answers UNKNOWN
+            context.set_trailing_metadata((COUNTED_MARK,))  # counted here: the gateway must not count it again
             raise
         finally:
             call.closed()
@@ -66,6 +70,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         except InvalidRequest as exc:
             self._abort(context, call, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         req.stream = OutputStream(req, self.tok, info.eos_token_id)
+        call.sibling_abort = lambda: req.abort_reason == SIBLING_FAILED  # read if the call ends as an abort
         log = self.log.bind(rid=req.rid)
         if req.params.max_new_tokens == 0 and not req.wants_prompt_logprobs:
             req.stream.finish_without_token(Finish.LENGTH)
@@ -104,7 +109,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                         f"queued tokens")
 
     def Abort(self, request, context):
-        return scheduler_pb2.AbortResponse(found=self.sched.abort(request.request_id, "Abort RPC"))
+        reason = SIBLING_FAILED if request.sibling_failed else "Abort RPC"
+        return scheduler_pb2.AbortResponse(found=self.sched.abort(request.request_id, reason))
 
     def _pool(self, context) -> cache_pb2.PoolStatus:
         """This scheduler's pool status from the cache; a failure answers UNAVAILABLE naming the cause."""
@@ -114,11 +120,16 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     def GetLoad(self, request, context):
+        """The scheduler's own numbers, and the pool's counters from the cache; a cache that does not answer within
+        POOL_READ_TIMEOUT_S leaves ``pools`` empty and names why in ``pool_error`` (the rest stands)."""
         running, waiting, waiting_tokens = self.sched.queue_lengths()
         s = self.sched.stats
+        try:
+            pools, pool_error = [pool_counters(self.sched.cache.get_pool(POOL_READ_TIMEOUT_S))], ""
+        except (DependencyUnavailable, DependencyError, SessionLost) as exc:
+            pools, pool_error = [], str(exc)
         return scheduler_pb2.GetLoadResponse(
-            running=running, waiting=waiting, waiting_tokens=waiting_tokens,
-            pools=[pool_counters(self._pool(context))],
+            running=running, waiting=waiting, waiting_tokens=waiting_tokens, pools=pools, pool_error=pool_error,
             seconds_since_last_batch=time.monotonic() - self.sched.last_batch_at, batches_completed=s["batches"],
             prefix_query_tokens=s["prefix_query"], prefix_hit_tokens=s["prefix_hit"],
             prompt_tokens_total=s["prompt_tokens"], generation_tokens_total=s["generation_tokens"],

@@ -211,3 +211,17 @@ def test_native_generate_chunks_carry_their_own_tokens(http, tokenizer):
         previous = c["text"]
     assert last["text"] == whole["text"] and last["output_ids"] == whole["output_ids"]
     assert [t[1] for t in last["meta_info"]["output_token_logprobs"]] == whole["output_ids"]
+
+
+# ---- review: readiness probes are not user requests --------------------------------------------------------
+def test_health_generate_probes_are_not_counted(http, backend):
+    """Was: each /health_generate counted as a request (request_success, TTFT, e2e, prompt/generation tokens)."""
+    backend.wait_idle()
+    before = scrape(http)
+    for _ in range(3):
+        r = http.get("/health_generate")
+        assert r.status_code == 200 and r.json()["tokens"] == 1, r.text
+    after = scrape(http)
+    for name in (*COUNTED, "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count",
+                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_queries_total"):
+        assert delta(after, before, name) == 0, name

@@ -7,11 +7,13 @@ the real scheduler is tested in its own suite and end to end). Behaviour:
   whose text is held back waits for a message with text (no message but the last has empty text);
 - logprob of generated token i is ``-0.1 * (i + 1)``; top alternatives are (id, lp), (id + 1, lp - 1), ...;
   prompt logprob of prompt token i (i >= 1) is ``-0.5 - 0.01 * i``;
+- ``error_after_first_if(request)`` -> (code, details) | None fails a call after its first message;
 - ``error`` = (code, details) makes Generate fail at once (with the scheduler's "counted" trailer when
   ``error_counted``); ``hang`` makes it wait until cancelled;
 - GetLoad with request_metrics returns ``request_metrics`` (the text of a real RequestMetrics: one call
   finished "length" after 2 tokens in 2 messages, one failed RESOURCE_EXHAUSTED);
-- ``cancelled`` collects the request ids whose calls ended before the fake finished them.
+- ``cancelled`` collects the request ids whose calls ended before the fake finished them, ``aborted`` the
+  (request id, sibling_failed) of each Abort RPC.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             self.requests: list[scheduler_pb2.GenerateRequest] = []
             self.cancelled: list[str] = []
             self.completed: list[str] = []
-            self.aborted: list[str] = []
+            self.aborted: list[tuple[str, bool]] = []  # (request_id, sibling_failed) of each Abort RPC
             self.error: tuple[grpc.StatusCode, str] | None = None
             self.error_counted = False
             self.error_if = None  # callable(GenerateRequest) -> (code, details) | None
+            self.error_after_first_if = None  # the same, the call failing after its first message
             self.hang = False
             self.token_delay_s = 0.0
             self.cached_tokens = 0
@@ -94,7 +97,12 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             finished.set()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"prompt has {len(ids)} tokens; n_positions is {self.n_positions}")
-        yield from self._generate(request, ids, context, ended)
+        for i, msg in enumerate(self._generate(request, ids, context, ended)):
+            yield msg
+            late = self.error_after_first_if(request) if i == 0 and self.error_after_first_if is not None else None
+            if late is not None:
+                finished.set()
+                context.abort(late[0], late[1])
         if context.is_active():  # _generate returns early when the call was cancelled
             finished.set()
             with self.lock:
@@ -188,7 +196,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     # --- unary ------------------------------------------------------------------------------
     def Abort(self, request, context):
         with self.lock:
-            self.aborted.append(request.request_id)
+            self.aborted.append((request.request_id, request.sibling_failed))
         return scheduler_pb2.AbortResponse(found=False)
 
     def GetLoad(self, request, context):

@@ -23,6 +23,7 @@ def test_health_generate_does_a_one_token_round_trip(gateway, fake):
     assert r.json()["tokens"] == 1
     sent = fake.requests[-1]
     assert sent.max_new_tokens == 1 and len(sent.input_ids.ids) > 0
+    assert sent.health_probe  # the scheduler keeps it out of the request metrics (was: counted as a user request)
 
 
 def test_health_generate_503_when_scheduler_is_down(start_gateway, fake):
@@ -107,7 +108,7 @@ def test_metrics_names_and_values(start_gateway, fake):
     assert s["vllm:request_success_total|finished_reason=length"] == 1
     assert s["codeserve:generate_errors_total|code=RESOURCE_EXHAUSTED"] == 1
     assert "vllm:request_success_total|finished_reason=stop" not in s  # not counted a second time here
-    assert s["codeserve:scheduler_up"] == 1
+    assert s["codeserve:scheduler_up"] == 1 and s["codeserve:cache_pool_up"] == 1
     assert f'vllm:request_success_total{{finished_reason="length",model_name="{MODEL_NAME}"}} 1.0' in text
     assert f'vllm:time_to_first_token_seconds_count{{model_name="{MODEL_NAME}"}} 1.0' in text
 
@@ -119,6 +120,22 @@ def test_metrics_when_scheduler_is_down_report_it_instead_of_zeros(start_gateway
     s = _samples(r.text)
     assert s["codeserve:scheduler_up"] == 0
     assert "vllm:num_requests_running" not in s and "vllm:kv_cache_usage_perc" not in s
+
+
+def test_metrics_when_the_cache_fails_keep_the_schedulers_request_metrics(start_gateway, fake):
+    """The scheduler answered but could not read its pool (GetLoad's pool_error): scheduler_up 1, the request
+    metrics and counters served, only kv_cache_usage_perc left out (cache_pool_up 0). Was: GetLoad failed as a
+    whole, and /metrics showed scheduler_up 0 with every request metric gone."""
+    gw = start_gateway()
+    fake.load.ClearField("pools")
+    fake.load.pool_error = "cache.GetPool at 127.0.0.1:1 failed: DEADLINE_EXCEEDED"
+    s = _samples(httpx.get(f"{gw.url}/metrics", timeout=30).text)
+    assert s["codeserve:scheduler_up"] == 1 and s["codeserve:cache_pool_up"] == 0
+    assert "vllm:kv_cache_usage_perc" not in s
+    assert s["vllm:request_success_total|finished_reason=length"] == 1
+    assert s["vllm:num_requests_running"] == 3 and s["vllm:generation_tokens_total"] == 321
+    r = httpx.get(f"{gw.url}/server_info", timeout=30)
+    assert_error(r, 503, "could not read its KV pool from the cache: cache.GetPool")
 
 
 def test_sglang_aliases(gateway, fake):

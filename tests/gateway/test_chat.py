@@ -73,6 +73,19 @@ def test_chat_logprobs(gateway, fake, tokenizer):
     assert [len(c["top_logprobs"]) for c in content] == [2, 2]
 
 
+def test_chat_logprob_bytes_rebuild_a_multibyte_character(gateway, fake, tokenizer):
+    """A character split over several tokens: each token's ``bytes`` are its own bytes (its ``token`` text is
+    U+FFFD), so the bytes joined are the content's UTF-8. Was: U+FFFD's bytes for each piece."""
+    fake.continuation = "caf\u00e9 \U0001f600\n"
+    body = httpx.post(f"{gateway.url}/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "logprobs": True}).json()
+    choice = body["choices"][0]
+    content = choice["logprobs"]["content"]
+    assert any(c["token"] == "\ufffd" for c in content)  # the emoji is split
+    assert content[-1]["token"] == "<|endoftext|>"  # EOS: in the logprobs, its text skipped from the content
+    assert bytes(b for c in content[:-1] for b in c["bytes"]) == choice["message"]["content"].encode()
+
+
 def test_chat_stream(gateway, fake, tokenizer):
     status, events = stream(gateway, "/v1/chat/completions", {
         "model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": True,

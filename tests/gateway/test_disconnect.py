@@ -74,3 +74,42 @@ def test_completed_requests_are_not_reported_cancelled(gateway, fake, streamed):
         assert r.status_code == 200
     assert wait_until(lambda: len(fake.completed) == 10)
     assert fake.cancelled == []
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_failed_fan_out_tells_the_scheduler_why_it_cancels_the_others(gateway, fake, streamed):
+    """n = 3, the second call refused (429): before cancelling the other two, the gateway sends each an Abort with
+    sibling_failed, so the scheduler counts them apart from client aborts. Was: plain cancels, counted as client
+    aborts (one 429 showed as +192 aborts)."""
+    import grpc
+
+    fake.token_delay_s = 0.2  # the siblings are still running when the second call fails
+    fake.error_if = lambda req: ((grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+                                 if req.request_id.endswith("-1") else None)
+    with httpx.stream("POST", f"{gateway.url}/v1/completions", timeout=30,
+                      json={"model": MODEL_NAME, "prompt": "x", "n": 3, "max_tokens": 30, "stream": streamed}) as r:
+        r.read()
+    assert r.status_code == 429, r.text
+    ids = sorted(req.request_id for req in fake.requests)
+    siblings = [rid for rid in ids if not rid.endswith("-1")]
+    assert len(ids) == 3 and len(siblings) == 2
+    assert sorted(fake.aborted) == [(rid, True) for rid in siblings]
+    assert wait_until(lambda: sorted(fake.cancelled) == siblings)  # and then cancelled, as before
+
+
+def test_a_fan_out_stream_failing_mid_way_tells_the_scheduler_why_it_cancels_the_others(gateway, fake):
+    """The same for a failure after the streams opened (merge_streams): a 200 stream that ends in an error event,
+    the other calls sent an Abort with sibling_failed before their cancel."""
+    import grpc
+
+    fake.token_delay_s = 0.2
+    fake.error_after_first_if = lambda req: ((grpc.StatusCode.INTERNAL, "worker lost")
+                                             if req.request_id.endswith("-1") else None)
+    with httpx.stream("POST", f"{gateway.url}/v1/completions", timeout=30,
+                      json={"model": MODEL_NAME, "prompt": "x", "n": 3, "max_tokens": 30, "stream": True}) as r:
+        body = r.read().decode()
+    assert r.status_code == 200 and "worker lost" in body, body
+    siblings = sorted(req.request_id for req in fake.requests if not req.request_id.endswith("-1"))
+    assert len(siblings) == 2
+    assert sorted(fake.aborted) == [(rid, True) for rid in siblings]
+    assert wait_until(lambda: sorted(fake.cancelled) == siblings)

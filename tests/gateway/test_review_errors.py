@@ -57,6 +57,43 @@ def test_scheduler_killed_mid_request_then_unreachable_is_named(start_gateway):
         proc.wait(10)
 
 
+def test_a_stream_the_scheduler_dies_under_is_counted_once(start_gateway):
+    """The reviewer's kill -9 mid-stream: the stream ends with a 503 error event, counted in the gateway's
+    codeserve:request_errors (no scheduler is left to count it). Was: counted nowhere (the non-streamed answer
+    next to it was a counted 503)."""
+    from tests.gateway.test_admin import _samples
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.gateway.dying_scheduler", str(port)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stdout.readline().strip() == "serving"
+        gw = start_gateway(target=f"127.0.0.1:{port}", probe_interval_s=0)
+        payload = {"model": MODEL_NAME, "prompt": "x", "max_tokens": 100, "ignore_eos": True, "stream": True}
+        whole: list[httpx.Response] = []
+        thread = threading.Thread(target=lambda: whole.append(httpx.post(
+            f"{gw.url}/v1/completions", json={**payload, "stream": False}, timeout=30)))
+        with httpx.stream("POST", f"{gw.url}/v1/completions", json=payload, timeout=30) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: {")  # the first chunk: it runs
+            assert proc.stdout.readline().startswith("generating ")
+            thread.start()
+            assert proc.stdout.readline().startswith("generating ")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            rest = [line for line in lines if line.startswith("data: ")]
+        thread.join(30)
+        assert whole[0].status_code == 503
+        assert '"code": 503' in rest[0] and rest[-1] == "data: [DONE]", rest
+        s = _samples(httpx.get(f"{gw.url}/metrics", timeout=30).text)
+        assert s["codeserve:scheduler_up"] == 0
+        assert s["codeserve:request_errors_total|status=503|type=service_unavailable"] == 2  # both, once each
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
 def test_scheduler_own_unavailable_message_passes_unchanged():
     msg = "worker w0 has not answered health checks for 3.0 s (frozen?)"
     assert from_grpc(grpc.StatusCode.UNAVAILABLE, msg, 1, "127.0.0.1:50053").message == msg

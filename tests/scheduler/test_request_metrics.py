@@ -149,3 +149,72 @@ def test_concurrent_calls_each_counted_once(small):
     assert sum(delta(after, before, k) for k in after if k.startswith("codeserve:generate_errors_total")) == 2
     assert errors == [grpc.StatusCode.INVALID_ARGUMENT] * 2
     small.idle_check()
+
+
+def test_a_health_probe_is_kept_out_of_the_request_metrics_and_token_counters(small):
+    """The gateway's /health_generate marks its one-token generation (GenerateRequest.health_probe); was: counted
+    as a user request (request_success, TTFT, e2e, prompt / generation / prefix-cache tokens)."""
+    small.idle_check()
+    before, load_before = request_metrics(small), small.load()
+    out = generate(small.scheduler, input_ids=[5, 6, 7, 8], max_new_tokens=1, health_probe=True)
+    assert len(out.token_ids) == 1 and out.finish_reason == "length"  # it is served all the same
+    after, load_after = request_metrics(small), small.load()
+    assert {k: v for k, v in after.items() if not k.endswith("_created")} == \
+        {k: v for k, v in before.items() if not k.endswith("_created")}
+    for field in ("prompt_tokens_total", "generation_tokens_total", "prefix_query_tokens", "prefix_hit_tokens"):
+        assert getattr(load_after, field) == getattr(load_before, field), field
+    generate(small.scheduler, input_ids=[5, 6, 7, 8], max_new_tokens=1)  # the same request unmarked is counted
+    assert delta(request_metrics(small), after, "vllm:request_success_total|finished_reason=length") == 1
+    assert small.load().generation_tokens_total == load_after.generation_tokens_total + 1
+    small.idle_check()
+
+
+def test_request_metrics_do_not_depend_on_the_cache_answering(small):
+    """kill -STOP the cache: GetLoad still answers, at once, with the request metrics and the queue, and names the
+    pool's failure in pool_error. Was: GetLoad aborted UNAVAILABLE after the cache's deadline, and the gateway's
+    /metrics dropped every scheduler family (scheduler_up 0 though the scheduler was up)."""
+    import signal
+
+    small.idle_check()
+    generate(small.scheduler, input_ids=[5, 6, 7], max_new_tokens=2, ignore_eos=True)
+    small.stack.kill("cache", signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        load = small.scheduler.GetLoad(scheduler_pb2.GetLoadRequest(request_metrics=True), timeout=5)
+        took = time.monotonic() - started
+    finally:
+        small.stack.kill("cache", signal.SIGCONT)
+    assert took < 3.0, took
+    assert load.pool_error and "cache" in load.pool_error, load.pool_error
+    assert list(load.pools) == []
+    assert "vllm:request_success_total" in load.request_metrics
+    assert load.running == 0 and load.waiting == 0
+    deadline = time.monotonic() + 30
+    while small.load().pool_error:  # the cache answers again
+        assert time.monotonic() < deadline, small.load().pool_error
+        time.sleep(0.1)
+    small.idle_check()
+
+
+def test_a_sibling_abort_is_counted_apart_from_client_aborts(small):
+    """The gateway's Abort with sibling_failed, then its cancel: counted as finished_reason "abort" and in
+    codeserve:sibling_aborts; a plain cancel (a client that left) only as "abort". Was: both the same."""
+    small.idle_check()
+    before = request_metrics(small)
+    for sibling in (True, False):
+        rid = f"fanout-{sibling}"
+        call = small.scheduler.Generate(request(input_ids=[9, 10, 11], max_new_tokens=400, ignore_eos=True,
+                                                request_id=rid), timeout=60)
+        next(iter(call))  # it runs
+        if sibling:
+            assert small.scheduler.Abort(scheduler_pb2.AbortRequest(request_id=rid, sibling_failed=True),
+                                         timeout=10).found
+        call.cancel()
+    deadline = time.monotonic() + 10
+    while delta(request_metrics(small), before, "vllm:request_success_total|finished_reason=abort") < 2:
+        assert time.monotonic() < deadline, "the calls were not counted"
+        time.sleep(0.05)
+    after = request_metrics(small)
+    assert delta(after, before, "vllm:request_success_total|finished_reason=abort") == 2
+    assert delta(after, before, "codeserve:sibling_aborts_total") == 1
+    small.idle_check()
