@@ -132,7 +132,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--decode-steps", type=int, default=1)
     ap.add_argument("--fused", choices=("none", "norms", "all"), default="all",
                     help="fused kernels (model.fused): none, residual add + LayerNorm, or that and the GELU epilogue")
-    ap.add_argument("--no-split-kv", action="store_true", help="graph decode planned without split-KV (A/B)")
     ap.add_argument("--profile")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch)
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
-    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, split_kv=not args.no_split_kv)
+    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bw = copy_bandwidth(device, 1 << 30 if device.type == "cuda" else 1 << 27)
     results = []
@@ -249,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.json_out, "w") as f:
             json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
                        "cuda_graphs": eng.graphs is not None,
-                       "split_kv": not args.no_split_kv, "fused": args.fused,
+                       "fused": args.fused,
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 

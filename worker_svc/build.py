@@ -79,7 +79,7 @@ def make_backend(name: str, cfg: ModelConfig, dtype: torch.dtype, device: torch.
         graph_batches = buckets(cuda_graph_max_batch) if cuda_graph_max_batch > 0 else ()
         workspace = allocate_workspace(cfg.n_head, cfg.kv_heads, cfg.head_dim, device, graph_batches)
         return flashinfer_backend.FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, scale, dtype, device,
-                                                      workspace=workspace)
+                                                      workspace)
     raise ValueError(f"unknown attention backend {name!r}; choose auto, torch or flashinfer")
 
 
@@ -121,8 +121,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
     return engine
 
 
-def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend,
-                split_kv: bool = True):
+def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend):
     """Captured decode graphs when the backend is flashinfer and ``max_batch`` > 0, else None. The graphs
     share the backend's workspace, which must have been sized for ``max_batch`` (``make_backend``); a
     smaller one raises RuntimeError here, at start-up, instead of at the first large decode batch."""
@@ -137,5 +136,4 @@ def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: 
     if backend.workspace.numel() < need:
         raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, CUDA graphs up to "
                            f"batch {max_batch} need {need}: build the backend with cuda_graph_max_batch={max_batch}")
-    return DecodeGraphs(cfg, model, pool, backend.sm_scale, max_batch=max_batch, workspace=backend.workspace,
-                        split_kv=split_kv)
+    return DecodeGraphs(cfg, model, pool, backend.sm_scale, backend.workspace, max_batch=max_batch)

@@ -59,10 +59,9 @@ class DecodeGraphs:
     """Captured decode graphs, one per bucket. ``run(layout, input_ids)`` -> float32 logits [b, vocab]."""
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, sm_scale: float,
-                 max_batch: int = 256, workspace: torch.Tensor | None = None, split_kv: bool = True):
+                 workspace: torch.Tensor, max_batch: int = 256):
         """``workspace``: flashinfer's float workspace shared with the eager backend, sized for ``max_batch``
-        (``attention.workspace.workspace_bytes``); None allocates one for these graphs alone. ``split_kv``:
-        see ``FlashInferAttention``."""
+        (``attention.workspace.workspace_bytes``)."""
         dev, dtype = kv_pool.device, kv_pool.dtype
         self.cfg, self.model, self.kv_pool = cfg, model, kv_pool
         self.max_batch = max_batch
@@ -74,17 +73,12 @@ class DecodeGraphs:
         self.kv_indptr = torch.zeros(max_batch + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(kv_pool.pool_slots + max_batch, dtype=torch.int32, device=dev)
         self.kv_last = torch.ones(max_batch, dtype=torch.int32, device=dev)
-        if workspace is None:
-            from worker_svc.attention.workspace import allocate_workspace
-
-            workspace = allocate_workspace(cfg.n_head, cfg.kv_heads, cfg.head_dim, dev, self.sizes)
         mempool = torch.cuda.graph_pool_handle()
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, FlashInferAttention, torch.Tensor]] = {}
         for size in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
-            backend = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype, dev,
+            backend = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype, dev, workspace,
                                           graph_buffers=(self.kv_indptr[: size + 1], self.kv_indices,
-                                                         self.kv_last[:size]), workspace=workspace,
-                                          split_kv=split_kv)
+                                                         self.kv_last[:size]))
             layout = pad_layout(build_layout([], [], []), size)
             backend.plan(AttentionMeta.from_layout(layout, dev))
             args = (self.ids[:size], self.positions[:size], kv_pool, backend, self.out_slots[:size])

@@ -19,7 +19,6 @@ import importlib.util
 import torch
 
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
-from worker_svc.attention.workspace import allocate_workspace
 
 
 def _tensor_aware_max(*args, **kwargs):
@@ -52,14 +51,13 @@ class FlashInferAttention(AttentionBackend):
     name = "flashinfer"
 
     def __init__(self, n_head: int, kv_heads: int, head_dim: int, sm_scale: float, dtype: torch.dtype,
-                 device: torch.device | str, graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                 workspace: torch.Tensor | None = None, split_kv: bool = True):
+                 device: torch.device | str, workspace: torch.Tensor,
+                 graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
         """``graph_buffers`` (kv_indptr [B+1], kv_indices [N], kv_last_page_len [B], int32 on the device)
         makes a decode-only backend for CUDA-graph capture at batch size B: ``plan`` writes into them.
         ``workspace``: flashinfer's float workspace (uint8 on the device), shared by every backend of a worker
         (one runs at a time); size it with ``workspace.workspace_bytes`` for the largest batch the backend
-        will see. None allocates one sized for eager batches and a graph batch of 1 (tests, one-offs).
-        ``split_kv=False`` plans decode without splitting the KV (no merge kernel; fewer CTAs at small batch)."""
+        will see (``allocate_workspace``)."""
         super().__init__(n_head, kv_heads, head_dim, sm_scale)
         device = torch.device(device)
         if device.type != "cuda":
@@ -72,9 +70,7 @@ class FlashInferAttention(AttentionBackend):
         _speed_up_decode_plan(flashinfer.decode)
 
         self.dtype = dtype
-        self.split_kv = split_kv
-        self.workspace = workspace if workspace is not None else allocate_workspace(
-            n_head, kv_heads, head_dim, device, graph_batches=(1,))
+        self.workspace = workspace
         self._wrapper = None
         if graph_buffers is not None:
             indptr, indices, last = graph_buffers
@@ -92,7 +88,6 @@ class FlashInferAttention(AttentionBackend):
                 meta.kv_indptr_cpu, meta.kv_indices, meta.kv_last_page_len,
                 self.n_head, self.kv_heads, self.head_dim, 1,
                 q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
-                disable_split_kv=not self.split_kv,
             )
             self._wrapper = self.decode
         else:
@@ -115,7 +110,6 @@ class FlashInferAttention(AttentionBackend):
             kv_indptr_host, kv_indices, kv_last_page_len_host,
             self.n_head, self.kv_heads, self.head_dim, 1,
             q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
-            disable_split_kv=not self.split_kv,
         )
         self._wrapper = self.decode
 
