@@ -389,3 +389,35 @@ class PrefixEvent(_message.Message):
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     num_tokens: int
     def __init__(self, sequence: _Optional[int] = ..., pool_id: _Optional[str] = ..., kind: _Optional[str] = ..., namespace: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[int] = ...) -> None: ...
+
+class ProbePrefixRequest(_message.Message):
+    __slots__ = ("namespace", "token_ids", "pool_ids")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    POOL_IDS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    pool_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, namespace: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., pool_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PoolProbe(_message.Message):
+    __slots__ = ("pool_id", "epochs", "cached_tokens", "fundable_tokens", "capacity", "page_size")
+    POOL_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FUNDABLE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    pool_id: str
+    epochs: _containers.RepeatedScalarFieldContainer[str]
+    cached_tokens: int
+    fundable_tokens: int
+    capacity: int
+    page_size: int
+    def __init__(self, pool_id: _Optional[str] = ..., epochs: _Optional[_Iterable[str]] = ..., cached_tokens: _Optional[int] = ..., fundable_tokens: _Optional[int] = ..., capacity: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class ProbePrefixResponse(_message.Message):
+    __slots__ = ("pools",)
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    pools: _containers.RepeatedCompositeFieldContainer[PoolProbe]
+    def __init__(self, pools: _Optional[_Iterable[_Union[PoolProbe, _Mapping]]] = ...) -> None: ...

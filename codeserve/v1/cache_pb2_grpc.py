@@ -94,6 +94,11 @@ class CacheStub:
                 request_serializer=codeserve_dot_v1_dot_cache__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=codeserve_dot_v1_dot_cache__pb2.PrefixEvent.FromString,
                 _registered_method=True)
+        self.ProbePrefix = channel.unary_unary(
+                '/codeserve.v1.Cache/ProbePrefix',
+                request_serializer=codeserve_dot_v1_dot_cache__pb2.ProbePrefixRequest.SerializeToString,
+                response_deserializer=codeserve_dot_v1_dot_cache__pb2.ProbePrefixResponse.FromString,
+                _registered_method=True)
 
 
 class CacheServicer:
@@ -183,6 +188,15 @@ class CacheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProbePrefix(self, request, context):
+        """For one prompt and several pools: the longest cached prefix per pool with its epoch and budget. Read-only:
+        no lock, no node split, no LRU touch (a probe must not keep a prefix warm in pools that never get the
+        request). What a router asks before it picks a replica. NOT_FOUND names an unknown pool.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CacheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -245,6 +259,11 @@ def add_CacheServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=codeserve_dot_v1_dot_cache__pb2.WatchEventsRequest.FromString,
                     response_serializer=codeserve_dot_v1_dot_cache__pb2.PrefixEvent.SerializeToString,
+            ),
+            'ProbePrefix': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProbePrefix,
+                    request_deserializer=codeserve_dot_v1_dot_cache__pb2.ProbePrefixRequest.FromString,
+                    response_serializer=codeserve_dot_v1_dot_cache__pb2.ProbePrefixResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -571,6 +590,33 @@ class Cache:
             '/codeserve.v1.Cache/WatchEvents',
             codeserve_dot_v1_dot_cache__pb2.WatchEventsRequest.SerializeToString,
             codeserve_dot_v1_dot_cache__pb2.PrefixEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProbePrefix(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/codeserve.v1.Cache/ProbePrefix',
+            codeserve_dot_v1_dot_cache__pb2.ProbePrefixRequest.SerializeToString,
+            codeserve_dot_v1_dot_cache__pb2.ProbePrefixResponse.FromString,
             options,
             channel_credentials,
             insecure,
