@@ -2,7 +2,10 @@
 ``worker_svc/model/skinny_gemm.py`` over its candidate configurations, side by side in one process (GPU).
 
 For each model shape, projection (c_attn, attn c_proj, c_fc, mlp c_proj) and M, both are timed as CUDA-graph
-replays of 20 calls (launch cost excluded, as in the served decode graphs); printed: cuBLAS us, the best
+replays (launch cost excluded, as in the served decode graphs) of calls that cycle through enough copies of
+the weight to exceed the L2 cache 4x (a 9 MB weight called again and again stays in the H200's 50 MB L2 and
+reads at twice the memory bandwidth: the first survey, bench/results/h200-run6/skinny-l2-hot.txt, made that
+mistake); printed: cuBLAS us, the best
 Triton us and its configuration, their ratio, and the weight-read floor (weight bytes over the measured copy
 bandwidth). Each Triton result is checked against a float32 reference first (a config that is wrong fails
 the run).
@@ -21,21 +24,21 @@ import torch.nn.functional as F
 from worker_svc.model import skinny_gemm
 from worker_svc.model.default import model_config
 
-REPS = 20
+L2_BYTES = 50 << 20  # H200 (H100: 50 MB too); the weights cycled through are 4x this
 
 
-def graph_time(fn, iters: int = 20) -> float:
-    """Seconds per call of ``fn`` replayed from a CUDA graph of REPS calls (median of ``iters`` replays)."""
+def graph_time(fn, reps: int, iters: int = 20) -> float:
+    """Seconds per call of ``fn(i)`` replayed from a CUDA graph of calls i = 0..reps-1 (median of ``iters``)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
+        for i in range(3):
+            fn(i)
     torch.cuda.current_stream().wait_stream(stream)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(REPS):
-            fn()
+        for i in range(reps):
+            fn(i)
     g.replay()
     torch.cuda.synchronize()
     times = []
@@ -45,7 +48,7 @@ def graph_time(fn, iters: int = 20) -> float:
         g.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / REPS)
+        times.append(a.elapsed_time(b) / 1e3 / reps)
     return sorted(times)[len(times) // 2]
 
 
@@ -53,7 +56,7 @@ def copy_bandwidth() -> float:
     """Bytes per second of a 1 GiB device-to-device copy (read + write counted)."""
     src = torch.empty(1 << 29, dtype=torch.int16, device="cuda")
     dst = torch.empty_like(src)
-    secs = graph_time(lambda: dst.copy_(src), iters=5)
+    secs = graph_time(lambda i: dst.copy_(src), 4, iters=5)
     return 2 * src.numel() * 2 / secs
 
 
@@ -79,13 +82,15 @@ def main(argv: list[str] | None = None) -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     for shape in args.shapes.split(","):
         for name, (n, k) in projections(shape).items():
-            w = (torch.randn(n, k, generator=g, device="cuda") * k ** -0.5).to(dtype)
+            copies = max(8, -(-4 * L2_BYTES // (n * k * 2)))
+            ws = [(torch.randn(n, k, generator=g, device="cuda") * k ** -0.5).to(dtype) for _ in range(copies)]
             b = (torch.randn(n, generator=g, device="cuda") * 0.1).to(dtype)
-            floor = n * k * 2 / (bw / 2)  # weight bytes read once, at the read half of the copy rate
+            w = ws[0]
+            floor = n * k * 2 / bw  # weight bytes read once at the copy rate (read + write bytes per second)
             for m in (int(s) for s in args.ms.split(",")):
                 x = torch.randn(m, k, generator=g, device="cuda").to(dtype)
                 ref = (x.float() @ w.float().T + b.float())
-                cublas = graph_time(lambda: F.linear(x, w, b))
+                cublas = graph_time(lambda i: F.linear(x, ws[i % copies], b), copies)
                 best = None
                 for cfg in skinny_gemm.candidates(m):
                     if not skinny_gemm.fits(cfg, k):
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
                     err = (out.float() - ref).abs().max().item()
                     if err > 0.05 * ref.abs().max().item():
                         raise AssertionError(f"{shape} {name} m={m} {cfg}: max error {err}")
-                    t = graph_time(lambda: skinny_gemm.linear(x, w, b, cfg), iters=10)
+                    t = graph_time(lambda i: skinny_gemm.linear(x, ws[i % copies], b, cfg), copies, iters=10)
                     if best is None or t < best[0]:
                         best = (t, cfg)
                 rec = {"shape": shape, "proj": name, "m": m, "n": n, "k": k, "cublas_us": cublas * 1e6,
