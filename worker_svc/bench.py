@@ -97,7 +97,7 @@ def replay_seconds(graph, device: torch.device, iters: int = 20) -> float:
     return statistics.median(times)
 
 
-def profile_forward(fn, device: torch.device, out_dir: str, batch: int) -> None:
+def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) -> None:
     """Writes ``trace-b{batch}.json`` (chrome trace) and ``ops-b{batch}.txt`` (operator table, CPU and CUDA
     time) of one call of ``fn`` under torch.profiler into ``out_dir``."""
     import os
@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
                     "approx_tflops": flops / secs / 1e12})
     print(f"prefill {n} tokens: {secs * 1e3:8.2f} ms  {n / secs:10.1f} tok/s  ~{flops / secs / 1e12:.1f} TFLOP/s "
           f"(2 * params * tokens)", flush=True)
+    if args.profile:  # the eager extend: where its host time goes (ops-prefill<N>.txt, trace-prefill<N>.json)
+        profile_forward(prefill, device, args.profile, f"prefill{n}")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
