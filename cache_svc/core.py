@@ -120,8 +120,6 @@ class CacheCore:
                     f"{'owner ' + repr(owner) if owner else 'a registration without a session'} may not register "
                     f"it (give each scheduler its own pool id, or stop the other one: its session ends when its "
                     f"lease of {holder.lease_seconds:g} s runs out)")
-            if session_id:
-                self.holders[pool_id] = session_id
             old = self.pools.get(pool_id)
             flushed = old is None or old.page_size != page_size or old.members != tuple(members)
             if flushed:
@@ -133,6 +131,8 @@ class CacheCore:
                 if old is not None:
                     self._drop_pool_requests(old, "epoch or membership changed")
                 self.pools[pool_id] = new
+            if session_id:
+                self.holders[pool_id] = session_id
             pool = self.pools[pool_id]
             after = pool.counters()
             return RegisterOutcome(
