@@ -20,7 +20,8 @@ from gateway.middleware import JsonBodies, LimitsAndAuth
 from gateway.cache_probe import CacheProbe
 from gateway.dispatch import Dispatcher
 from gateway.pending import PendingTable
-from gateway.replicas import Replica, ReplicaSet, ReplicaSpec
+from gateway.replica_spec import ReplicaSpec
+from gateway.replicas import Replica, ReplicaSet
 from gateway.router import Policy, Router, Weights
 from gateway.routing_metrics import RoutingMetrics
 from gateway.scheduler_client import SchedulerClient

@@ -11,7 +11,8 @@ import pytest
 
 from gateway.cache_probe import CacheProbe, ProbeOutcome
 from gateway.pending import PendingTable
-from gateway.replicas import LoadSnapshot, Replica, ReplicaSet, ReplicaSpec
+from gateway.replica_spec import ReplicaSpec
+from gateway.replicas import LoadSnapshot, Replica, ReplicaSet
 from gateway.router import Policy, Router, Weights
 from gateway.scheduler_client import SchedulerClient
 from tests.gateway.fake_cache import FakeCache, serve_cache
