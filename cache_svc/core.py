@@ -16,8 +16,8 @@ from cache_svc import integrity
 from cache_svc.events import EventLog, PrefixEvent
 from cache_svc.errors import FailedPrecondition, InvalidArgument, NotFound
 from cache_svc.items import (
-    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, Member, PoolStatus,
-    RegisterOutcome, ReleaseOutcome, SessionOutcome,
+    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, Member, PoolProbe,
+    PoolStatus, RegisterOutcome, ReleaseOutcome, SessionOutcome,
 )
 from cache_svc.pool import Pool
 from cache_svc.receipts import Receipt
@@ -44,6 +44,7 @@ class CacheCore:
         # (session_id, request_id) -> why it ended (flush, release, finish); bounded, oldest dropped first
         self.dropped: dict[tuple[str, str], str] = {}
         self.events: dict[str, EventLog] = {}
+        self.holders: dict[str, str] = {}  # pool_id -> session_id that registered it last (held while that session lives)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _pool(self, pool_id: str) -> Pool:
@@ -94,15 +95,33 @@ class CacheCore:
         return self.sessions.get(session_id), self._pool(pool_id)
 
     # ---- pools and sessions --------------------------------------------------------------------
-    def register_pool(self, op_id: str, pool_id: str, page_size: int, members: Sequence[Member]) -> RegisterOutcome:
+    def register_pool(self, op_id: str, pool_id: str, page_size: int, members: Sequence[Member],
+                      session_id: str = "") -> RegisterOutcome:
         """Creates a pool or, when page size or any member (id, epoch, capacity) changed, flushes it: every
         request in it is released (later calls naming them get FAILED_PRECONDITION) and tree and allocator
-        start empty. Unchanged registration: flushed=False, nothing changes."""
+        start empty. Unchanged registration: flushed=False, nothing changes.
+
+        ``session_id`` (the registering scheduler's session) then holds the pool. Raises FailedPrecondition,
+        changing nothing, when a live session of another owner holds it (two schedulers on one pool would
+        flush each other); a new session of the same owner (a scheduler restart: OpenSession replaced the old
+        one) takes it over, and a session that expired or was replaced holds nothing. An empty ``session_id``
+        holds nothing and is refused on a held pool. An unknown or ended ``session_id``: NotFound /
+        FailedPrecondition (``SessionTable.get``)."""
         def run() -> RegisterOutcome:
             if not pool_id:
                 raise InvalidArgument("pool_id must be non-empty")
             if len({m.worker_id for m in members}) != len(members):
                 raise InvalidArgument("member worker ids must be distinct")
+            owner = self.sessions.get(session_id).owner if session_id else ""
+            holder = self.sessions.live.get(self.holders.get(pool_id, ""))
+            if holder is not None and holder.owner != owner:
+                raise FailedPrecondition(
+                    f"pool {pool_id!r} is held by live session {holder.session_id} of owner {holder.owner!r}; "
+                    f"{'owner ' + repr(owner) if owner else 'a registration without a session'} may not register "
+                    f"it (give each scheduler its own pool id, or stop the other one: its session ends when its "
+                    f"lease of {holder.lease_seconds:g} s runs out)")
+            if session_id:
+                self.holders[pool_id] = session_id
             old = self.pools.get(pool_id)
             flushed = old is None or old.page_size != page_size or old.members != tuple(members)
             if flushed:
@@ -122,7 +141,7 @@ class CacheCore:
                 flushed, pool.capacity, pool.page_size, 0,
             )
 
-        return self._recorded(op_id, ("register", pool_id, page_size, tuple(members)), run)
+        return self._recorded(op_id, ("register", pool_id, page_size, tuple(members), session_id), run)
 
     def _drop_pool_requests(self, pool: Pool, why: str) -> None:
         for (sid, rid) in list(pool.requests):
@@ -249,6 +268,19 @@ class CacheCore:
             self._sweep()
             pools = [self._pool(pool_id)] if pool_id else list(self.pools.values())
             return [self._status(p) for p in pools]
+
+    def probe_prefix(self, namespace: str, token_ids: Sequence[int], pool_ids: Sequence[str] = ()) -> list[PoolProbe]:
+        """For one prompt, per pool (``pool_ids`` in their order; empty = every pool in id order): the longest
+        cached prefix in whole pages, epochs and budget (``Pool.probe``). Strictly read-only: it takes the
+        core's mutex for a consistent read (no lock ref), and it does not even sweep expired sessions (a lapsed
+        session's locks count as protected until the next other call sweeps them). Raises NotFound naming an
+        unknown pool, InvalidArgument for a pool named twice; nothing is answered then. Empty ``token_ids``:
+        0 cached in every pool (a Match of no tokens finds 0 too)."""
+        if len(set(pool_ids)) != len(pool_ids):
+            raise InvalidArgument(f"a pool id appears twice in one ProbePrefix: {list(pool_ids)}")
+        with self.lock:
+            pools = [self._pool(pid) for pid in pool_ids] if pool_ids else [self.pools[k] for k in sorted(self.pools)]
+            return [pool.probe(namespace, token_ids) for pool in pools]
 
     def _status(self, pool: Pool) -> PoolStatus:
         c = pool.counters()

@@ -49,7 +49,7 @@ from scheduler_svc.admission import NewTokenRatio
 from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.config import SchedulerConfig
-from scheduler_svc.errors import DependencyUnavailable, SessionLost, WorkerEpochChanged, WorkerStalled
+from scheduler_svc.errors import DependencyUnavailable, PoolHeld, SessionLost, WorkerEpochChanged, WorkerStalled
 from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.pipeline import Pipeline
@@ -200,7 +200,10 @@ class Scheduler:
         """Runs until ``stop``. Dependency outages: back off and resync; after outage_timeout s of outage,
         waiting and running requests fail with UNAVAILABLE naming the service. A stalled worker: every request
         fails with UNAVAILABLE at once, and the loop resyncs when the worker answers again. Any other exception
-        fails every request with INTERNAL, marks the loop stopped and is re-raised."""
+        fails every request with INTERNAL, marks the loop stopped and is re-raised. The pool held by another
+        owner's session (``PoolHeld``, at a resync): the loop stops (health NOT_SERVING, the process exits) and
+        every request fails with UNAVAILABLE naming the pool and that owner; it does not retry (that would fight
+        the other scheduler for the pool)."""
         rec = self.recovery
         try:
             while not self._stop.is_set():
@@ -218,6 +221,10 @@ class Scheduler:
                 except (DependencyUnavailable, SessionLost, WorkerEpochChanged) as exc:
                     rec.on_dependency_error(exc)
                     continue
+                except PoolHeld as exc:  # another owner's scheduler took the pool while we were away: stop, no retry
+                    self.stop(f"cannot serve: {exc}")
+                    self.log.error("pool_held", error=str(exc))
+                    break
                 if not worked:
                     self.intake.wake.wait(0.2)
                     self.intake.wake.clear()
@@ -270,6 +277,7 @@ class Scheduler:
         start, ``t1`` .. ``t2`` waiting for the reply) is recorded."""
         finished = results.apply(batch, reply, self.table, self._stats)
         self.table.finish(finished, self.pipeline.request_ids)
+        self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()
         if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
             now = time.perf_counter()
