@@ -50,7 +50,7 @@ class Dispatcher:
             return GenerationStream(self.replicas.replicas[0].client, request, retry_after_s, timeout_s)
         assert self.router is not None and self.pending is not None and self.metrics is not None
         ids = list(request.input_ids.ids)
-        decision = await self.router.decide(request.namespace, ids)
+        decision = await self.router.decide(request.namespace, ids, uses_cache=not request.return_prompt_logprobs)
         best = decision.best
         log.info("route_decision", rid=request.request_id, policy=decision.policy.value, replica=best.name,
                  predicted_cached=best.predicted_cached, prompt_tokens=decision.prompt_tokens,

@@ -55,8 +55,8 @@ def make_router(policy=Policy.CACHE_AWARE, n=2, seed=0, weights=Weights()):
     return Router(replicas, pending, probe, policy, weights, random.Random(seed)), replicas, pending, probe, clock
 
 
-def decide(router, ids, namespace=""):
-    return asyncio.run(router.decide(namespace, ids))
+def decide(router, ids, namespace="", uses_cache=True):
+    return asyncio.run(router.decide(namespace, ids, uses_cache))
 
 
 def route_and_record(router, pending, ids, rid):
@@ -117,6 +117,16 @@ def test_hot_prefix_is_copied_when_its_holders_queue_costs_more_than_it_saves():
     d = decide(router, list(range(100)))
     assert d.best.replica == 1 and d.best.cost == 100
     assert d.ranking[1].cost == 4 + 60 + 16 * 3
+
+
+def test_the_prediction_is_capped_as_the_schedulers_match():
+    router, replicas, pending, probe, _ = make_router()
+    probe.cached = {0: 100, 1: 100}  # the whole prompt is in both trees
+    replicas.replicas[1].page_size = 16
+    d = decide(router, list(range(100)))
+    assert {c.replica: c.predicted_cached for c in d.ranking} == {0: 99, 1: 96}  # less the last token, whole pages
+    d = decide(router, list(range(100)), uses_cache=False)  # prompt logprobs: the scheduler matches nothing
+    assert {c.predicted_cached for c in d.ranking} == {0} and {c.uncached for c in d.ranking} == {100}
 
 
 def test_a_failed_cache_probe_routes_that_replica_as_zero_cached():
