@@ -9,9 +9,10 @@
   a prompt pending there (gateway.pending: routed, not yet prefilled), in whole pages, capped as the scheduler's
   Match is (the prompt less its last token; 0 for a request collecting prompt logprobs);
 - ``queued_tokens`` = the replica's polled ``waiting_tokens`` + the predicted uncached tokens of the requests the
-  gateway sent it since that poll was sent, less the pending prefix this prompt shares (that prefill is done once
-  for both: waiting for it is not a cost of going there);
-- ``requests`` = polled running + waiting requests + the requests sent since that poll (each takes a batch slot).
+  gateway sent it since that poll was sent and that have not started yet, less the pending prefix this prompt
+  shares (that prefill is done once for both: waiting for it is not a cost of going there);
+- ``requests`` = polled running + waiting requests + the calls sent since that poll and not ended, started or not
+  (each takes a batch slot).
 
 Default weights, and why: ``w_q = 1.0``: a queued prompt token is prefilled before ours, which delays our first
 token as much as one of our own uncached tokens; ``w_r = 16.0``: a request in the batch decodes one token per step
@@ -130,7 +131,7 @@ class Router:
         uncached = len(ids) - predicted
         fresh = self.pending.fresh(r.index, r.load.asked_at)
         shared = max(0, pending - (probed or 0))
-        queued = max(0, r.load.waiting_tokens + sum(e.uncached_tokens for e in fresh) - shared)
+        queued = max(0, r.load.waiting_tokens + sum(e.uncached_tokens for e in fresh if not e.started) - shared)
         requests = r.load.running + r.load.waiting + len(fresh)
         load_cost = self.weights.queued_tokens * queued + self.weights.requests * requests
         cost = load_cost + (uncached if self.policy is Policy.CACHE_AWARE else 0)

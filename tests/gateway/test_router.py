@@ -95,6 +95,23 @@ def test_pending_entries_expire_at_ttl_or_when_removed():
         PendingTable(0)
 
 
+def test_a_started_call_is_no_longer_pending_but_still_load_until_a_poll_sees_it():
+    router, replicas, pending, probe, clock = make_router()
+    ids = list(range(100))
+    pending.add("a", 0, "", ids, 100)
+    pending.started("a")  # its first message came
+    assert pending.matched_tokens("", ids, 0, 1) == 0
+    d = decide(router, ids)
+    r0 = next(c for c in d.ranking if c.replica == 0)
+    assert (r0.pending, r0.queued_tokens, r0.requests, r0.cost) == (0, 0, 1, 100 + 16)
+    replicas.replicas[0].load = LoadSnapshot(running=1, waiting=0, waiting_tokens=0, asked_at=clock.now + 0.1)
+    clock.now += 0.2  # a poll sent after the call was routed: the call is in its numbers, not counted twice
+    r0 = next(c for c in decide(router, ids).ranking if c.replica == 0)
+    assert r0.requests == 1
+    pending.remove("a")
+    assert pending.entries() == []
+
+
 # --- cache_aware cost --------------------------------------------------------------------------------------------
 
 def test_cache_aware_prefers_the_replica_holding_the_prefix_with_its_cost_terms():
