@@ -16,8 +16,8 @@ from cache_svc import integrity
 from cache_svc.events import EventLog, PrefixEvent
 from cache_svc.errors import FailedPrecondition, InvalidArgument, NotFound
 from cache_svc.items import (
-    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, Member, PoolStatus,
-    RegisterOutcome, ReleaseOutcome, SessionOutcome,
+    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, Member, PoolProbe,
+    PoolStatus, RegisterOutcome, ReleaseOutcome, SessionOutcome,
 )
 from cache_svc.pool import Pool
 from cache_svc.receipts import Receipt
@@ -249,6 +249,19 @@ class CacheCore:
             self._sweep()
             pools = [self._pool(pool_id)] if pool_id else list(self.pools.values())
             return [self._status(p) for p in pools]
+
+    def probe_prefix(self, namespace: str, token_ids: Sequence[int], pool_ids: Sequence[str] = ()) -> list[PoolProbe]:
+        """For one prompt, per pool (``pool_ids`` in their order; empty = every pool in id order): the longest
+        cached prefix in whole pages, epochs and budget (``Pool.probe``). Strictly read-only: it takes the
+        core's mutex for a consistent read (no lock ref), and it does not even sweep expired sessions (a lapsed
+        session's locks count as protected until the next other call sweeps them). Raises NotFound naming an
+        unknown pool, InvalidArgument for a pool named twice; nothing is answered then. Empty ``token_ids``:
+        0 cached in every pool (a Match of no tokens finds 0 too)."""
+        if len(set(pool_ids)) != len(pool_ids):
+            raise InvalidArgument(f"a pool id appears twice in one ProbePrefix: {list(pool_ids)}")
+        with self.lock:
+            pools = [self._pool(pid) for pid in pool_ids] if pool_ids else [self.pools[k] for k in sorted(self.pools)]
+            return [pool.probe(namespace, token_ids) for pool in pools]
 
     def _status(self, pool: Pool) -> PoolStatus:
         c = pool.counters()

@@ -66,6 +66,20 @@ class CacheResult:
     prefix_slot_ids: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class PoolProbe:
+    """One pool's answer to a read-only probe: ``cached_tokens`` (whole pages, what a Match of the same tokens
+    would find uncapped), the members' epochs in member order, ``fundable_tokens`` (available + evictable),
+    ``capacity`` (tokens) and ``page_size``."""
+
+    pool_id: str
+    epochs: tuple[str, ...]
+    cached_tokens: int
+    fundable_tokens: int
+    capacity: int
+    page_size: int
+
+
 # ---- outcomes of CacheCore operations ------------------------------------------------------------
 from cache_svc.receipts import Counters, EvictionReceipt, Receipt  # noqa: E402
 

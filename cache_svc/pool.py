@@ -15,7 +15,7 @@ from cache_svc.allocator import PageAllocator
 from cache_svc.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from cache_svc.radix_tree import RadixTree, TreeNode
 from cache_svc.receipts import AllocationShortfall, Counters, EvictionReceipt
-from cache_svc.items import AllocResult, CacheItem, CacheResult, MatchItem, MatchResult, Member
+from cache_svc.items import AllocResult, CacheItem, CacheResult, MatchItem, MatchResult, Member, PoolProbe
 
 RequestKey = tuple[str, str]  # (session_id, request_id)
 
@@ -137,6 +137,14 @@ class Pool:
             results.append(MatchResult(item.request_id, len(slots), tuple(slots)))
         return results
 
+    def probe(self, namespace: str, token_ids: Sequence[int]) -> PoolProbe:
+        """Read-only: the longest cached prefix of ``token_ids`` (whole pages, as ``match`` finds it without a
+        cap), the members' epochs and the budget. Changes nothing: no lock ref, no split, no access time, no
+        match statistics. Empty ``token_ids``: 0 cached."""
+        c = self.counters()
+        return PoolProbe(self.pool_id, tuple(m.epoch for m in self.members), self.tree.peek(namespace, token_ids),
+                         c.fundable, c.capacity, self.page_size)
+
     # ---- the one allocation routine ------------------------------------------------------------
     def pages_needed(self, req: RequestState, num_tokens: int) -> int:
         """New pages ``num_tokens`` more positions need: the partial last page is filled first."""
@@ -217,9 +225,15 @@ class Pool:
     def cache(self, session_id: str, items: Sequence[CacheItem]) -> list[CacheResult]:
         """Inserts each request's computed prefix (whole pages of ``token_ids``) and frees its duplicate slots.
 
-        finished: unlock and free everything else the request owns, forget it. Not finished: lock the new
-        node, unlock the old one, keep the uncached tail (partial page and beyond) owned; ``prefix_slot_ids``
-        are the slots the request must now read its prefix from (they may differ from the ones it wrote).
+        finished: unlock and free everything else the request owns, forget it. Not finished (a running request
+        whose prompt should be visible to probes while it decodes): never remaps, because the worker keeps the
+        request's slot table and is not told. When the tree holds no more of these tokens than the request's
+        locked prefix, its written whole pages move into the tree (they are the slots it reads already), the new
+        node is locked, the old one unlocked, the uncached tail (partial page and beyond) stays owned. When the
+        tree holds more (another request inserted the same tokens since this one matched), nothing changes for
+        it: its own slots stay its K/V, inserted_tokens is 0, already_cached_tokens says what the tree holds, and
+        its tokens are inserted when it finishes. Either way ``prefix_slot_ids`` are the slots the request
+        already reads its prefix from (its matched prefix and the slots it wrote).
         Raises NotFound, InvalidArgument (more tokens than slots, fewer than the prefix, prefix mismatch,
         duplicate ids); validation happens before any change.
         """
@@ -242,11 +256,17 @@ class Pool:
         p = self.page_size
         for req, item in plan:
             aligned = len(item.token_ids) - len(item.token_ids) % p
+            if not item.finished:
+                held = self.tree.peek(req.namespace, item.token_ids[:aligned])
+                if held > req.prefix_len:  # inserting would free its duplicates and remap it: keep its slots
+                    results.append(CacheResult(req.request_id, held, 0, 0, tuple(req.prefix_slots)))
+                    continue
             slots = req.prefix_slots + self.slots_of(req, req.prefix_len, aligned)
             already, node = self.tree.insert(req.namespace, item.token_ids[:aligned], slots)
             if self.on_event is not None and aligned > already:
                 self.on_event("stored", req.namespace, list(item.token_ids[:aligned]), aligned - already)
             assert already >= req.prefix_len, "a locked prefix vanished from the tree"
+            assert item.finished or already == req.prefix_len, "a running request's insert would remap its slots"
             first_tree = (already - req.prefix_len) // p
             moved = (aligned - req.prefix_len) // p
             dup = req.pages[:first_tree]

@@ -7,6 +7,8 @@ a prefix: the root's children are keyed by (namespace, first page).
 Contract:
 - ``match`` returns the longest cached prefix in whole pages; it may split a node (sizes unchanged) and it
   updates access times. It does not lock.
+- ``peek`` returns the length ``match`` would find and changes nothing (no split, no access time, no tick):
+  what a routing probe reads.
 - ``insert`` returns the length already cached and the node ending the key; only the uncached part is stored.
 - ``lock``/``unlock`` walk from a node to the root; ``lock_ref(parent) >= lock_ref(child)`` always holds;
   a split copies the lock ref to the new upper node.
@@ -108,6 +110,24 @@ class RadixTree:
             node = child
             key = key[n:]
         return slots, node
+
+    def peek(self, namespace: str, key: Sequence[int]) -> int:
+        """Tokens of the longest cached prefix of ``key`` in whole pages: the length ``match`` would return.
+        Read-only: no node split, no access time or tick change, no lock ref. O(len(key))."""
+        p = self.page_size
+        end = len(key) - len(key) % p
+        node, i = self.root, 0
+        while i < end:
+            child = node.children.get(self._child_key(node, namespace, key[i : i + p]))
+            if child is None:
+                break
+            m = len(child.key)
+            if i + m <= end and list(key[i : i + m]) == child.key:  # the whole node (the common case): one compare
+                i += m
+                node = child
+                continue
+            return i + self._match_len(child.key, key[i:end])
+        return i
 
     def insert(self, namespace: str, key: Sequence[int], value: Sequence[int]) -> tuple[int, TreeNode]:
         """Stores ``key`` -> ``value`` (same length, a multiple of page_size).
@@ -228,7 +248,9 @@ class RadixTree:
     def clone(self) -> tuple["RadixTree", dict[int, TreeNode]]:
         """An independent copy and a map old node id -> new node (root included under id 0)."""
         other = RadixTree(self.page_size)
-        other._ids = itertools.count(next(self._ids))
+        start = next(self._ids)
+        self._ids = itertools.count(start)  # a copy (the integrity check's) must not consume an id of the original
+        other._ids = itertools.count(start)
         other.evictable_size = self.evictable_size
         other.protected_size = self.protected_size
         other._tick = self._tick

@@ -155,6 +155,14 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
             for p in pools])
 
     @_rpc
+    def ProbePrefix(self, request, context):
+        probes = self.core.probe_prefix(request.namespace, request.token_ids, list(request.pool_ids))
+        return cache_pb2.ProbePrefixResponse(pools=[
+            cache_pb2.PoolProbe(pool_id=p.pool_id, epochs=p.epochs, cached_tokens=p.cached_tokens,
+                                fundable_tokens=p.fundable_tokens, capacity=p.capacity, page_size=p.page_size)
+            for p in probes])
+
+    @_rpc
     def CheckIntegrity(self, request, context):
         return cache_pb2.CheckIntegrityResponse(violations=self.core.check_integrity(request.pool_id))
 

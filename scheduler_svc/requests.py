@@ -61,6 +61,7 @@ class RequestTable:
         self.finishing: list[Req] = []
         self.orphans: list[str] = []
         self.aborting: list[Req] = []  # flagged (``Intake.take_aborts``), not yet freed: running ones wait for ``abort()``
+        self.prefilled: list[Req] = []  # prefill completed in the Forwards being applied: ``cache_prefilled`` inserts them
         self.snapshot = (0, 0, 0)  # (held, waiting, waiting tokens) as of the last ``publish``
 
     # ---- derived -------------------------------------------------------------------------------------------
@@ -123,8 +124,28 @@ class RequestTable:
 
     # ---- running ---------------------------------------------------------------------------------------------
     def prefill_done(self, req: Req) -> None:
-        """PREFILLING -> DECODING (its first token was sampled)."""
+        """PREFILLING -> DECODING (its first token was sampled); ``cache_prefilled`` inserts its written prompt."""
         req.phase = State.DECODE
+        self.prefilled.append(req)
+
+    def cache_prefilled(self) -> int:
+        """Makes the prompts whose prefill completed in the Forwards just applied visible to probes (a router's
+        ProbePrefix) while they decode: one CacheRequests (finished=false) for all of them, inserting each one's
+        written tokens (``all_ids[:kv_len]``: its prompt, and on a recompute its output so far). The cache never
+        remaps a running request (``Pool.cache``), so the worker's slot table for it stays right. Skipped: one
+        that finished or has an abort pending in the same reply (its finish or abort caches it) and one no
+        longer running. Returns how many were sent; raises the cache client's errors."""
+        reqs, self.prefilled = self.prefilled, []
+        running = {id(r) for r in self.running}
+        items, seen = [], set()
+        for req in reqs:
+            if (req.state == State.DECODE and not req.abort_requested and id(req) in running and req.kv_len > 0
+                    and req.rid not in seen):
+                seen.add(req.rid)
+                items.append(cache_pb2.CacheItem(request_id=req.rid, token_ids=req.all_ids[:req.kv_len], finished=False))
+        if items:
+            self.cache.cache_requests(items)
+        return len(items)
 
     def retract(self, req: Req, cache_prefix: bool) -> None:
         """Running -> WAITING, first in line: caches its written prefix (``cache_prefix``, when any was written)
@@ -245,6 +266,7 @@ class RequestTable:
             self.intake.forget(req)
         self.waiting.clear()
         self.running = []
+        self.prefilled = []
         self.publish()
 
     def resynced(self, worker_ids: list[str]) -> int:
@@ -254,6 +276,7 @@ class RequestTable:
         outage, which is answered now. Returns how many were running."""
         self.worker.release(worker_ids)
         self.orphans = []
+        self.prefilled = []
         running = len(self.running)
         for req in reversed(self.running):
             if req.stream.has_final:

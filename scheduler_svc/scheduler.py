@@ -270,6 +270,7 @@ class Scheduler:
         start, ``t1`` .. ``t2`` waiting for the reply) is recorded."""
         finished = results.apply(batch, reply, self.table, self._stats)
         self.table.finish(finished, self.pipeline.request_ids)
+        self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()
         if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
             now = time.perf_counter()

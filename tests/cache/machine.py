@@ -37,6 +37,7 @@ class ModelReq:
     seq: list[int]     # tokens at positions 0.. (the request's prompt + outputs)
     length: int        # positions with slots
     prefix: int        # positions covered by the locked tree prefix
+    slots: list[int]   # the slot of each position (what the worker's slot table holds): never remapped
 
 
 class CacheMachine(RuleBasedStateMachine):
@@ -89,7 +90,7 @@ class CacheMachine(RuleBasedStateMachine):
         (res,) = out.results
         assert res.cached_tokens % self.page_size == 0 and (cap == 0 or res.cached_tokens <= cap)
         self.check_slots(ns, tokens, res.slot_ids)
-        self.reqs[rid] = ModelReq(ns, list(tokens), res.cached_tokens, res.cached_tokens)
+        self.reqs[rid] = ModelReq(ns, list(tokens), res.cached_tokens, res.cached_tokens, list(res.slot_ids))
         self.last = ("match", args, out)
 
     @rule(ns=NAMESPACES, tokens=TOKENS)
@@ -123,6 +124,7 @@ class CacheMachine(RuleBasedStateMachine):
                 pos = req.length + i
                 self.kv[slot] = (req.namespace, tuple(req.seq[: pos + 1]))  # the worker writes KV here
             req.length += n
+            req.slots += res.slot_ids
         assert out.receipt.delivered_tokens == out.receipt.asked_tokens == sum(n for _, n in items)
         self.last = ("allocate", args, out)
 
@@ -136,13 +138,19 @@ class CacheMachine(RuleBasedStateMachine):
         out = self.core.cache_requests(*args)
         (res,) = out.results
         aligned = k - k % self.page_size
-        assert res.already_cached_tokens + res.inserted_tokens == aligned
         if finished:
+            assert res.already_cached_tokens + res.inserted_tokens == aligned
             del self.reqs[rid]
         else:
             self.check_slots(req.namespace, req.seq, res.prefix_slot_ids)
-            assert len(res.prefix_slot_ids) == aligned
-            req.prefix = aligned
+            # never remapped: the prefix it reads is the slots it matched and wrote (the worker is not told)
+            assert list(res.prefix_slot_ids) == req.slots[: len(res.prefix_slot_ids)]
+            if res.inserted_tokens or res.already_cached_tokens == aligned == len(res.prefix_slot_ids):
+                assert res.already_cached_tokens + res.inserted_tokens == aligned == len(res.prefix_slot_ids)
+                assert res.freed_tokens == 0
+                req.prefix = aligned
+            else:  # the tree holds more of these tokens than its prefix: nothing changed for it
+                assert res.inserted_tokens == res.freed_tokens == 0 and len(res.prefix_slot_ids) == req.prefix
         self.last = ("cache", args, out)
 
     @precondition(lambda self: self.reqs)

@@ -87,20 +87,42 @@ def test_cache_frees_duplicates_and_reports_already_cached() -> None:
     assert pool.counters().available == 12 and integrity.check(pool) == []
 
 
-def test_unfinished_cache_moves_the_lock_and_returns_new_prefix_slots() -> None:
+def test_unfinished_cache_moves_the_lock_onto_the_slots_it_wrote() -> None:
     pool = make()
     first = run(pool, "a", [1, 2, 3])
-    lock(pool, "b", [1, 2, 9, 9], cap=1)
-    (alloc,), _ = pool.allocate(S, [("b", 3)])                      # positions 1..3
+    lock(pool, "b", [1, 2, 9, 9], cap=2)
+    (alloc,), _ = pool.allocate(S, [("b", 2)])                      # positions 2..3
     (res,) = pool.cache(S, [CacheItem("b", (1, 2, 9), False)])
-    assert res.already_cached_tokens == 2 and res.inserted_tokens == 1 and res.freed_tokens == 1
-    assert res.prefix_slot_ids == (first[0], first[1], alloc.slot_ids[1])  # position 2
+    assert res.already_cached_tokens == 2 and res.inserted_tokens == 1 and res.freed_tokens == 0
+    assert res.prefix_slot_ids == (first[0], first[1], alloc.slot_ids[0])  # the slots it reads already
     req = pool.requests[(S, "b")]
     assert req.prefix_len == 3 and req.length == 4 and len(req.pages) == 1   # position 3 still owned
     assert pool.counters().protected == 3 and pool.counters().owned == 1
     assert integrity.check(pool) == []
     pool.release(S, ["b"])
     assert pool.counters().protected == 0 and pool.counters().available == 16 - 4
+
+
+def test_unfinished_cache_never_remaps_a_request_onto_another_copy() -> None:
+    """b matched 1 token, then a inserted [1, 2, 3]: inserting b's written [1, 2] would free its own slot for
+    position 1 and hand it a's (the worker's slot table for b would go stale). Nothing changes for b; at
+    finish its duplicates are freed."""
+    pool = make()
+    lock(pool, "b", [1, 2, 3, 4], cap=1)
+    run(pool, "x", [1])
+    pool.release(S, ["b"])
+    lock(pool, "b", [1, 2, 3, 4], cap=1)                            # b reads slot of [1] from the tree
+    (alloc,), _ = pool.allocate(S, [("b", 3)])                      # b writes positions 1..3
+    run(pool, "a", [1, 2, 3])                                        # a caches [1, 2, 3] on its own slots
+    before = pool.counters()
+    (res,) = pool.cache(S, [CacheItem("b", (1, 2, 3), False)])
+    assert (res.already_cached_tokens, res.inserted_tokens, res.freed_tokens) == (3, 0, 0)
+    req = pool.requests[(S, "b")]
+    assert res.prefix_slot_ids == tuple(req.prefix_slots) and req.prefix_len == 1
+    assert req.pages == list(alloc.slot_ids) and pool.counters() == before and integrity.check(pool) == []
+    (done,) = pool.cache(S, [CacheItem("b", (1, 2, 3, 4), True)])
+    assert (done.already_cached_tokens, done.inserted_tokens, done.freed_tokens) == (3, 1, 2)
+    assert pool.counters().owned == 0 and integrity.check(pool) == []
 
 
 def test_paged_unfinished_cache_keeps_partial_tail_page_owned() -> None:
