@@ -1,5 +1,7 @@
 """``python -m gateway --host 127.0.0.1 --port 8000 --scheduler 127.0.0.1:50053 --model-path DIR
-[--model-name NAME] [--api-key KEY]``: serves the HTTP API in front of the scheduler."""
+[--model-name NAME] [--api-key KEY]``: serves the HTTP API in front of the scheduler; with
+``--replica scheduler=HOST:PORT,cache=HOST:PORT,pool=ID`` (repeated, instead of --scheduler) in front of several
+replicas, each call routed by ``--routing`` (gateway.router)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--scheduler", default="127.0.0.1:50053", help="scheduler gRPC address host:port")
+    parser.add_argument("--scheduler", default=None,
+                        help="scheduler gRPC address host:port (one replica; default 127.0.0.1:50053)")
+    parser.add_argument("--replica", action="append", default=[], metavar="scheduler=H:P,cache=H:P,pool=ID",
+                        help="a replica: its scheduler's and cache service's addresses and its pool id (pool "
+                             "defaults to 'default'); repeat for each replica, instead of --scheduler")
+    parser.add_argument("--routing", default="cache_aware", choices=["cache_aware", "round_robin", "least_load"],
+                        help="how calls are spread over several replicas (default cache_aware: least of uncached "
+                             "prompt tokens + w_q * queued tokens + w_r * requests)")
+    parser.add_argument("--route-queued-weight", type=float, default=1.0,
+                        help="w_q: cost of one queued prompt token, in uncached prompt tokens (default 1.0: it is "
+                             "prefilled before ours)")
+    parser.add_argument("--route-requests-weight", type=float, default=16.0,
+                        help="w_r: cost of one request the scheduler holds, in uncached prompt tokens (default 16: "
+                             "its decode slot next to our prefill)")
+    parser.add_argument("--pending-ttl", type=float, default=2.0,
+                        help="seconds a routed request counts as pending (cached there for the next prompts, and "
+                             "as load) unless its first message comes sooner")
+    parser.add_argument("--load-interval", type=float, default=0.25,
+                        help="seconds between GetLoad polls of each replica's scheduler (several replicas)")
+    parser.add_argument("--cache-probe-timeout", type=float, default=0.5,
+                        help="seconds for a cache's ProbePrefix answer; one that misses it routes its replicas "
+                             "as 0 cached")
     parser.add_argument("--model-path", required=True, type=pathlib.Path,
                         help="checkpoint directory (config.json, tokenizer.json)")
     parser.add_argument("--model-name", default=None, help="served model name (default: the directory name)")
@@ -45,7 +68,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     check_ranges(parser, args)
+    check_replicas(parser, args)
     return args
+
+
+def check_replicas(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Sets ``args.replicas`` (ReplicaSpec list): the --replica values, or the one --scheduler (default
+    127.0.0.1:50053). A usage error (exit 2) for both flags together, a malformed --replica, or the same scheduler
+    or (cache, pool) twice."""
+    from gateway.replica_spec import ReplicaSpec
+
+    if args.replica and args.scheduler is not None:
+        parser.error("give either --scheduler (one replica) or --replica (one per replica), not both")
+    if not args.replica:
+        args.replicas = [ReplicaSpec(args.scheduler or "127.0.0.1:50053")]
+        return
+    try:
+        args.replicas = [ReplicaSpec.parse(text) for text in args.replica]
+    except ValueError as exc:
+        parser.error(f"--replica: {exc}")
+    for what, keys in (("scheduler", [r.scheduler for r in args.replicas]),
+                       ("cache and pool", [(r.cache, r.pool) for r in args.replicas])):
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup is not None:
+            parser.error(f"--replica: two replicas have the same {what} {dup}")
 
 
 def check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -57,7 +103,9 @@ def check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     for name, low in (("health_timeout", 0), ("request_timeout", 0), ("probe_timeout", 0),
-                      ("probe_interval", None), ("drain_seconds", None)):
+                      ("probe_interval", None), ("drain_seconds", None), ("pending_ttl", 0),
+                      ("load_interval", None), ("cache_probe_timeout", 0), ("route_queued_weight", None),
+                      ("route_requests_weight", None)):
         value = getattr(args, name)
         if value is None:
             continue
@@ -71,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from common.logs import configure
     from gateway.app import create_app
-    from gateway.scheduler_client import SchedulerClient
+    from gateway.replicas import ReplicaSet
     from gateway.settings import GatewaySettings, ModelFacts
     from gateway.tokenizer import GatewayTokenizer
 
@@ -87,16 +135,27 @@ def main(argv: list[str] | None = None) -> None:
         request_timeout_s=args.request_timeout,
         probe_interval_s=args.probe_interval,
         probe_timeout_s=args.probe_timeout,
+        routing=args.routing,
+        route_queued_weight=args.route_queued_weight,
+        route_requests_weight=args.route_requests_weight,
+        pending_ttl_s=args.pending_ttl,
+        load_interval_s=args.load_interval,
+        cache_probe_timeout_s=args.cache_probe_timeout,
     )
     tokenizer = GatewayTokenizer.from_file(model_dir)
-    client = SchedulerClient(args.scheduler, settings.retry_after_s)
-    app = create_app(client, tokenizer, settings)
+    replicas = ReplicaSet.build(args.replicas, settings.retry_after_s, settings.probe_interval_s,
+                                settings.probe_timeout_s, settings.load_interval_s)
+    app = create_app(replicas.replicas[0].client if replicas.single else replicas, tokenizer, settings)
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
                             timeout_graceful_shutdown=args.drain_seconds)
-    server = DrainingServer(config, client, settings.retry_after_s)
-    log.info("serving", host=args.host, port=port, url=f"http://{args.host}:{port}", scheduler=args.scheduler,
+    server = DrainingServer(config, [r.client for r in replicas.replicas], settings.retry_after_s)
+    log.info("serving", host=args.host, port=port, url=f"http://{args.host}:{port}",
+             scheduler=replicas.replicas[0].spec.scheduler if replicas.single else None,
+             replicas=None if replicas.single else [f"{r.name}={r.spec.scheduler},{r.spec.cache},{r.spec.pool}"
+                                                    for r in replicas.replicas],
+             routing=None if replicas.single else settings.routing,
              model=settings.model_name, auth=settings.api_key is not None)
     # uvicorn handles SIGINT/SIGTERM (graceful shutdown) and re-raises the signal to the handler that was
     # installed before it; a no-op one there makes a requested shutdown exit 0.
@@ -111,16 +170,16 @@ class DrainingServer(uvicorn.Server):
     timeout, the generations still in flight are abandoned with 503 "gateway is shutting down", so a stream ends
     with an error event and [DONE] (instead of a cut connection) and a whole answer is a 503."""
 
-    def __init__(self, config: uvicorn.Config, client: SchedulerClient, retry_after_s: int) -> None:
+    def __init__(self, config: uvicorn.Config, clients: list[SchedulerClient], retry_after_s: int) -> None:
         super().__init__(config)
-        self.client, self.retry_after_s = client, retry_after_s
+        self.clients, self.retry_after_s = clients, retry_after_s
 
     async def shutdown(self, sockets=None) -> None:
         from gateway.errors import ApiError
 
         async def abandon_later() -> None:
             await asyncio.sleep(max(0.0, (self.config.timeout_graceful_shutdown or 0) - 1.0))
-            for stream in list(self.client.streams):
+            for stream in [s for client in self.clients for s in client.streams]:
                 stream.abandon(ApiError(503, "gateway is shutting down; retry the request", "service_unavailable",
                                         retry_after_s=self.retry_after_s))
 

@@ -12,9 +12,11 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from codeserve.v1 import scheduler_pb2
+from gateway import replica_admin
 from gateway.context import get_ctx
 from gateway.errors import ApiError
 from gateway.generation import SamplingRequest
+from gateway.scheduler_client import SchedulerClient
 
 router = APIRouter()
 
@@ -30,6 +32,8 @@ async def ready(request: Request):
     """Cheap readiness: the scheduler answers grpc.health.v1 with SERVING within ``probe_timeout_s``.
     200 ``{"status": "ok"}``, or 503 with Retry-After naming why (unreachable, NOT_SERVING)."""
     ctx = get_ctx(request)
+    if not ctx.replicas.single:
+        return await replica_admin.ready(ctx)
     retry = ctx.settings.retry_after_s
     try:
         status = await ctx.client.probe(ctx.settings.probe_timeout_s)
@@ -43,12 +47,12 @@ async def ready(request: Request):
     return {"status": "ok"}
 
 
-async def _not_serving(ctx, status: int) -> ApiError:
+async def _not_serving(ctx, status: int, client: SchedulerClient | None = None) -> ApiError:
     """The 503 for a scheduler whose health is ``status`` (not SERVING), with the reason from its GetLoad (a
     frozen worker, no progress, stopping) when it gives one; when GetLoad itself fails, that failure is named
     (the 503 stands either way)."""
     try:
-        reason = (await ctx.client.get_load()).unhealthy_reason
+        reason = (await (client or ctx.client).get_load()).unhealthy_reason
         why = f": {reason}" if reason else ""
     except ApiError as exc:
         why = f" (its reason could not be read: GetLoad answered {exc.status} {exc.message})"
@@ -62,18 +66,25 @@ async def health_generate(request: Request):
     generation must round-trip through scheduler and worker within ``health_timeout_s``.
     200 ``{"status": "ok", ...}`` or 503 with the OpenAI error body naming the failure."""
     ctx = get_ctx(request)
+    if not ctx.replicas.single:
+        return await replica_admin.health_generate(ctx, lambda r: _health_generate(ctx, r.client))
+    return await _health_generate(ctx, ctx.client)
+
+
+async def _health_generate(ctx, client: SchedulerClient) -> dict:
+    """The round trip on one scheduler (``client``); raises ApiError 503 naming the failure."""
     timeout = ctx.settings.health_timeout_s
     retry = ctx.settings.retry_after_s
 
     async def probe() -> dict:
-        status = await ctx.client.health_status()
+        status = await client.health_status()
         if status != health_pb2.HealthCheckResponse.SERVING:
-            raise await _not_serving(ctx, status)
+            raise await _not_serving(ctx, status, client)
         prompt = ctx.tokenizer.encode("def")
         req = SamplingRequest(max_new_tokens=1, temperature=0.0).to_proto(f"health-{uuid.uuid4().hex}", prompt)
         req.namespace = "__health_generate__"
         req.health_probe = True  # kept out of the request metrics and token counters (SGLang: log_metrics=False)
-        call = ctx.client.start_generate(req, timeout_s=timeout)
+        call = client.start_generate(req, timeout_s=timeout)
         tokens = 0
         finish = ""
         try:
@@ -81,7 +92,7 @@ async def health_generate(request: Request):
                 tokens += len(msg.token_ids)
                 finish = msg.finish_reason or finish
         except grpc.aio.AioRpcError as exc:
-            error = ctx.client.error(exc)
+            error = client.error(exc)
             raise ApiError(503, f"health generation failed: {error.message}", "service_unavailable",
                            retry_after_s=retry) from exc
         finally:
@@ -128,10 +139,16 @@ async def get_model_info(request: Request):
 async def server_info(request: Request):
     """Model, limits, scheduler load and per-pool counters (from ServerInfo and GetLoad)."""
     ctx = get_ctx(request)
+    if not ctx.replicas.single:
+        return await replica_admin.server_info(ctx, lambda info: _info(ctx, info), _load, _pool)
     info, load = await asyncio.gather(ctx.client.server_info(), ctx.client.get_load())
     if load.pool_error:
         raise ApiError(503, f"the scheduler could not read its KV pool from the cache: {load.pool_error}",
                        "service_unavailable", retry_after_s=ctx.settings.retry_after_s)
+    return {**_info(ctx, info), "load": _load(load), "pools": [_pool(p) for p in load.pools]}
+
+
+def _info(ctx, info: scheduler_pb2.ServerInfoResponse) -> dict:
     s = ctx.settings
     return {
         "model_name": s.model_name,
@@ -155,21 +172,26 @@ async def server_info(request: Request):
             "max_stop_chars": s.max_stop_chars,
             "max_logprobs": s.max_logprobs,
         },
-        "load": {
-            "running": load.running,
-            "waiting": load.waiting,
-            "waiting_tokens": load.waiting_tokens,
-            "seconds_since_last_batch": load.seconds_since_last_batch,
-            "batches_completed": load.batches_completed,
-        },
-        "pools": [_pool(p) for p in load.pools],
+    }
+
+
+def _load(load: scheduler_pb2.GetLoadResponse) -> dict:
+    return {
+        "running": load.running,
+        "waiting": load.waiting,
+        "waiting_tokens": load.waiting_tokens,
+        "seconds_since_last_batch": load.seconds_since_last_batch,
+        "batches_completed": load.batches_completed,
     }
 
 
 @router.api_route("/flush_cache", methods=["GET", "POST"])
 async def flush_cache(request: Request):
-    """Evicts every unlocked cached prefix; returns how many tokens were freed."""
-    reply = await get_ctx(request).client.flush_cache()
+    """Evicts every unlocked cached prefix (of every replica); returns how many tokens were freed."""
+    ctx = get_ctx(request)
+    if not ctx.replicas.single:
+        return await replica_admin.flush_cache(ctx)
+    reply = await ctx.client.flush_cache()
     return JSONResponse({"freed_tokens": reply.freed_tokens})
 
 
@@ -177,6 +199,9 @@ async def flush_cache(request: Request):
 async def metrics(request: Request):
     """Prometheus text format (see gateway.metrics for the names)."""
     ctx = get_ctx(request)
+    if not ctx.replicas.single:
+        return Response(ctx.metrics.render_replicas(await replica_admin.metrics_loads(ctx)),
+                        media_type=CONTENT_TYPE_LATEST)
     try:
         load = await ctx.client.get_load(request_metrics=True)
     except ApiError:

@@ -17,7 +17,13 @@ from gateway.disconnect import ClientDisconnected
 from gateway.errors import ApiError, api_error_handler, counted, not_utf8, validation_error_handler
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import JsonBodies, LimitsAndAuth
-from gateway.readiness import SchedulerWatch
+from gateway.cache_probe import CacheProbe
+from gateway.dispatch import Dispatcher
+from gateway.pending import PendingTable
+from gateway.replica_spec import ReplicaSpec
+from gateway.replicas import Replica, ReplicaSet
+from gateway.router import Policy, Router, Weights
+from gateway.routing_metrics import RoutingMetrics
 from gateway.scheduler_client import SchedulerClient
 from gateway.settings import GatewaySettings
 from gateway.tokenizer import GatewayTokenizer
@@ -43,24 +49,37 @@ async def _unexpected_handler(request: Request, exc: Exception) -> JSONResponse:
     return counted(request, ApiError(500, f"internal error: {exc}", "internal_error"))
 
 
-def create_app(scheduler_client: SchedulerClient, tokenizer: GatewayTokenizer, settings: GatewaySettings) -> FastAPI:
-    """Builds the app. The scheduler client's channel is closed at shutdown."""
+def create_app(scheduler: SchedulerClient | ReplicaSet, tokenizer: GatewayTokenizer,
+               settings: GatewaySettings) -> FastAPI:
+    """Builds the app over one scheduler client (one replica, as always) or a replica set. The channels are closed
+    at shutdown."""
+    replicas = scheduler if isinstance(scheduler, ReplicaSet) else ReplicaSet(
+        [Replica(0, ReplicaSpec(scheduler.target), scheduler)], settings.probe_interval_s, settings.probe_timeout_s,
+        settings.retry_after_s, settings.load_interval_s)
+    metrics = GatewayMetrics(settings.model_name)
+    probe = CacheProbe(settings.cache_probe_timeout_s)
+    if replicas.single:
+        dispatcher = Dispatcher(replicas, None, None, None)
+    else:
+        pending = PendingTable(settings.pending_ttl_s)
+        router = Router(replicas, pending, probe, Policy(settings.routing),
+                        Weights(settings.route_queued_weight, settings.route_requests_weight))
+        dispatcher = Dispatcher(replicas, router, pending, RoutingMetrics(metrics.registry, settings.model_name))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
-        watch = None
-        if settings.probe_interval_s > 0:
-            watch = asyncio.create_task(SchedulerWatch(scheduler_client, settings.probe_interval_s,
-                                                       settings.probe_timeout_s, settings.retry_after_s).run())
+        tasks = replicas.tasks()
         yield
-        if watch is not None:
-            watch.cancel()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with suppress(asyncio.CancelledError):
-                await watch
-        await scheduler_client.close()
+                await task
+        await replicas.close()
+        await probe.close()
 
     app = FastAPI(title="codeserve gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.ctx = GatewayContext(scheduler_client, tokenizer, settings, GatewayMetrics(settings.model_name))
+    app.state.ctx = GatewayContext(replicas, dispatcher, tokenizer, settings, metrics)
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, _http_exception_handler)

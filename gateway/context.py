@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from gateway.dispatch import Dispatcher
 from gateway.errors import ApiError
 from gateway.metrics import GatewayMetrics
+from gateway.replicas import ReplicaSet
 from gateway.scheduler_client import SchedulerClient
 from gateway.settings import GatewaySettings
 from gateway.tokenizer import GatewayTokenizer
@@ -15,12 +17,19 @@ from gateway.tokenizer import GatewayTokenizer
 
 @dataclass(frozen=True)
 class GatewayContext:
-    """The scheduler client, the tokenizer, the settings and the metrics of one app."""
+    """The replicas and the dispatcher that routes calls to them, the tokenizer, the settings and the metrics of
+    one app."""
 
-    client: SchedulerClient
+    replicas: ReplicaSet
+    dispatcher: Dispatcher
     tokenizer: GatewayTokenizer
     settings: GatewaySettings
     metrics: GatewayMetrics
+
+    @property
+    def client(self) -> SchedulerClient:
+        """The first replica's scheduler client (the only one with one replica)."""
+        return self.replicas.replicas[0].client
 
     def check_model(self, model: str | None) -> None:
         """Raises ApiError 404 when ``model`` is given and is not the served model's name."""

@@ -17,8 +17,8 @@ from gateway.generation import GenerationResult, GenerationStream, abort_sibling
 from gateway.metrics import GatewayMetrics
 
 
-def _start(ctx: GatewayContext, request: scheduler_pb2.GenerateRequest) -> GenerationStream:
-    return GenerationStream(ctx.client, request, ctx.settings.retry_after_s, ctx.settings.request_timeout_s)
+async def _start(ctx: GatewayContext, request: scheduler_pb2.GenerateRequest) -> GenerationStream:
+    return await ctx.dispatcher.start(request, ctx.settings.retry_after_s, ctx.settings.request_timeout_s)
 
 
 async def collect_all(
@@ -31,7 +31,7 @@ async def collect_all(
     async def run() -> list[GenerationResult]:
         try:
             for r in requests:
-                streams.append(_start(ctx, r))
+                streams.append(await _start(ctx, r))
             return await gather_all((s.collect() for s in streams), lambda: abort_siblings(streams))
         finally:
             for stream in streams:
@@ -50,7 +50,7 @@ async def open_streams(
     streams: list[GenerationStream] = []
     try:
         for r in requests:  # a refusal part-way (scheduler known down) cancels those already started
-            streams.append(_start(ctx, r))
+            streams.append(await _start(ctx, r))
         firsts = await until_disconnect(http_request, gather_all((s.next() for s in streams),
                                                                   lambda: abort_siblings(streams)))
     except BaseException:

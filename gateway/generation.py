@@ -20,6 +20,7 @@ from codeserve.v1 import common_pb2, scheduler_pb2
 from common.counted import counted_by_scheduler
 from gateway.errors import ApiError
 from gateway.scheduler_client import SchedulerClient
+from gateway.stream_hooks import StreamHooks
 
 T = TypeVar("T")
 log = structlog.get_logger()
@@ -185,7 +186,8 @@ class GenerationStream:
 
     ``next()`` returns the next GenerateResponse, or None after the message that carries
     finish_reason. Raises ApiError for a gRPC error, for a stream that ends without finish_reason,
-    and for finish_reason "abort" (the scheduler gave up on the request: 503).
+    and for finish_reason "abort" (the scheduler gave up on the request: 503). With ``hooks`` (a routed call),
+    a failure before the first message may be retried once on the client ``hooks.failed`` returns.
     """
 
     def __init__(
@@ -194,11 +196,14 @@ class GenerationStream:
         request: scheduler_pb2.GenerateRequest,
         retry_after_s: int,
         timeout_s: float | None = None,
+        hooks: StreamHooks | None = None,
     ) -> None:
         self.request_id = request.request_id
         self._client = client
+        self._request = request
         self._retry_after_s = retry_after_s
         self._timeout_s = timeout_s
+        self._hooks = hooks
         self._call = client.start_generate(request, timeout_s)
         self._abandoned: ApiError | None = None
         client.streams.add(self)
@@ -221,8 +226,15 @@ class GenerationStream:
             self._finished = True
             raise self._abandoned from None
         except grpc.aio.AioRpcError as exc:
-            self._finished = True
             error = self._client.error(exc)
+            retry_on = self._hooks.failed(exc.code(), error, self._first) if self._hooks is not None else None
+            if retry_on is not None:  # refused before its first message: once more, on the next-best replica
+                self._client.streams.discard(self)
+                self._client = retry_on
+                self._call = retry_on.start_generate(self._request, self._timeout_s)
+                retry_on.streams.add(self)
+                return await self.next()
+            self._finished = True
             # the scheduler counted the call: it answered this status (its mark in the trailers), or the call
             # ended at the deadline, which the scheduler sees as its client leaving (finished_reason "abort")
             error.counted_upstream = (exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -239,6 +251,8 @@ class GenerationStream:
         if self._first:
             self._first = False
             self._prompt_tokens, self._cached_tokens = msg.prompt_tokens, msg.cached_tokens
+            if self._hooks is not None:
+                self._hooks.first_message(msg)
         if msg.finish_reason:
             self._finished = True
             log.info("request_finished", rid=self.request_id, prompt_tokens=self._prompt_tokens,
@@ -295,6 +309,8 @@ class GenerationStream:
         """Cancels the gRPC call (no-op when it already finished)."""
         self._call.cancel()
         self._client.streams.discard(self)
+        if self._hooks is not None:
+            self._hooks.ended()
 
     def abandon(self, error: ApiError) -> None:
         """Gives up on the call (the scheduler does not answer): cancels it; the pending or next ``next()``

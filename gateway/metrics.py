@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 
 from codeserve.v1 import scheduler_pb2
+from gateway.replica_metrics import LoadOf, ReplicaLoadCollector
 
 
 class _LoadCollector:
@@ -29,8 +30,11 @@ class _LoadCollector:
     def __init__(self, model_name: str) -> None:
         self._model_name = model_name
         self.load: scheduler_pb2.GetLoadResponse | None = None
+        self.enabled = True  # False on a gateway of several replicas (gateway.replica_metrics serves them)
 
     def collect(self) -> Iterable[Metric]:
+        if not self.enabled:
+            return
         labels = ["model_name"]
         up = GaugeMetricFamily("codeserve:scheduler_up", "1 when the scheduler answered GetLoad at this scrape.",
                                labels=labels)
@@ -89,6 +93,8 @@ class GatewayMetrics:
         self.registry = CollectorRegistry()
         self._load = _LoadCollector(model_name)
         self.registry.register(self._load)
+        self._replica_loads = ReplicaLoadCollector(model_name)
+        self.registry.register(self._replica_loads)
         self.errors = Counter("codeserve:request_errors",
                               "HTTP requests the gateway answered with an error that no Generate call counts at "
                               "the scheduler (refused before any call: bad input, unknown model or path, the "
@@ -103,4 +109,11 @@ class GatewayMetrics:
         """The Prometheus text exposition, with ``load`` (None when GetLoad failed; asked with request_metrics)
         as the scheduler's numbers."""
         self._load.load = load
+        return generate_latest(self.registry)
+
+    def render_replicas(self, loads: list[LoadOf]) -> bytes:
+        """The exposition of a gateway of several replicas: ``loads`` (replica name, its GetLoad asked with
+        request_metrics, or None when it failed) as totals and per-replica families (gateway.replica_metrics)."""
+        self._load.enabled = False
+        self._replica_loads.loads = loads
         return generate_latest(self.registry)

@@ -55,4 +55,11 @@ class GatewaySettings:
     probe_interval_s: float = 0.5  # scheduler health probe period (gateway.readiness; 0 = no probe)
     probe_timeout_s: float = 2.0   # its deadline; no answer within it = scheduler unreachable (503 at once)
     default_max_tokens: int = 16
+    # routing across several replicas (gateway.router; unused with one replica)
+    routing: str = "cache_aware"        # cache_aware | round_robin | least_load
+    route_queued_weight: float = 1.0    # w_q: per queued prompt token
+    route_requests_weight: float = 16.0  # w_r: per request the scheduler holds (running + waiting)
+    pending_ttl_s: float = 2.0          # a pending entry's life (or until its request's first message)
+    load_interval_s: float = 0.25       # GetLoad poll period per replica
+    cache_probe_timeout_s: float = 0.5  # ProbePrefix deadline; a cache that misses it is routed as 0 cached
     native_default_max_new_tokens: int = 128

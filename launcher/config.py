@@ -195,6 +195,9 @@ PLACED: dict[str, tuple[str, ...]] = {
     "gateway": ("--host", "--port", "--scheduler", "--model-path"),
 }
 
+ROUTING_ONLY = ("routing across several replicas (issue 11, gateway.router): the launcher starts one replica, which "
+                "the gateway does not route; the launcher's --replicas N sets it")
+
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -208,6 +211,13 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",
+        "--replica": ROUTING_ONLY,
+        "--routing": ROUTING_ONLY,
+        "--route-queued-weight": ROUTING_ONLY,
+        "--route-requests-weight": ROUTING_ONLY,
+        "--pending-ttl": ROUTING_ONLY,
+        "--load-interval": ROUTING_ONLY,
+        "--cache-probe-timeout": ROUTING_ONLY,
     },
 }
 

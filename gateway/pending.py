@@ -1,0 +1,86 @@
+"""The router's pending entries: requests routed to a replica but not yet prefilled there.
+
+Between the routing decision and the scheduler writing a prompt's prefill into its pool's radix tree (which is
+when the cache service's ``ProbePrefix`` starts to see it) the cache knows nothing of the request. Without a
+record of it, a burst of prompts sharing one prefix would each probe 0 cached tokens everywhere and spread over
+the replicas, each replica prefilling the same prefix. A pending entry holds the prompt's token ids on its replica
+for a short time (``ttl_s``, or until the request's first message, when its prefill is written), and a new prompt's
+longest common prefix with the pending prompts of a replica (whole pages) is routed as if it were cached there.
+
+The same entries are the gateway's own count of requests it sent that have not yet started: ``fresh`` gives the
+entries created after a replica's last load poll was sent, the ones that poll cannot have seen.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """One routed, not yet prefilled request. ``replica``: its index in the replica set; ``ids``: its prompt token
+    ids (namespace-salted caches never share: ``namespace`` is part of the match); ``uncached_tokens``: the prefill
+    the router predicted it costs there (prompt tokens - predicted cached); ``created_at``: monotonic seconds."""
+
+    request_id: str
+    replica: int
+    namespace: str
+    ids: tuple[int, ...]
+    uncached_tokens: int
+    created_at: float
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token id sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PendingTable:
+    """Pending entries by request id, expired after ``ttl_s`` seconds (``clock``: monotonic seconds, settable for
+    tests). An entry leaves at its request's first message (``remove``), its failure (``remove``) or its TTL."""
+
+    def __init__(self, ttl_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"pending ttl must be > 0 seconds (got {ttl_s})")
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._entries: dict[str, PendingEntry] = {}
+
+    def add(self, request_id: str, replica: int, namespace: str, ids: Sequence[int], uncached_tokens: int) -> None:
+        """Records a routed request (replacing an entry of the same id: a retry on another replica)."""
+        self._entries[request_id] = PendingEntry(request_id, replica, namespace, tuple(ids), uncached_tokens,
+                                                 self._clock())
+
+    def remove(self, request_id: str) -> None:
+        """Drops the request's entry (no-op when it expired or was never added)."""
+        self._entries.pop(request_id, None)
+
+    def entries(self) -> list[PendingEntry]:
+        """The live entries (expired ones are dropped first), oldest first."""
+        now = self._clock()
+        for rid in [rid for rid, e in self._entries.items() if now - e.created_at >= self.ttl_s]:
+            del self._entries[rid]
+        return list(self._entries.values())
+
+    def matched_tokens(self, namespace: str, ids: Sequence[int], replica: int, page_size: int) -> int:
+        """The longest common prefix of ``ids`` with a pending prompt of ``replica`` in ``namespace``, in whole
+        pages of ``page_size`` tokens (the radix tree caches whole pages), at most ``len(ids) - 1`` rounded down
+        to a page (the last prompt token is always computed, as the scheduler's match does)."""
+        best = 0
+        for entry in self.entries():
+            if entry.replica == replica and entry.namespace == namespace:
+                best = max(best, common_prefix(entry.ids, ids))
+        limit = max(0, len(ids) - 1)
+        best = min(best, limit)
+        return best - best % max(1, page_size)
+
+    def fresh(self, replica: int, since: float) -> list[PendingEntry]:
+        """The live entries of ``replica`` created at or after ``since`` (monotonic seconds: when the replica's
+        last load poll was sent; entries older than that are in the polled load already)."""
+        return [e for e in self.entries() if e.replica == replica and e.created_at >= since]
