@@ -67,6 +67,9 @@ HELP = {
                      "for it, the cache uses it for sessions that ask for none)",
     "drain_seconds": "on SIGTERM / Ctrl-C: seconds requests in flight may take to finish, at the gateway and at "
                      "the scheduler; the launcher waits this + 10 s for each before SIGKILL",
+    "routing": "how the gateway spreads requests over the replicas: cache_aware (the least of uncached prompt "
+               "tokens, asked of the cache, + weighted queued tokens + weighted requests), round_robin or least_load "
+               "(one replica: not routed)",
     "api_key": "require 'Authorization: Bearer KEY' at the gateway (also read from CODESERVE_API_KEY)",
     "max_body_bytes": "largest HTTP request body the gateway accepts, in bytes; larger: 413",
     "max_n": "largest n (completions per prompt) the gateway accepts; larger: 400",
@@ -124,6 +127,7 @@ class StackConfig:
     lease_seconds: float = 30.0
     drain_seconds: float = 5.0
     # gateway
+    routing: str = "cache_aware"
     api_key: str | None = None
     max_body_bytes: int = 16 * 1024 * 1024
     max_n: int = 16
@@ -181,7 +185,7 @@ PASSED: dict[str, tuple[str, ...]] = {
     "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
                   "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap",
                   "overlap_mode"),
-    "gateway": ("model_name", "api_key", "max_body_bytes", "max_n", "request_timeout", "health_timeout",
+    "gateway": ("model_name", "routing", "api_key", "max_body_bytes", "max_n", "request_timeout", "health_timeout",
                 "probe_interval", "probe_timeout", "drain_seconds"),
 }
 
@@ -192,11 +196,11 @@ PLACED: dict[str, tuple[str, ...]] = {
     "cache": ("--listen",),
     "worker": ("--listen", "--model-path", "--worker-id"),
     "scheduler": ("--listen", "--cache", "--worker", "--model-path", "--pool-id", "--owner"),
-    "gateway": ("--host", "--port", "--scheduler", "--model-path"),
+    "gateway": ("--host", "--port", "--scheduler", "--replica", "--model-path"),
 }
 
-ROUTING_ONLY = ("routing across several replicas (issue 11, gateway.router): the launcher starts one replica, which "
-                "the gateway does not route; the launcher's --replicas N sets it")
+ROUTER_TUNING = ("a weight or period of the router's cost (gateway.router; its defaults are what the routing "
+                 "benchmark, bench/router_bench.py, ran with); one replica is not routed")
 
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
@@ -211,13 +215,11 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",
-        "--replica": ROUTING_ONLY,
-        "--routing": ROUTING_ONLY,
-        "--route-queued-weight": ROUTING_ONLY,
-        "--route-requests-weight": ROUTING_ONLY,
-        "--pending-ttl": ROUTING_ONLY,
-        "--load-interval": ROUTING_ONLY,
-        "--cache-probe-timeout": ROUTING_ONLY,
+        "--route-queued-weight": ROUTER_TUNING,
+        "--route-requests-weight": ROUTER_TUNING,
+        "--pending-ttl": ROUTER_TUNING,
+        "--load-interval": ROUTER_TUNING,
+        "--cache-probe-timeout": ROUTER_TUNING,
     },
 }
 

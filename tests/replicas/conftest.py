@@ -34,7 +34,8 @@ class TwoReplicas:
         self.cache = cache_pb2_grpc.CacheStub(self._cache_chan)
         worker = pathlib.Path(f"/proc/{run.pids['worker-0']}/cmdline").read_bytes().decode().split("\0")
         self.model_path = worker[worker.index("--model-path") + 1]
-        self._chans = [channel(f"127.0.0.1:{port['scheduler'] + REPLICA_STRIDE * i}") for i in range(REPLICAS)]
+        self.scheduler_ports = [port["scheduler"] + REPLICA_STRIDE * i for i in range(REPLICAS)]
+        self._chans = [channel(f"127.0.0.1:{p}") for p in self.scheduler_ports]
         self.schedulers = [scheduler_pb2_grpc.SchedulerStub(c) for c in self._chans]
 
     def close(self) -> None:
