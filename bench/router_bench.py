@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -39,7 +40,7 @@ import httpx
 from bench import loadgen
 from codeserve.v1 import scheduler_pb2, scheduler_pb2_grpc
 from common.grpc_server import channel
-from launcher.config import StackConfig
+from launcher.config import StackConfig, commands
 from launcher.stack import ROOT, Stack
 
 POLICIES = ("round_robin", "least_load", "cache_aware")
@@ -152,9 +153,8 @@ class Bench:
 
     def use_policy(self, policy: str) -> None:
         """Restarts the gateway with ``--routing policy`` (one replica: the gateway as the launcher starts it)."""
-        argv = self.stack.commands()["gateway"]
-        if len(self.stack.replicas) > 1:
-            argv = argv + ["--routing", policy]
+        cfg = dataclasses.replace(self.stack.cfg, routing=policy if len(self.stack.replicas) > 1 else "cache_aware")
+        argv = commands(cfg, self.stack.model_path, ports=self.stack.ports)["gateway"]
         self.stack.kill("gateway", signal.SIGTERM)
         self.stack.start_one("gateway", argv, timeout=120)
 
@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model-dir", default="/tmp/codeserve-bench-model")
     ap.add_argument("--replicas", default="1,2", help="replica counts, in order")
     ap.add_argument("--policies", default=",".join(POLICIES))
-    ap.add_argument("--rates", default=None, help="Poisson arrival rates, requests/s (default: CPU 1,2,4; GPU 8,16,32,64)")
-    ap.add_argument("--duration", type=float, default=None, help="seconds of arrivals per run (CPU 30, GPU 15)")
+    ap.add_argument("--rates", default=None, help="Poisson arrival rates, requests/s (default: CPU 8,16,32; GPU 8,16,32,64)")
+    ap.add_argument("--duration", type=float, default=None, help="seconds of arrivals per run (CPU 20, GPU 15)")
     ap.add_argument("--tenants", type=int, default=32)
     ap.add_argument("--prefix-tokens", type=int, default=None, help="per tenant (GPU 3000; CPU 600)")
     ap.add_argument("--suffix-tokens", type=int, default=None, help="per request (GPU 200; CPU 40)")
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     gpu = args.gpu
-    for name, on_gpu, on_cpu in (("device", "cuda:0", "cpu"), ("rates", "8,16,32,64", "1,2,4"), ("duration", 15.0, 30.0),
+    for name, on_gpu, on_cpu in (("device", "cuda:0", "cpu"), ("rates", "8,16,32,64", "8,16,32"), ("duration", 15.0, 20.0),
                                  ("prefix_tokens", 3000, 600), ("suffix_tokens", 200, 40), ("output_tokens", 128, 26),
                                  ("chunk_size", 8192, 512), ("max_running", 128, 16), ("client_procs", 4, 1)):
         if getattr(args, name) is None:
