@@ -44,6 +44,7 @@ class CacheCore:
         # (session_id, request_id) -> why it ended (flush, release, finish); bounded, oldest dropped first
         self.dropped: dict[tuple[str, str], str] = {}
         self.events: dict[str, EventLog] = {}
+        self.holders: dict[str, str] = {}  # pool_id -> session_id that registered it last (held while that session lives)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _pool(self, pool_id: str) -> Pool:
@@ -94,15 +95,31 @@ class CacheCore:
         return self.sessions.get(session_id), self._pool(pool_id)
 
     # ---- pools and sessions --------------------------------------------------------------------
-    def register_pool(self, op_id: str, pool_id: str, page_size: int, members: Sequence[Member]) -> RegisterOutcome:
+    def register_pool(self, op_id: str, pool_id: str, page_size: int, members: Sequence[Member],
+                      session_id: str = "") -> RegisterOutcome:
         """Creates a pool or, when page size or any member (id, epoch, capacity) changed, flushes it: every
         request in it is released (later calls naming them get FAILED_PRECONDITION) and tree and allocator
-        start empty. Unchanged registration: flushed=False, nothing changes."""
+        start empty. Unchanged registration: flushed=False, nothing changes.
+
+        ``session_id`` (the registering scheduler's session) then holds the pool. Raises FailedPrecondition,
+        changing nothing, when a live session of another owner holds it (two schedulers on one pool would
+        flush each other); a new session of the same owner (a scheduler restart: OpenSession replaced the old
+        one) takes it over, and a session that expired or was replaced holds nothing. An empty ``session_id``
+        holds nothing and is refused on a held pool. An unknown or ended ``session_id``: NotFound /
+        FailedPrecondition (``SessionTable.get``)."""
         def run() -> RegisterOutcome:
             if not pool_id:
                 raise InvalidArgument("pool_id must be non-empty")
             if len({m.worker_id for m in members}) != len(members):
                 raise InvalidArgument("member worker ids must be distinct")
+            owner = self.sessions.get(session_id).owner if session_id else ""
+            holder = self.sessions.live.get(self.holders.get(pool_id, ""))
+            if holder is not None and holder.owner != owner:
+                raise FailedPrecondition(
+                    f"pool {pool_id!r} is held by live session {holder.session_id} of owner {holder.owner!r}; "
+                    f"{'owner ' + repr(owner) if owner else 'a registration without a session'} may not register "
+                    f"it (give each scheduler its own pool id, or stop the other one: its session ends when its "
+                    f"lease of {holder.lease_seconds:g} s runs out)")
             old = self.pools.get(pool_id)
             flushed = old is None or old.page_size != page_size or old.members != tuple(members)
             if flushed:
@@ -114,6 +131,8 @@ class CacheCore:
                 if old is not None:
                     self._drop_pool_requests(old, "epoch or membership changed")
                 self.pools[pool_id] = new
+            if session_id:
+                self.holders[pool_id] = session_id
             pool = self.pools[pool_id]
             after = pool.counters()
             return RegisterOutcome(
@@ -122,7 +141,7 @@ class CacheCore:
                 flushed, pool.capacity, pool.page_size, 0,
             )
 
-        return self._recorded(op_id, ("register", pool_id, page_size, tuple(members)), run)
+        return self._recorded(op_id, ("register", pool_id, page_size, tuple(members), session_id), run)
 
     def _drop_pool_requests(self, pool: Pool, why: str) -> None:
         for (sid, rid) in list(pool.requests):

@@ -1,7 +1,8 @@
 """Thin gRPC servicer: protobuf <-> plain types, typed errors -> status codes. The logic is in CacheCore.
 
 INVALID_ARGUMENT: malformed input; NOT_FOUND: unknown pool/session/request; FAILED_PRECONDITION: double free,
-expired or replaced session, request dropped by an epoch flush, request registered twice;
+expired or replaced session, request dropped by an epoch flush, request registered twice, a pool held by a live
+session of another owner (RegisterPool);
 RESOURCE_EXHAUSTED: allocation unfundable after the relief ladder, with an AllocationShortfall detail
 (google.rpc.Status via grpcio-status). Never INTERNAL for a client mistake.
 """
@@ -84,7 +85,7 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
     @_rpc
     def RegisterPool(self, request, context):
         members = [Member(m.worker_id, m.epoch, m.capacity_tokens) for m in request.members]
-        out = self.core.register_pool(request.op_id, request.pool_id, request.page_size, members)
+        out = self.core.register_pool(request.op_id, request.pool_id, request.page_size, members, request.session_id)
         return cache_pb2.RegisterPoolResponse(receipt=receipt_pb(out.receipt), flushed=out.flushed,
                                               capacity=out.capacity, page_size=out.page_size,
                                               reserved_slot=out.reserved_slot)

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from common import grpc_server, logs
     from scheduler_svc.cache_client import CacheClient
     from scheduler_svc.detokenizer import load_tokenizer
-    from scheduler_svc.errors import DependencyUnavailable
+    from scheduler_svc.errors import DependencyUnavailable, PoolHeld
     from scheduler_svc.liveness import WorkerLiveness
     from scheduler_svc.scheduler import Scheduler, SchedulerConfig
     from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sched.connect()
             break
+        except PoolHeld as exc:  # another scheduler serves this pool: say so and exit, never retry (a flush loop)
+            log.error("pool_held", error=str(exc))
+            return 2
         except DependencyUnavailable as exc:
             if time.monotonic() > deadline:
                 log.error("connect_failed", error=str(exc))

@@ -9,7 +9,7 @@ import grpc
 
 from codeserve.v1 import cache_pb2, cache_pb2_grpc
 from common.shortfall import decode_shortfall
-from scheduler_svc.errors import AllocationFailed, SessionLost
+from scheduler_svc.errors import AllocationFailed, PoolHeld, SessionLost
 from scheduler_svc.rpc import call, dependency_channel
 
 
@@ -23,6 +23,12 @@ def _session_or_pool_lost(err: grpc.RpcError) -> Exception | None:
         if "session" in details or "pool" in details:
             return SessionLost(err.details())
     return None
+
+
+def _registration(err: grpc.RpcError) -> Exception | None:
+    if err.code() == grpc.StatusCode.FAILED_PRECONDITION and "is held by" in (err.details() or ""):
+        return PoolHeld(err.details())
+    return _session_or_pool_lost(err)
 
 
 def _allocation(err: grpc.RpcError) -> Exception | None:
@@ -58,8 +64,11 @@ class CacheClient:
         return self._call("RenewSession", cache_pb2.RenewSessionRequest(session_id=self.session_id))
 
     def register_pool(self, page_size: int, members: Iterable[cache_pb2.PoolMember]) -> cache_pb2.RegisterPoolResponse:
+        """Registers this client's pool for its session (which then holds it). Raises PoolHeld when a live
+        session of another owner holds the pool, SessionLost when our session ended."""
         return self._call("RegisterPool", cache_pb2.RegisterPoolRequest(
-            op_id=_op(), pool_id=self.pool_id, page_size=page_size, members=list(members)))
+            op_id=_op(), pool_id=self.pool_id, page_size=page_size, members=list(members),
+            session_id=self.session_id), on_error=_registration)
 
     def match(self, items: list[cache_pb2.MatchItem]) -> cache_pb2.MatchResponse:
         return self._call("Match", cache_pb2.MatchRequest(

@@ -41,6 +41,12 @@ class SessionLost(RuntimeError):
     """The cache no longer knows our session (expired, replaced, or the cache restarted)."""
 
 
+class PoolHeld(RuntimeError):
+    """Cache.RegisterPool answered FAILED_PRECONDITION: a live session of another owner holds the pool (another
+    scheduler serves it). Not an outage to retry: retrying would fight that scheduler for the pool. The message
+    is the cache's, naming the pool and the owner."""
+
+
 class WorkerEpochChanged(RuntimeError):
     """The worker restarted (Forward answered FAILED_PRECONDITION): its KV pool is empty."""
 

@@ -15,8 +15,9 @@ state is released as after any dependency failure (the resync). Safety of the re
 the Forwards in flight are not cancelled but kept (``stale``), and the resync first waits until each has
 answered (its reply or its error, bounded by the Forward deadline). The worker runs Forwards one at a time under
 its engine lock, so an answered Forward has finished writing K/V; only then is any new Forward sent. A stale
-Forward writes only slots that its own requests owned (never slots in the radix tree: finished requests are
-inserted after the Forward that wrote them was applied); the new session frees those slots, so new requests
+Forward writes only slots that its own requests owned (never slots in the radix tree: a request's tokens are
+inserted after the Forward that wrote them was applied, its prompt when its prefill completes, the rest when it
+finishes); the new session frees those slots, so new requests
 may get them, and their K/V is written by Forwards that run after the stale one. Nothing stale is read as
 valid K/V. (A freeze longer than the Forward deadline ends the wait with DEADLINE_EXCEEDED: then the guarantee
 rests on the engine lock alone, which holds for a Forward that was running or waiting for the lock when the

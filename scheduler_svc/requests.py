@@ -4,6 +4,7 @@ the only code that releases a request at the cache and at the worker.
 Where a request stands (``Stance``), and the method that moves it:
 
     (intake inbox) --take_new--> WAITING --admit--> PREFILLING --prefill_done--> DECODING
+    DECODING  --cache_prefilled (its written prompt inserted in the tree, its lock moved; same slots)--> DECODING
     WAITING   --unlock (admission deferred: its lock let go, it stays)--> WAITING
     WAITING   --refuse (an idle pool cannot fund it) / abort--> gone (stream failed or ended)
     PREFILLING, DECODING --retract--> WAITING (first in line; its written prefix cached or released)

@@ -49,7 +49,7 @@ from scheduler_svc.admission import NewTokenRatio
 from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.config import SchedulerConfig
-from scheduler_svc.errors import DependencyUnavailable, SessionLost, WorkerEpochChanged, WorkerStalled
+from scheduler_svc.errors import DependencyUnavailable, PoolHeld, SessionLost, WorkerEpochChanged, WorkerStalled
 from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.pipeline import Pipeline
@@ -204,7 +204,10 @@ class Scheduler:
         """Runs until ``stop``. Dependency outages: back off and resync; after outage_timeout s of outage,
         waiting and running requests fail with UNAVAILABLE naming the service. A stalled worker: every request
         fails with UNAVAILABLE at once, and the loop resyncs when the worker answers again. Any other exception
-        fails every request with INTERNAL, marks the loop stopped and is re-raised."""
+        fails every request with INTERNAL, marks the loop stopped and is re-raised. The pool held by another
+        owner's session (``PoolHeld``, at a resync): the loop stops (health NOT_SERVING, the process exits) and
+        every request fails with UNAVAILABLE naming the pool and that owner; it does not retry (that would fight
+        the other scheduler for the pool)."""
         rec = self.recovery
         try:
             while not self._stop.is_set():
@@ -222,6 +225,10 @@ class Scheduler:
                 except (DependencyUnavailable, SessionLost, WorkerEpochChanged) as exc:
                     rec.on_dependency_error(exc)
                     continue
+                except PoolHeld as exc:  # another owner's scheduler took the pool while we were away: stop, no retry
+                    self.stop(f"cannot serve: {exc}")
+                    self.log.error("pool_held", error=str(exc))
+                    break
                 if not worked:
                     self.intake.wake.wait(0.2)
                     self.intake.wake.clear()

@@ -33,16 +33,18 @@ class PoolMember(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., epoch: _Optional[str] = ..., capacity_tokens: _Optional[int] = ...) -> None: ...
 
 class RegisterPoolRequest(_message.Message):
-    __slots__ = ("op_id", "pool_id", "page_size", "members")
+    __slots__ = ("op_id", "pool_id", "page_size", "members", "session_id")
     OP_ID_FIELD_NUMBER: _ClassVar[int]
     POOL_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     op_id: str
     pool_id: str
     page_size: int
     members: _containers.RepeatedCompositeFieldContainer[PoolMember]
-    def __init__(self, op_id: _Optional[str] = ..., pool_id: _Optional[str] = ..., page_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[PoolMember, _Mapping]]] = ...) -> None: ...
+    session_id: str
+    def __init__(self, op_id: _Optional[str] = ..., pool_id: _Optional[str] = ..., page_size: _Optional[int] = ..., members: _Optional[_Iterable[_Union[PoolMember, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class RegisterPoolResponse(_message.Message):
     __slots__ = ("receipt", "flushed", "capacity", "page_size", "reserved_slot")

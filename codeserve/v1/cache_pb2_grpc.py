@@ -105,7 +105,9 @@ class CacheServicer:
     """Missing associated documentation comment in .proto file."""
 
     def RegisterPool(self, request, context):
-        """Registers (or re-registers) a KV pool backed by a worker group; a new epoch flushes the pool.
+        """Registers (or re-registers) a KV pool backed by a worker group; a new epoch flushes the pool. The registering
+        session holds the pool: FAILED_PRECONDITION (naming the pool and the owner) when a live session of another
+        owner holds it; a new session of the same owner (a scheduler restart) takes it over.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -140,7 +142,8 @@ class CacheServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CacheRequests(self, request, context):
-        """Inserts each request's computed prefix into the tree; finished requests are released, others keep their lock.
+        """Inserts each request's computed prefix into the tree; finished requests are released, others keep their lock
+        (moved forward onto the slots they wrote; never remapped, see CacheItem.finished).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
