@@ -7,8 +7,8 @@ unless the cost says the holder is too loaded):
 
 1. ``Router.decide`` ranks the routable replicas; the best one gets the call and a pending entry (its prompt,
    its predicted uncached tokens), logged as ``route_decision`` with every candidate's cost terms.
-2. At the call's first message the entry is removed (its prefill is written: the cache's probe sees it now) and
-   ``route_realized`` logs the predicted and realized cached tokens (the message's cached_tokens).
+2. At the call's first message the entry stops being pending (its prefill is written: the cache's probe sees it
+   now; it still counts as load until the call ends or a poll sees it) and ``route_realized`` logs the predicted and realized cached tokens (the message's cached_tokens).
 3. A call refused before its first message with RESOURCE_EXHAUSTED (429) or UNAVAILABLE is retried once, same
    request, on the next replica of the ranking that is still routable; never after a message was read. An
    UNAVAILABLE (before or after the first message) also excludes the replica at once (ReplicaSet.exclude).
@@ -50,7 +50,7 @@ class Dispatcher:
             return GenerationStream(self.replicas.replicas[0].client, request, retry_after_s, timeout_s)
         assert self.router is not None and self.pending is not None and self.metrics is not None
         ids = list(request.input_ids.ids)
-        decision = await self.router.decide(request.namespace, ids)
+        decision = await self.router.decide(request.namespace, ids, uses_cache=not request.return_prompt_logprobs)
         best = decision.best
         log.info("route_decision", rid=request.request_id, policy=decision.policy.value, replica=best.name,
                  predicted_cached=best.predicted_cached, prompt_tokens=decision.prompt_tokens,
@@ -84,7 +84,7 @@ class RouteHooks:
 
     def first_message(self, msg: scheduler_pb2.GenerateResponse) -> None:
         c = self._decision.ranking[self._at]
-        self._d.pending.remove(self._request.request_id)
+        self._d.pending.started(self._request.request_id)
         log.info("route_realized", rid=self._request.request_id, replica=c.name, policy=self._decision.policy.value,
                  predicted_cached=c.predicted_cached, realized_cached=msg.cached_tokens,
                  exact=c.predicted_cached == msg.cached_tokens)

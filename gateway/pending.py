@@ -7,12 +7,16 @@ the replicas, each replica prefilling the same prefix. A pending entry holds the
 for a short time (``ttl_s``, or until the request's first message, when its prefill is written), and a new prompt's
 longest common prefix with the pending prompts of a replica (whole pages) is routed as if it were cached there.
 
-The same entries are the gateway's own count of requests it sent that have not yet started: ``fresh`` gives the
-entries created after a replica's last load poll was sent, the ones that poll cannot have seen.
+The same entries are the gateway's own count of the calls it sent since a replica's last load poll was sent (the
+ones that poll cannot have seen): ``fresh``. An entry stays until its call ends (``remove``) or its TTL, so a call
+that started (``started``: its first message came; it is no longer pending for prefix matching, its prefill no
+longer queued) still counts as a request on its replica until a poll sees it. Without that, a replica whose first
+messages come sooner would look emptier than it is between two polls and draw more of a burst.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -22,7 +26,8 @@ from typing import Callable, Sequence
 class PendingEntry:
     """One routed, not yet prefilled request. ``replica``: its index in the replica set; ``ids``: its prompt token
     ids (namespace-salted caches never share: ``namespace`` is part of the match); ``uncached_tokens``: the prefill
-    the router predicted it costs there (prompt tokens - predicted cached); ``created_at``: monotonic seconds."""
+    the router predicted it costs there (prompt tokens - predicted cached); ``created_at``: monotonic seconds;
+    ``started``: its first message came."""
 
     request_id: str
     replica: int
@@ -30,6 +35,7 @@ class PendingEntry:
     ids: tuple[int, ...]
     uncached_tokens: int
     created_at: float
+    started: bool = False  # its first message came: its prefill is written (the cache's probe sees it)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -42,8 +48,9 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class PendingTable:
-    """Pending entries by request id, expired after ``ttl_s`` seconds (``clock``: monotonic seconds, settable for
-    tests). An entry leaves at its request's first message (``remove``), its failure (``remove``) or its TTL."""
+    """Entries by request id, expired after ``ttl_s`` seconds (``clock``: monotonic seconds, settable for tests).
+    An entry is pending until its request's first message (``started``); it leaves when its call ends or fails
+    (``remove``) or at its TTL."""
 
     def __init__(self, ttl_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         if ttl_s <= 0:
@@ -57,8 +64,14 @@ class PendingTable:
         self._entries[request_id] = PendingEntry(request_id, replica, namespace, tuple(ids), uncached_tokens,
                                                  self._clock())
 
+    def started(self, request_id: str) -> None:
+        """The request's first message came: no longer pending (no-op when it expired)."""
+        entry = self._entries.get(request_id)
+        if entry is not None:
+            self._entries[request_id] = dataclasses.replace(entry, started=True)
+
     def remove(self, request_id: str) -> None:
-        """Drops the request's entry (no-op when it expired or was never added)."""
+        """Drops the request's entry: its call ended (no-op when it expired or was never added)."""
         self._entries.pop(request_id, None)
 
     def entries(self) -> list[PendingEntry]:
@@ -70,11 +83,11 @@ class PendingTable:
 
     def matched_tokens(self, namespace: str, ids: Sequence[int], replica: int, page_size: int) -> int:
         """The longest common prefix of ``ids`` with a pending prompt of ``replica`` in ``namespace``, in whole
-        pages of ``page_size`` tokens (the radix tree caches whole pages), at most ``len(ids) - 1`` rounded down
+        pages of ``page_size`` tokens (started entries are not pending: the cache's probe sees them) (the radix tree caches whole pages), at most ``len(ids) - 1`` rounded down
         to a page (the last prompt token is always computed, as the scheduler's match does)."""
         best = 0
         for entry in self.entries():
-            if entry.replica == replica and entry.namespace == namespace:
+            if entry.replica == replica and entry.namespace == namespace and not entry.started:
                 best = max(best, common_prefix(entry.ids, ids))
         limit = max(0, len(ids) - 1)
         best = min(best, limit)
@@ -82,5 +95,5 @@ class PendingTable:
 
     def fresh(self, replica: int, since: float) -> list[PendingEntry]:
         """The live entries of ``replica`` created at or after ``since`` (monotonic seconds: when the replica's
-        last load poll was sent; entries older than that are in the polled load already)."""
+        last load poll was sent; entries older than that are in the polled load already), started or not."""
         return [e for e in self.entries() if e.replica == replica and e.created_at >= since]

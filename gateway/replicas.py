@@ -71,7 +71,8 @@ class Replica:
             return self.excluded
         status = self.watch.last_status if self.watch is not None else None
         if status is not None and status != SERVING:
-            return f"the scheduler at {self.spec.scheduler} is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
+            name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+            return f"the scheduler at {self.spec.scheduler} is {name}"
         if self.load.outage:
             return f"the scheduler at {self.spec.scheduler} reports an outage: {self.load.outage}"
         return None

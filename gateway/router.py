@@ -6,11 +6,13 @@
 
 - ``uncached`` = prompt tokens - predicted cached tokens, where predicted cached = the larger of what the cache
   service's probe found in the replica's pool (0 when its cache did not answer) and the longest common prefix with
-  a prompt pending there (gateway.pending: routed, not yet prefilled), in whole pages;
+  a prompt pending there (gateway.pending: routed, not yet prefilled), in whole pages, capped as the scheduler's
+  Match is (the prompt less its last token; 0 for a request collecting prompt logprobs);
 - ``queued_tokens`` = the replica's polled ``waiting_tokens`` + the predicted uncached tokens of the requests the
-  gateway sent it since that poll was sent, less the pending prefix this prompt shares (that prefill is done once
-  for both: waiting for it is not a cost of going there);
-- ``requests`` = polled running + waiting requests + the requests sent since that poll (each takes a batch slot).
+  gateway sent it since that poll was sent and that have not started yet, less the pending prefix this prompt
+  shares (that prefill is done once for both: waiting for it is not a cost of going there);
+- ``requests`` = polled running + waiting requests + the calls sent since that poll and not ended, started or not
+  (each takes a batch slot).
 
 Default weights, and why: ``w_q = 1.0``: a queued prompt token is prefilled before ours, which delays our first
 token as much as one of our own uncached tokens; ``w_r = 16.0``: a request in the batch decodes one token per step
@@ -100,14 +102,15 @@ class Router:
         self.rng = rng or random.Random()
         self._turn = 0  # round robin's position
 
-    async def decide(self, namespace: str, ids: Sequence[int]) -> Decision:
-        """Ranks the routable replicas for a prompt of token ``ids`` in ``namespace``. Raises ApiError 503 (naming
-        every replica's state) when none is routable."""
+    async def decide(self, namespace: str, ids: Sequence[int], uses_cache: bool = True) -> Decision:
+        """Ranks the routable replicas for a prompt of token ``ids`` in ``namespace``; ``uses_cache`` False for a
+        request that matches nothing at the scheduler (it collects prompt logprobs): 0 cached everywhere. Raises
+        ApiError 503 (naming every replica's state) when none is routable."""
         routable = self.replicas.routable()
         if not routable:
             raise self.replicas.all_down()
         outcome = await self.probe.probe(namespace, ids, routable)
-        candidates = [self._candidate(r, namespace, ids, outcome) for r in routable]
+        candidates = [self._candidate(r, namespace, ids, outcome, uses_cache) for r in routable]
         if self.policy is Policy.ROUND_ROBIN:
             start = self._turn % len(candidates)
             self._turn += 1
@@ -117,14 +120,18 @@ class Router:
             ranking = sorted(candidates, key=lambda c: c.cost)
         return Decision(self.policy, len(ids), tuple(ranking), outcome.errors)
 
-    def _candidate(self, r: Replica, namespace: str, ids: Sequence[int], outcome: ProbeOutcome) -> Candidate:
+    def _candidate(self, r: Replica, namespace: str, ids: Sequence[int], outcome: ProbeOutcome,
+                   uses_cache: bool) -> Candidate:
         probed = outcome.cached.get(r.index)
         pending = self.pending.matched_tokens(namespace, ids, r.index, r.page_size)
-        predicted = max(probed or 0, pending)
+        # what the scheduler's Match will find: at most the prompt less its last token, in whole pages (a full hit
+        # still computes one token), nothing for a request that does not use the cache
+        cap = (len(ids) - 1) - (len(ids) - 1) % r.page_size if uses_cache and len(ids) >= 2 else 0
+        predicted = min(max(probed or 0, pending), cap)
         uncached = len(ids) - predicted
         fresh = self.pending.fresh(r.index, r.load.asked_at)
         shared = max(0, pending - (probed or 0))
-        queued = max(0, r.load.waiting_tokens + sum(e.uncached_tokens for e in fresh) - shared)
+        queued = max(0, r.load.waiting_tokens + sum(e.uncached_tokens for e in fresh if not e.started) - shared)
         requests = r.load.running + r.load.waiting + len(fresh)
         load_cost = self.weights.queued_tokens * queued + self.weights.requests * requests
         cost = load_cost + (uncached if self.policy is Policy.CACHE_AWARE else 0)

@@ -33,7 +33,8 @@ class FakeCache(cache_pb2_grpc.CacheServicer):
         pools = []
         for pool in request.pool_ids:
             cached = min(self.cached.get(pool, 0), len(request.token_ids))
-            pools.append(cache_pb2.PoolProbe(pool_id=pool, epochs=["e1"], cached_tokens=cached - cached % self.page_size,
+            pools.append(cache_pb2.PoolProbe(pool_id=pool, epochs=["e1"],
+                                             cached_tokens=cached - cached % self.page_size,
                                              fundable_tokens=1000, capacity=1000, page_size=self.page_size))
         return cache_pb2.ProbePrefixResponse(pools=pools)
 

@@ -55,8 +55,8 @@ def make_router(policy=Policy.CACHE_AWARE, n=2, seed=0, weights=Weights()):
     return Router(replicas, pending, probe, policy, weights, random.Random(seed)), replicas, pending, probe, clock
 
 
-def decide(router, ids, namespace=""):
-    return asyncio.run(router.decide(namespace, ids))
+def decide(router, ids, namespace="", uses_cache=True):
+    return asyncio.run(router.decide(namespace, ids, uses_cache))
 
 
 def route_and_record(router, pending, ids, rid):
@@ -95,6 +95,23 @@ def test_pending_entries_expire_at_ttl_or_when_removed():
         PendingTable(0)
 
 
+def test_a_started_call_is_no_longer_pending_but_still_load_until_a_poll_sees_it():
+    router, replicas, pending, probe, clock = make_router()
+    ids = list(range(100))
+    pending.add("a", 0, "", ids, 100)
+    pending.started("a")  # its first message came
+    assert pending.matched_tokens("", ids, 0, 1) == 0
+    d = decide(router, ids)
+    r0 = next(c for c in d.ranking if c.replica == 0)
+    assert (r0.pending, r0.queued_tokens, r0.requests, r0.cost) == (0, 0, 1, 100 + 16)
+    replicas.replicas[0].load = LoadSnapshot(running=1, waiting=0, waiting_tokens=0, asked_at=clock.now + 0.1)
+    clock.now += 0.2  # a poll sent after the call was routed: the call is in its numbers, not counted twice
+    r0 = next(c for c in decide(router, ids).ranking if c.replica == 0)
+    assert r0.requests == 1
+    pending.remove("a")
+    assert pending.entries() == []
+
+
 # --- cache_aware cost --------------------------------------------------------------------------------------------
 
 def test_cache_aware_prefers_the_replica_holding_the_prefix_with_its_cost_terms():
@@ -117,6 +134,16 @@ def test_hot_prefix_is_copied_when_its_holders_queue_costs_more_than_it_saves():
     d = decide(router, list(range(100)))
     assert d.best.replica == 1 and d.best.cost == 100
     assert d.ranking[1].cost == 4 + 60 + 16 * 3
+
+
+def test_the_prediction_is_capped_as_the_schedulers_match():
+    router, replicas, pending, probe, _ = make_router()
+    probe.cached = {0: 100, 1: 100}  # the whole prompt is in both trees
+    replicas.replicas[1].page_size = 16
+    d = decide(router, list(range(100)))
+    assert {c.replica: c.predicted_cached for c in d.ranking} == {0: 99, 1: 96}  # less the last token, whole pages
+    d = decide(router, list(range(100)), uses_cache=False)  # prompt logprobs: the scheduler matches nothing
+    assert {c.predicted_cached for c in d.ranking} == {0} and {c.uncached for c in d.ranking} == {100}
 
 
 def test_a_failed_cache_probe_routes_that_replica_as_zero_cached():
