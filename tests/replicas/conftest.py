@@ -9,7 +9,6 @@ import pathlib
 import random
 import re
 
-import grpc
 import httpx
 import pytest
 
@@ -72,14 +71,10 @@ class TwoReplicas:
         return len(re.findall(rf"^{re.escape(name)} is back", self.run.text(), re.M))
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Until every replica's scheduler answers GetLoad and the gateway's /ready is 200."""
+        """Until the gateway's /ready is 200 listing every replica as "ready" (routed again)."""
         def ready():
-            try:
-                for s in self.schedulers:
-                    s.GetLoad(scheduler_pb2.GetLoadRequest(), timeout=2)
-            except grpc.RpcError:
-                return False
-            return httpx.get(self.url + "/ready", timeout=5).status_code == 200
+            reply = httpx.get(self.url + "/ready", timeout=5)
+            return reply.status_code == 200 and all(r["state"] == "ready" for r in reply.json()["replicas"])
         wait_for(ready, timeout, "every replica ready")
 
     def idle_check(self) -> None:
