@@ -32,6 +32,7 @@ from gateway.scheduler_client import SchedulerClient
 
 log = structlog.get_logger()
 SERVING = health_pb2.HealthCheckResponse.SERVING
+UNPROBED_EXCLUSION_S = 2.0  # how long an exclusion lasts when no health probe runs (--probe-interval 0)
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,21 @@ class ReplicaSet:
 
     def exclude(self, replica: Replica, reason: str) -> None:
         """Takes ``replica`` out of routing at once (a call failed UNAVAILABLE); its next health probe that answers
-        SERVING brings it back. A no-op for a single replica (it has no alternative: behaves as before)."""
+        SERVING brings it back (with the probe off, ``UNPROBED_EXCLUSION_S`` later). A no-op for a single replica (it
+        has no alternative: behaves as before). Call it in the serving event loop."""
         if self.single:
             return
         if replica.excluded is None:
             log.error("replica_excluded", replica=replica.name, scheduler=replica.spec.scheduler, reason=reason)
+            if self._probe_interval_s == 0:  # no health probe to readmit it: the exclusion lapses
+                asyncio.get_running_loop().call_later(UNPROBED_EXCLUSION_S, self._readmit, replica)
         replica.excluded = reason
+
+    @staticmethod
+    def _readmit(replica: Replica) -> None:
+        if replica.excluded is not None:
+            log.warning("replica_readmitted", replica=replica.name, scheduler=replica.spec.scheduler)
+            replica.excluded = None
 
     def all_down(self) -> ApiError:
         """The 503 when no replica can take a request, naming each replica and why."""
@@ -132,9 +142,8 @@ class ReplicaSet:
         while True:
             started = time.monotonic()
             await replica.watch.probe_once()
-            if replica.excluded is not None and replica.watch.last_status == SERVING:
-                log.warning("replica_readmitted", replica=replica.name, scheduler=replica.spec.scheduler)
-                replica.excluded = None
+            if replica.watch.last_status == SERVING:
+                self._readmit(replica)
             await asyncio.sleep(max(0.0, self._probe_interval_s - (time.monotonic() - started)))
 
     async def _load_loop(self, replica: Replica) -> None:

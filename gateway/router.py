@@ -17,8 +17,9 @@
 Default weights, and why: ``w_q = 1.0``: a queued prompt token is prefilled before ours, which delays our first
 token as much as one of our own uncached tokens; ``w_r = 16.0``: a request in the batch decodes one token per step
 next to our prefill, and a decode slot costs about as much step time as prefilling ~16 tokens (a rough figure:
-bench/ is where it is tuned). The replica of least cost wins; ties (idle replicas, distinct prompts) are broken at
-random, so a burst does not pile onto replica 0. A hot prefix is copied to a second replica by the same rule: once
+bench/ is where it is tuned). The replica of least cost wins; ties (idle replicas, distinct prompts) go to the tied
+replicas in turn from a random start, so neither a burst nor a trickle of requests that each find the replicas
+idle piles onto replica 0 (a coin flip per tie would spread a trickle only on average). A hot prefix is copied to a second replica by the same rule: once
 its holder's queue cost exceeds the uncached tokens it saves, another replica is cheaper.
 
 ``least_load`` is the same cost without the cache term; ``round_robin`` takes the routable replicas in turn. All
@@ -101,6 +102,7 @@ class Router:
         self.policy, self.weights = policy, weights
         self.rng = rng or random.Random()
         self._turn = 0  # round robin's position
+        self._tie_turn = self.rng.randrange(1 << 16)  # whose turn it is among tied replicas
 
     async def decide(self, namespace: str, ids: Sequence[int], uses_cache: bool = True) -> Decision:
         """Ranks the routable replicas for a prompt of token ``ids`` in ``namespace``; ``uses_cache`` False for a
@@ -116,8 +118,13 @@ class Router:
             self._turn += 1
             ranking = candidates[start:] + candidates[:start]
         else:
-            self.rng.shuffle(candidates)  # ties broken at random: the sort below is stable
+            self.rng.shuffle(candidates)  # the order among equal costs below the best: random (the sort is stable)
             ranking = sorted(candidates, key=lambda c: c.cost)
+            tied = sorted((c for c in ranking if c.cost == ranking[0].cost), key=lambda c: c.replica)
+            if len(tied) > 1:  # the best among equals: in turn, from a random start
+                best = tied[self._tie_turn % len(tied)]
+                self._tie_turn += 1
+                ranking = [best] + [c for c in ranking if c is not best]
         return Decision(self.policy, len(ids), tuple(ranking), outcome.errors)
 
     def _candidate(self, r: Replica, namespace: str, ids: Sequence[int], outcome: ProbeOutcome,

@@ -4,11 +4,14 @@ unless a test says otherwise), the load polls are off, so each test knows where 
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import gateway.replicas
 from gateway.app import create_app
 from gateway.replica_spec import ReplicaSpec
 from gateway.replicas import ReplicaSet
@@ -212,3 +215,26 @@ def test_replica_flags():
         with pytest.raises(SystemExit) as info:
             parse_args(["--model-path", "m", *bad])
         assert info.value.code == 2, bad
+
+
+def test_without_a_health_probe_an_exclusion_lapses(two, monkeypatch):
+    monkeypatch.setattr(gateway.replicas, "UNPROBED_EXCLUSION_S", 0.3)
+    start, (f0, f1), cache = two
+    gw = start()  # probe interval 0: nothing probes the schedulers
+    f0.error = (grpc.StatusCode.UNAVAILABLE, "worker w0 not answering")
+    assert complete(gw, prompt=PROMPT, max_tokens=3).status_code == 200  # retried on r1; r0 excluded
+    f0.error = None
+    assert complete(gw, prompt=PROMPT, max_tokens=3).status_code == 200
+    assert (len(f0.requests), len(f1.requests)) == (1, 2)
+    time.sleep(0.5)
+    assert complete(gw, prompt=PROMPT, max_tokens=3).status_code == 200
+    assert (len(f0.requests), len(f1.requests)) == (2, 2)  # r0 (holding the prefix) is routed again
+
+
+def test_n_copies_of_one_prompt_go_to_one_replica(two):
+    start, (f0, f1), cache = two
+    gw = start()
+    cache.cached = {}  # nothing cached anywhere: the first copy's replica is a tie
+    r = complete(gw, prompt=PROMPT, max_tokens=3, n=3)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 3
+    assert sorted([len(f0.requests), len(f1.requests)]) == [0, 3]  # the copies followed the first (pending)

@@ -172,6 +172,19 @@ def test_ties_are_broken_at_random_not_always_replica_0():
     assert firsts == {0, 1}
 
 
+def test_requests_that_each_find_the_replicas_idle_alternate():
+    router, replicas, pending, probe, _ = make_router(seed=11)
+    counts = [0, 0, 0]
+    router3, *_ = make_router(n=3, seed=5)
+    for i in range(32):
+        counts[decide(router, [2000 + i] * 20).best.replica] += 1  # nothing pending: each one finds both idle
+    assert counts[:2] == [16, 16]
+    spread = [0, 0, 0]
+    for i in range(30):
+        spread[decide(router3, [3000 + i] * 20).best.replica] += 1
+    assert spread == [10, 10, 10]
+
+
 def test_a_burst_of_one_long_prefix_lands_on_one_replica():
     router, replicas, pending, probe, _ = make_router(seed=3)
     prefix = list(range(1000))
