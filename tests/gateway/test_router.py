@@ -46,7 +46,7 @@ class ScriptedProbe:
 def make_set(n: int = 2) -> ReplicaSet:
     replicas = [Replica(i, ReplicaSpec(f"127.0.0.1:{1 + i}", f"cache{i}:1", f"p{i}"),
                         SchedulerClient(f"127.0.0.1:{1 + i}")) for i in range(n)]
-    return ReplicaSet(replicas, probe_interval_s=0, probe_timeout_s=1, retry_after_s=1, load_interval_s=0)
+    return ReplicaSet(replicas, probe_interval_s=0.5, probe_timeout_s=1, retry_after_s=1, load_interval_s=0)  # no loop runs
 
 
 def make_router(policy=Policy.CACHE_AWARE, n=2, seed=0, weights=Weights()):
