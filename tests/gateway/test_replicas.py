@@ -238,3 +238,16 @@ def test_n_copies_of_one_prompt_go_to_one_replica(two):
     r = complete(gw, prompt=PROMPT, max_tokens=3, n=3)
     assert r.status_code == 200 and len(r.json()["choices"]) == 3
     assert sorted([len(f0.requests), len(f1.requests)]) == [0, 3]  # the copies followed the first (pending)
+
+
+def test_ready_and_health_generate_list_each_replica(two, servers):
+    start, (f0, f1), cache = two
+    gw = start([f"127.0.0.1:{servers[1][0].port}", "127.0.0.1:1"])
+    health = httpx.get(f"{gw.url}/health_generate", timeout=30)
+    assert health.status_code == 200
+    assert [(e["replica"], e["state"]) for e in health.json()["replicas"]] == [("r0", "ok"), ("r1", "failed")]
+    servers[1][0].set_serving(False)
+    ready = httpx.get(f"{gw.url}/ready", timeout=10)
+    assert ready.status_code == 503
+    assert [(e["state"], e["reason"]) for e in ready.json()["replicas"]] == [
+        ("not_serving", "NOT_SERVING"), ("unreachable", "no answer to its health check within 2.0 s: UNAVAILABLE")]
