@@ -1,7 +1,8 @@
 """Two CPU replicas of the default model behind one gateway, as a user starts them: a real
 ``python -m launcher --replicas 2`` (its supervisor restarts a killed worker, scheduler or cache), shared by the
 tests of this folder; after each test every scheduler is idle, the gateway's /flush_cache empties every pool, and
-each pool's integrity check is empty with available == capacity (no leaked slot)."""
+each pool's integrity check is empty with available == capacity (no leaked slot). At the end a Ctrl-C stops the
+launcher and every process with exit code 0."""
 
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory):
         stack.wait_ready()
         yield stack
         stack.close()
+        run.interrupt()  # Ctrl-C: the launcher and every process of both replicas exit 0
 
 
 @pytest.fixture(autouse=True)
