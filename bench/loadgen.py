@@ -36,7 +36,9 @@ class Record:
     error: str = ""
 
 
-async def _one(client, url: str, payload: dict) -> Record:
+async def stream_one(client, url: str, payload: dict) -> Record:
+    """One streamed /generate call (``payload`` without ``stream``: it is set) timed into a Record; an HTTP error status,
+    an error event or a transport error is the Record's ``error``."""
     import httpx
 
     rec = Record(sent=time.monotonic())
@@ -79,7 +81,7 @@ async def _run(url: str, payloads: list[dict], concurrency: int, timeout: float)
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits) as client:
         async def guarded(p):
             async with sem:
-                return await _one(client, url, p)
+                return await stream_one(client, url, p)
         return list(await asyncio.gather(*(guarded(p) for p in payloads)))
 
 

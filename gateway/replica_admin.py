@@ -60,8 +60,11 @@ async def ready(ctx: GatewayContext):
         if status != SERVING:
             return {**_where(r), "state": "not_serving",
                     "reason": health_pb2.HealthCheckResponse.ServingStatus.Name(status)}
-        state = "excluded" if r.excluded is not None else "ready"
-        return {**_where(r), "state": state, **({"reason": r.excluded} if r.excluded is not None else {})}
+        if r.excluded is not None:
+            return {**_where(r), "state": "excluded", "reason": r.excluded}
+        if r.load.outage:
+            return {**_where(r), "state": "outage", "reason": r.load.outage}
+        return {**_where(r), "state": "ready"}
 
     states = await _each(ctx, ask)
     ok = any(s["state"] == "ready" for s in states)

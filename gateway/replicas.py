@@ -10,8 +10,10 @@ state comes from two sources:
 - the calls themselves: an UNAVAILABLE from a Generate call excludes the replica at once (``exclude``), until
   its next health probe answers SERVING.
 
-A replica is routable while it is reachable, not excluded and (when it has been probed) SERVING. Its load is the
-last GetLoad answer (polled every ``load_interval_s`` by ``LoadWatch``) and when that poll was sent.
+A replica is routable while it is reachable, not excluded, (when it has been probed) SERVING and its last GetLoad
+names no outage (``outage_reason``: its worker or its cache unreachable; a SERVING scheduler would queue the request
+until the restart). Its load is the last GetLoad answer (polled every ``load_interval_s`` by ``LoadWatch``) and when
+that poll was sent.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class LoadSnapshot:
     waiting: int = 0
     waiting_tokens: int = 0
     asked_at: float = 0.0
+    outage: str = ""  # GetLoad.outage_reason: the scheduler's cache or worker unreachable ("" when none)
 
 
 @dataclass
@@ -61,7 +64,8 @@ class Replica:
         return f"r{self.index}"
 
     def state(self) -> str | None:
-        """None while routable, else why not (unreachable, excluded after a failed call, NOT_SERVING)."""
+        """None while routable, else why not (unreachable, excluded after a failed call, NOT_SERVING, or its last
+        GetLoad named an outage: its worker or cache unreachable, so what it takes waits for the restart)."""
         if self.client.down is not None:
             return self.client.down
         if self.excluded is not None:
@@ -70,6 +74,8 @@ class Replica:
         if status is not None and status != SERVING:
             name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
             return f"the scheduler at {self.spec.scheduler} is {name}"
+        if self.load.outage:
+            return f"the scheduler at {self.spec.scheduler} reports an outage: {self.load.outage}"
         return None
 
 
@@ -149,7 +155,8 @@ class ReplicaSet:
                 except ApiError as exc:  # the health probe decides reachability; the last snapshot stands
                     log.warning("replica_load_failed", replica=replica.name, error=exc.message)
                 else:
-                    replica.load = LoadSnapshot(load.running, load.waiting, load.waiting_tokens, asked_at)
+                    replica.load = LoadSnapshot(load.running, load.waiting, load.waiting_tokens, asked_at,
+                                                load.outage_reason)
             await asyncio.sleep(max(0.0, self.load_interval_s - (time.monotonic() - asked_at)))
 
     def tasks(self) -> list[asyncio.Task]:

@@ -1,6 +1,7 @@
 """One command for a local deployment: ``python -m launcher [flags]`` (``./serve.sh`` wraps it).
 
-Starts cache, worker, scheduler and gateway as separate processes on loopback, waits until each is
+Starts cache, worker, scheduler and gateway as separate processes on loopback (with ``--replicas N``: one cache
+holding every replica's pool, N workers each with its scheduler, one gateway routing over them), waits until each is
 ready, prints the URL, restarts a service that dies (as ``restart: unless-stopped`` does in compose; a new
 worker epoch makes the cache flush its pool and the scheduler recompute), and stops everything on Ctrl-C
 or SIGTERM.
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = ROOT / ".cache" / "logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     stack = Stack(cfg, log_dir=log_dir, interrupt=stopping)
     try:
-        print("starting cache, worker, scheduler, gateway ...", flush=True)
+        print(f"starting {', '.join(stack.services)} ...", flush=True)
         stack.start()
     except StartupInterrupted as exc:
         print(f"{exc}; stopping what was started", file=sys.stderr, flush=True)

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 import yaml
 
+from launcher.ports import service_ports
+from launcher.replicas import Replica, devices, layout
+
 SERVICES = ("cache", "worker", "scheduler", "gateway")
 
 HELP = {
@@ -27,6 +30,12 @@ HELP = {
     "cache_port": "cache service gRPC port",
     "worker_port": "worker gRPC port",
     "scheduler_port": "scheduler gRPC port (the public gRPC API)",
+    "replicas": "data-parallel replicas: N workers, each with its own scheduler and KV pool (all pools in the one "
+                "cache service), one gateway routing over them (ports: replica i's worker and scheduler listen on "
+                "--worker-port / --scheduler-port + 2 i)",
+    "devices": "the worker device of each replica, comma-separated (e.g. cuda:0,cuda:1; one may repeat: replicas "
+               "sharing a GPU); default: --device for one replica, else cuda:0..N-1 when CUDA is present (--device "
+               "cuda:K: all on cuda:K), else the CPU",
     "start_timeout": "seconds each service may take to become ready at start-up or restart (a worker's first "
                      "start on a GPU compiles flashinfer's kernels, ~2.5 min, and a 15B model loads 31 GB)",
     "device": "cpu, cuda, cuda:N or auto (CUDA when available)",
@@ -58,6 +67,9 @@ HELP = {
                      "for it, the cache uses it for sessions that ask for none)",
     "drain_seconds": "on SIGTERM / Ctrl-C: seconds requests in flight may take to finish, at the gateway and at "
                      "the scheduler; the launcher waits this + 10 s for each before SIGKILL",
+    "routing": "how the gateway spreads requests over the replicas: cache_aware (the least of uncached prompt "
+               "tokens, asked of the cache, + weighted queued tokens + weighted requests), round_robin or least_load "
+               "(one replica: not routed)",
     "api_key": "require 'Authorization: Bearer KEY' at the gateway (also read from CODESERVE_API_KEY)",
     "max_body_bytes": "largest HTTP request body the gateway accepts, in bytes; larger: 413",
     "max_n": "largest n (completions per prompt) the gateway accepts; larger: 400",
@@ -87,6 +99,8 @@ class StackConfig:
     cache_port: int = 50051
     worker_port: int = 50052
     scheduler_port: int = 50053
+    replicas: int = 1
+    devices: str | None = None
     start_timeout: float = 600.0
     # worker
     device: str = "auto"
@@ -113,6 +127,7 @@ class StackConfig:
     lease_seconds: float = 30.0
     drain_seconds: float = 5.0
     # gateway
+    routing: str = "cache_aware"
     api_key: str | None = None
     max_body_bytes: int = 16 * 1024 * 1024
     max_n: int = 16
@@ -170,20 +185,22 @@ PASSED: dict[str, tuple[str, ...]] = {
     "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
                   "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap",
                   "overlap_mode"),
-    "gateway": ("model_name", "api_key", "max_body_bytes", "max_n", "request_timeout", "health_timeout",
+    "gateway": ("model_name", "routing", "api_key", "max_body_bytes", "max_n", "request_timeout", "health_timeout",
                 "probe_interval", "probe_timeout", "drain_seconds"),
 }
 
-# Flags the launcher sets from its own layout (addresses, the model, one pool of one worker).
+# Flags the launcher sets from its own layout (addresses, the model, each replica's names and device:
+# launcher/replicas.py, launcher/ports.py). The worker's --device is a setting (PASSED) that ``commands`` replaces by
+# the replica's device.
 PLACED: dict[str, tuple[str, ...]] = {
     "cache": ("--listen",),
     "worker": ("--listen", "--model-path", "--worker-id"),
-    "scheduler": ("--listen", "--cache", "--worker", "--model-path", "--pool-id"),
-    "gateway": ("--host", "--port", "--scheduler", "--model-path"),
+    "scheduler": ("--listen", "--cache", "--worker", "--model-path", "--pool-id", "--owner"),
+    "gateway": ("--host", "--port", "--scheduler", "--replica", "--model-path"),
 }
 
-ROUTING_ONLY = ("routing across several replicas (issue 11, gateway.router): the launcher starts one replica, which "
-                "the gateway does not route; the launcher's --replicas N sets it")
+ROUTER_TUNING = ("a weight or period of the router's cost (gateway.router; its defaults are what the routing "
+                 "benchmark, bench/router_bench.py, ran with); one replica is not routed")
 
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
@@ -194,8 +211,6 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     },
     "worker": {},
     "scheduler": {
-        "--owner": "one scheduler: the fixed owner 'scheduler-0' lets a restarted scheduler replace (and release) "
-                   "its predecessor's cache session at once",
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",
         "--mixed-chunk": "mixed chunks stay on (decodes ride in extend batches); bench/serve_bench's nomixed phase "
                             "runs the scheduler without them for the A/B",
@@ -204,13 +219,11 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",
-        "--replica": ROUTING_ONLY,
-        "--routing": ROUTING_ONLY,
-        "--route-queued-weight": ROUTING_ONLY,
-        "--route-requests-weight": ROUTING_ONLY,
-        "--pending-ttl": ROUTING_ONLY,
-        "--load-interval": ROUTING_ONLY,
-        "--cache-probe-timeout": ROUTING_ONLY,
+        "--route-queued-weight": ROUTER_TUNING,
+        "--route-requests-weight": ROUTER_TUNING,
+        "--pending-ttl": ROUTER_TUNING,
+        "--load-interval": ROUTER_TUNING,
+        "--cache-probe-timeout": ROUTER_TUNING,
     },
 }
 
@@ -237,20 +250,46 @@ def passed_flags(cfg: StackConfig, service: str) -> list[str]:
     return argv + switches
 
 
-def commands(cfg: StackConfig, model_path: str, python: str = sys.executable) -> dict[str, list[str]]:
-    """The argv of each service, in start order (cache, worker, scheduler, gateway)."""
+def commands(cfg: StackConfig, model_path: str, python: str = sys.executable,
+             ports: dict[str, int] | None = None) -> dict[str, list[str]]:
+    """The argv of each service process, by process name, in start order: cache, each replica's worker and
+    scheduler (``launcher.replicas``: ``worker``, ``scheduler`` for one replica), gateway. ``ports``: the port
+    of each process (default: ``launcher.ports.service_ports(cfg)``; a stack passes the ones it resolved).
+    Raises ValueError as ``launcher.replicas.devices`` does."""
     host = cfg.bind_host
-    return {
-        "cache": [python, "-m", "cache_svc", "--listen", f"{host}:{cfg.cache_port}"] + passed_flags(cfg, "cache"),
-        "worker": [python, "-m", "worker_svc", "--listen", f"{host}:{cfg.worker_port}", "--model-path", model_path,
-                   "--worker-id", "worker-0"] + passed_flags(cfg, "worker"),
-        "scheduler": [python, "-m", "scheduler_svc", "--listen", f"{host}:{cfg.scheduler_port}",
-                      "--cache", f"{host}:{cfg.cache_port}", "--worker", f"{host}:{cfg.worker_port}",
-                      "--model-path", model_path, "--pool-id", "default"] + passed_flags(cfg, "scheduler"),
-        "gateway": [python, "-m", "gateway", "--host", host, "--port", str(cfg.http_port),
-                    "--scheduler", f"{host}:{cfg.scheduler_port}", "--model-path", model_path]
-                   + passed_flags(cfg, "gateway"),
-    }
+    ports = service_ports(cfg) if ports is None else ports
+    cache = f"{host}:{ports['cache']}"
+    argv = {"cache": [python, "-m", "cache_svc", "--listen", cache] + passed_flags(cfg, "cache")}
+    worker_flags = passed_flags(cfg, "worker")
+    replicas = layout(cfg.replicas)
+    for r, device in zip(replicas, devices(cfg)):
+        worker, scheduler = f"{host}:{ports[r.worker]}", f"{host}:{ports[r.scheduler]}"
+        argv[r.worker] = ([python, "-m", "worker_svc", "--listen", worker, "--model-path", model_path,
+                           "--worker-id", r.worker_id] + with_value(worker_flags, "--device", device))
+        argv[r.scheduler] = ([python, "-m", "scheduler_svc", "--listen", scheduler, "--cache", cache,
+                              "--worker", worker, "--model-path", model_path, "--pool-id", r.pool_id,
+                              "--owner", r.owner] + passed_flags(cfg, "scheduler"))
+    argv["gateway"] = ([python, "-m", "gateway", "--host", host, "--port", str(ports["gateway"])]
+                       + gateway_replica_flags(replicas, host, ports) + ["--model-path", model_path]
+                       + passed_flags(cfg, "gateway"))
+    return argv
+
+
+def gateway_replica_flags(replicas: list[Replica], host: str, ports: dict[str, int]) -> list[str]:
+    """The gateway's flags naming the replicas it routes over: ``--scheduler ADDR`` for one replica (as without
+    replicas), else one ``--replica scheduler=ADDR,cache=ADDR,pool=ID`` per replica."""
+    if len(replicas) == 1:
+        return ["--scheduler", f"{host}:{ports[replicas[0].scheduler]}"]
+    cache = f"{host}:{ports['cache']}"
+    return [a for r in replicas
+            for a in ("--replica", f"scheduler={host}:{ports[r.scheduler]},cache={cache},pool={r.pool_id}")]
+
+
+def with_value(argv: list[str], flag: str, value: str) -> list[str]:
+    """``argv`` (``--flag value`` pairs) with ``flag``'s value replaced by ``value``."""
+    out = list(argv)
+    out[out.index(flag) + 1] = value
+    return out
 
 
 def not_exposed_help() -> str:
@@ -259,5 +298,7 @@ def not_exposed_help() -> str:
     lines += [f"  {service}: " + ", ".join("--" + n.replace("_", "-") for n in names) for service, names in PASSED.items()]
     lines += ["Service flags the launcher leaves at the service's default:"]
     lines += [f"  {service} {flag}: {why}" for service, flags in NOT_EXPOSED.items() for flag, why in flags.items()]
-    lines += ["The launcher sets addresses, --model-path, --worker-id worker-0 and --pool-id default itself."]
+    lines += ["The launcher sets addresses, --model-path, and each replica's --worker-id, --pool-id, --owner and "
+              "--device (one replica: worker-0, default, scheduler-0, --device; replica i of N > 1: worker-i, "
+              "pool-i, scheduler-i, --devices' i-th) itself."]
     return "\n".join(lines)

@@ -1,9 +1,14 @@
-"""Port checks before boot: say which process holds a port instead of timing out anonymously."""
+"""The ports of a deployment (``service_ports``: derived here only) and the checks before boot: say which process
+holds a port instead of timing out anonymously."""
 
 from __future__ import annotations
 
 import pathlib
 import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.config import StackConfig
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -54,3 +59,22 @@ def ensure_free(host: str, port: int, what: str) -> None:
             pids = holders(port)
             who = f"held by PID(s) {', '.join(map(str, pids))}" if pids else "held by an unknown process"
             raise RuntimeError(f"{what} port {host}:{port} is in use ({who}): {exc.strerror}") from exc
+
+
+# Replica i's worker and scheduler listen on the first replica's ports + REPLICA_STRIDE * i (by default
+# 50052/50053, 50054/50055, ...); the cache and the gateway are one each.
+REPLICA_STRIDE = 2
+
+
+def service_ports(cfg: "StackConfig") -> dict[str, int]:
+    """The TCP port of each service process of ``cfg``, by process name, in start order: cache, then each
+    replica's worker and scheduler (``launcher.replicas.layout``), then the gateway. A port of 0 stays 0 (the
+    stack picks a free one for each such service at start). Raises ValueError when ``cfg.replicas`` < 1."""
+    from launcher.replicas import layout
+
+    ports = {"cache": cfg.cache_port}
+    for r in layout(cfg.replicas):
+        ports[r.worker] = cfg.worker_port and cfg.worker_port + REPLICA_STRIDE * r.index
+        ports[r.scheduler] = cfg.scheduler_port and cfg.scheduler_port + REPLICA_STRIDE * r.index
+    ports["gateway"] = cfg.http_port
+    return ports

@@ -1,4 +1,5 @@
-"""A running local deployment: four processes, started in order, each waited on until ready."""
+"""A running local deployment: cache, each replica's worker and scheduler, gateway: processes started in order, each
+waited on until ready."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from launcher.config import SERVICES, StackConfig, commands
-from launcher.ports import ensure_free, free_port
+from launcher.config import StackConfig, commands
+from launcher.ports import ensure_free, free_port, service_ports
+from launcher.replicas import Replica, layout
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -59,7 +61,9 @@ def service_env(environ) -> dict[str, str]:
 
 @dataclass
 class Stack:
-    """Starts and stops the four services. ``cfg`` ports of 0 are replaced by free ports.
+    """Starts and stops the services: cache, each replica's worker and scheduler (``launcher.replicas``; one
+    replica: ``worker``, ``scheduler``), gateway. Ports of 0 are replaced by free ones: ``ports`` holds each
+    process's port, and ``cfg`` the first replica's (so ``cfg`` describes a one-replica stack exactly).
 
     Logs of each service go to ``log_dir/<name>.log``. Use as a context manager or call start()/stop().
     Setting ``interrupt`` (the launcher's signal handler does) makes a start in progress raise
@@ -71,27 +75,44 @@ class Stack:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     model_path: str = ""
     interrupt: threading.Event = field(default_factory=threading.Event)
+    ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        ports = {name: (getattr(self.cfg, name) or free_port(self.cfg.bind_host))
-                 for name in ("http_port", "cache_port", "worker_port", "scheduler_port")}
-        self.cfg = dataclasses.replace(self.cfg, **ports)
+        self.ports = {name: port or free_port(self.cfg.bind_host) for name, port in service_ports(self.cfg).items()}
+        first = self.replicas[0]
+        self.cfg = dataclasses.replace(self.cfg, http_port=self.ports["gateway"], cache_port=self.ports["cache"],
+                                       worker_port=self.ports[first.worker],
+                                       scheduler_port=self.ports[first.scheduler])
+
+    @property
+    def replicas(self) -> list[Replica]:
+        """The replicas' names, in order (``launcher.replicas.layout``)."""
+        return layout(self.cfg.replicas)
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        """Every process name, in start order."""
+        return tuple(self.ports)
+
+    def commands(self) -> dict[str, list[str]]:
+        """The argv of each process on this stack's ports (``launcher.config.commands``)."""
+        return commands(self.cfg, self.model_path, ports=self.ports)
 
     @property
     def url(self) -> str:
         return f"http://{self.cfg.bind_host}:{self.cfg.http_port}"
 
     def target(self, name: str) -> str:
-        """host:port of a gRPC service ("cache", "worker", "scheduler")."""
-        return f"{self.cfg.bind_host}:{getattr(self.cfg, name + '_port')}"
+        """host:port of a gRPC service process ("cache", "worker", "scheduler", "worker-1", ...)."""
+        return f"{self.cfg.bind_host}:{self.ports[name]}"
 
     def ready(self, name: str) -> bool:
         if name == "gateway":
             return http_live(self.url + "/health")
         return grpc_serving(self.target(name))
 
-    def start(self, timeout: float | None = None, only: tuple[str, ...] = SERVICES) -> "Stack":
-        """Starts the services named in ``only`` in order, each waited on until ready.
+    def start(self, timeout: float | None = None, only: tuple[str, ...] | None = None) -> "Stack":
+        """Starts the services named in ``only`` (default: all, ``services``) in order, each waited on until ready.
 
         Raises StartupError (naming the service and the tail of its log) when one exits or is not
         ready within ``timeout`` seconds (None: the config's ``start_timeout``); RuntimeError when a port is already held (naming the PIDs);
@@ -104,8 +125,8 @@ class Stack:
                 from worker_svc.model.default import ensure_default_model
                 self.model_path = str(ensure_default_model())
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        argv = commands(self.cfg, self.model_path)
-        for name in only:
+        argv = self.commands()
+        for name in self.services if only is None else only:
             self.start_one(name, argv[name], timeout)
         return self
 
@@ -116,9 +137,8 @@ class Stack:
         timeout = self.cfg.start_timeout if timeout is None else timeout
         if self.interrupt.is_set():
             raise StartupInterrupted(f"interrupted before {name} started")
-        argv = argv or commands(self.cfg, self.model_path)[name]
-        port = self.cfg.http_port if name == "gateway" else getattr(self.cfg, name + "_port")
-        ensure_free(self.cfg.bind_host, port, name)
+        argv = argv or self.commands()[name]
+        ensure_free(self.cfg.bind_host, self.ports[name], name)
         env = service_env(os.environ)
         # Each service in its own session: a terminal's Ctrl-C (SIGINT to the foreground process group)
         # reaches only the launcher, which then stops the services in order (gateway first, so it drains).

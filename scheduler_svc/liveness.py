@@ -90,6 +90,11 @@ class WorkerLiveness:
             silent = self.clock() - self._last_answer
             return silent > self.stall_timeout_s and self._last_failure in NO_ANSWER
 
+    def refused(self) -> bool:
+        """True when the latest probe was refused (UNAVAILABLE: nothing listens, a dead worker), not answered."""
+        with self._lock:
+            return self._last_failure == grpc.StatusCode.UNAVAILABLE
+
     @property
     def last_error(self) -> str:
         """``CODE: details`` of the latest probe, "" when it answered."""

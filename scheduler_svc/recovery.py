@@ -58,6 +58,7 @@ class Recovery:
         self.needs_resync = False
         self.stale: list[PendingForward] = []
         self._down_since: float | None = None
+        self._down_error = ""  # the DependencyUnavailable of the outage in progress ("" when none is)
         self._last_renew = 0.0
 
     # ---- connection ------------------------------------------------------------------------------------------
@@ -84,6 +85,19 @@ class Recovery:
     def up(self) -> None:
         """A round completed: no outage."""
         self._down_since = None
+        self._down_error = ""
+
+    def outage_reason(self) -> str:
+        """The outage in progress, "" when none: ``<service> service at <target> unavailable: ... for N s`` while
+        the cache or the worker cannot be reached (set by ``on_dependency_error``, cleared by a completed round),
+        else, with a liveness monitor, the worker's refused health check (a dead worker, noticed while idle too).
+        Thread-safe enough for GetLoad: it reads two attributes the loop writes."""
+        since, error = self._down_since, self._down_error
+        if since is not None and error:
+            return f"{error} for {time.monotonic() - since:.1f} s"
+        if self.liveness is not None and self.liveness.refused():
+            return f"worker service at {self.worker.target} refused its health check: {self.liveness.last_error}"
+        return ""
 
     # ---- failures ----------------------------------------------------------------------------------------------
     def drop_in_flight(self) -> None:
@@ -115,6 +129,8 @@ class Recovery:
         self.needs_resync = True
         if self._down_since is None:
             self._down_since = now
+        if isinstance(exc, DependencyUnavailable):
+            self._down_error = str(exc)
         down = now - self._down_since
         self.log.warning("dependency_error", error=str(exc), kind=type(exc).__name__, down_seconds=round(down, 3))
         if isinstance(exc, DependencyUnavailable) and down > self.cfg.outage_timeout:

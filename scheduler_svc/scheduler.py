@@ -86,7 +86,7 @@ class Scheduler:
     ``recovery`` (Recovery: connection, failures, resync), ``stats`` (the counters, as a dict).
 
     Thread-safe entry points: ``submit``, ``abort``, ``queue_lengths``, ``progress_ok``, ``unhealthy_reason``,
-    ``stop``. Everything else runs on the loop thread (``run``). Requests' ``out`` queues receive
+    ``outage_reason``, ``stop``. Everything else runs on the loop thread (``run``). Requests' ``out`` queues receive
     GenerateResponse messages and a StreamEnd.
     """
 
@@ -178,6 +178,10 @@ class Scheduler:
         if self.intake.busy() and since > self.cfg.progress_timeout:
             return f"no batch completed for {since:.0f} s (progress timeout {self.cfg.progress_timeout:g} s) while work waits or runs"
         return ""
+
+    def outage_reason(self) -> str:
+        """Why no batch can run now though health may be SERVING ("" when one can): ``Recovery.outage_reason``."""
+        return self.recovery.outage_reason()
 
     def queue_lengths(self) -> tuple[int, int, int]:
         """(running, waiting, waiting prompt tokens), new requests not yet taken by the loop included. Running

@@ -25,7 +25,7 @@ import grpc
 
 from codeserve.v1 import cache_pb2, cache_pb2_grpc, common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from common.grpc_server import channel
-from launcher.config import StackConfig, commands
+from launcher.config import StackConfig
 from launcher.stack import Stack
 
 BACKEND = ("cache", "worker", "scheduler")
@@ -126,7 +126,7 @@ class Backend:
         stack = Stack(dataclasses.replace(base, **overrides), pathlib.Path(log_dir))
         try:
             stack.start(timeout=timeout, only=BACKEND[:2])
-            stack.start_one("scheduler", commands(stack.cfg, stack.model_path)["scheduler"] + list(scheduler_args),
+            stack.start_one("scheduler", stack.commands()["scheduler"] + list(scheduler_args),
                             timeout)
         except BaseException:
             stack.stop()

@@ -114,7 +114,7 @@ class PoolCounters(_message.Message):
     def __init__(self, pool_id: _Optional[str] = ..., capacity: _Optional[int] = ..., available: _Optional[int] = ..., evictable: _Optional[int] = ..., protected: _Optional[int] = ..., owned: _Optional[int] = ...) -> None: ...
 
 class GetLoadResponse(_message.Message):
-    __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total", "unhealthy_reason", "request_metrics", "pool_error")
+    __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total", "unhealthy_reason", "request_metrics", "pool_error", "outage_reason")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     WAITING_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +128,7 @@ class GetLoadResponse(_message.Message):
     UNHEALTHY_REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_METRICS_FIELD_NUMBER: _ClassVar[int]
     POOL_ERROR_FIELD_NUMBER: _ClassVar[int]
+    OUTAGE_REASON_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     waiting_tokens: int
@@ -141,7 +142,8 @@ class GetLoadResponse(_message.Message):
     unhealthy_reason: str
     request_metrics: str
     pool_error: str
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolCounters, _Mapping]]] = ..., seconds_since_last_batch: _Optional[float] = ..., batches_completed: _Optional[int] = ..., prefix_query_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., unhealthy_reason: _Optional[str] = ..., request_metrics: _Optional[str] = ..., pool_error: _Optional[str] = ...) -> None: ...
+    outage_reason: str
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolCounters, _Mapping]]] = ..., seconds_since_last_batch: _Optional[float] = ..., batches_completed: _Optional[int] = ..., prefix_query_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., unhealthy_reason: _Optional[str] = ..., request_metrics: _Optional[str] = ..., pool_error: _Optional[str] = ..., outage_reason: _Optional[str] = ...) -> None: ...
 
 class FlushCacheRequest(_message.Message):
     __slots__ = ()

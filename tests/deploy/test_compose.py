@@ -1,5 +1,6 @@
 """docker-compose.yml must start what the local launcher starts: same services, same flags, same values
-(except addresses and the model path), only the gateway's port published, health checks on all."""
+(except addresses and the model path), only the gateway's port published, health checks on all; and
+docker-compose.replicas.yml what ``--replicas 2 --devices cuda:0,cuda:1`` starts, one GPU per worker."""
 
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ def test_gpu_override_reserves_an_nvidia_gpu_for_the_worker() -> None:
 @pytest.mark.skipif(shutil.which("docker-compose") is None,
                     reason="needs Debian's docker-compose (apt-get install docker-compose) to validate offline")
 def test_compose_files_validate() -> None:
-    for files in (["docker-compose.yml"], ["docker-compose.yml", "docker-compose.gpu.yml"],
+    for files in (["docker-compose.yml"], ["docker-compose.replicas.yml"], ["docker-compose.yml", "docker-compose.gpu.yml"],
                   ["docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.model.yml"]):
         args = ["docker-compose"] + [a for f in files for a in ("-f", f)] + ["config", "-q"]
         env = {**os.environ, "MODEL_DIR": "/data/starcoderbase-7b"}  # docker-compose.model.yml requires it
@@ -136,3 +137,63 @@ def test_own_checkpoint_is_mounted_read_only_where_each_service_reads_the_model(
             path = flags(merged[svc]["command"])["--model-path"]
             (vol,) = model[svc]["volumes"]
             assert vol.endswith(f":{path}:ro") and vol.startswith("${MODEL_DIR:?"), (files, vol)
+
+
+REPLICAS = StackConfig(replicas=2, devices="cuda:0,cuda:1")
+
+
+def compose_address(address: str, ports: dict[str, int]) -> str:
+    """A launcher address (127.0.0.1:PORT) as the compose network names it: the service that listens on PORT."""
+    port = int(address.rsplit(":", 1)[1])
+    (name,) = [n for n, p in ports.items() if p == port]
+    return f"{name}:{port}"
+
+
+def test_replicas_compose_starts_what_the_launcher_starts_for_two_gpus() -> None:
+    """Same processes (names), same flags and values; listen ports and the addresses between services the
+    launcher's (launcher/ports.py), pools and owners the launcher's (launcher/replicas.py)."""
+    from launcher.ports import service_ports
+
+    compose = load("docker-compose.replicas.yml")
+    local = commands(REPLICAS, "/models/default-model", python="python")
+    ports = service_ports(REPLICAS)
+    assert list(local) == ["cache", "worker-0", "scheduler-0", "worker-1", "scheduler-1", "gateway"]
+    assert set(compose) == set(local)
+    for name, want_argv in local.items():
+        argv = compose[name]["command"]
+        assert argv[:3] == want_argv[:3], name
+        replicas = [v for f, v in zip(argv[3::2], argv[4::2]) if f == "--replica"]
+        want_replicas = [v for f, v in zip(want_argv[3::2], want_argv[4::2]) if f == "--replica"]
+        got, want = flags(argv), flags(want_argv)
+        assert set(got) - GPU_ONLY == set(want) - GPU_ONLY, f"{name}: flags differ: {sorted(set(got) ^ set(want))}"
+        for flag, value in want.items():
+            if flag not in PLACE_DEPENDENT | GPU_ONLY | {"--replica"}:
+                assert got[flag] == value, f"{name} {flag}: compose {got[flag]!r}, launcher {value!r}"
+        if "--listen" in want:
+            assert got["--listen"] == f"0.0.0.0:{ports[name]}", name
+        for flag in ("--cache", "--worker", "--scheduler"):
+            if flag in want:
+                assert got[flag] == compose_address(want[flag], ports), (name, flag)
+        assert [dict(kv.split("=", 1) for kv in r.split(",")) for r in replicas] == [
+            {k: (compose_address(v, ports) if k != "pool" else v) for k, v in (kv.split("=", 1) for kv in r.split(","))}
+            for r in want_replicas], name
+    assert compose["gateway"]["ports"] == [f"{REPLICAS.http_port}:{REPLICAS.http_port}"]
+    assert {n for n, spec in compose.items() if spec.get("ports")} == {"gateway"}
+
+
+def test_replicas_compose_gives_each_worker_its_own_gpu_as_the_gpu_override_runs_it() -> None:
+    compose = load("docker-compose.replicas.yml")
+    gpu = flags(load("docker-compose.yml", "docker-compose.gpu.yml")["worker"]["command"])
+    local = commands(REPLICAS, "/models/default-model", python="python")
+    for i in range(REPLICAS.replicas):
+        spec = compose[f"worker-{i}"]
+        (device,) = spec["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+        # the container sees its one GPU as cuda:0 (the launcher's cuda:i on the host)
+        assert device["device_ids"] == [flags(local[f"worker-{i}"])["--device"].split(":")[1]]
+        got = flags(spec["command"])
+        assert {f: got[f] for f in GPU_ONLY if f in got} == {f: gpu[f] for f in GPU_ONLY if f in gpu}
+        assert spec["image"] == "codeserve:gpu" and spec["volumes"] == ["flashinfer-jit:/var/cache/codeserve"]
+        assert int(spec["healthcheck"]["start_period"][:-1]) >= 600
+    for name, spec in compose.items():
+        assert spec["healthcheck"]["test"][:4] == ["CMD", "python", "-m", "common.healthcheck"], name

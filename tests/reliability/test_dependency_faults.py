@@ -104,3 +104,21 @@ def test_cache_sigkill_under_load_resyncs_and_every_call_completes_or_fails_expl
     print(f"\ncache SIGKILL: down 1 s, restart {restart_s:.2f} s, "
           f"served {recovered:.2f} s after it returned; {len(spanning)} calls spanning the outage completed = HF; "
           f"{counts}")
+
+
+def test_a_dead_worker_is_named_in_get_load_as_an_outage_while_health_stays_serving(sys_, settled):
+    """Idle, the worker SIGKILLed: within 3 s GetLoad.outage_reason names the worker (its refused health check; a
+    router over several replicas routes around it), while /ready stays 200 (one scheduler alone keeps queueing, as
+    before); once the worker is back the reason is empty again. Was: no field; a router could not tell."""
+    from codeserve.v1 import scheduler_pb2
+
+    settled(sys_)
+    load = lambda: sys_.be.scheduler.GetLoad(scheduler_pb2.GetLoadRequest(), timeout=5)  # noqa: E731
+    assert load().outage_reason == ""
+    t0 = time.monotonic()
+    sys_.kill("worker")
+    reason = wait_for(lambda: load().outage_reason, 10, "GetLoad.outage_reason")
+    assert time.monotonic() - t0 < 3.0 and reason.startswith("worker service at ") and "refused" in reason, reason
+    assert sys_.status("/ready") == 200
+    sys_.restart("worker")
+    wait_for(lambda: load().outage_reason == "", 10, "no outage once the worker is back")
