@@ -52,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlapped decode: in steady decode send Forward N+1 before processing N's reply")
-    p.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=True,
-                   help="decoding requests ride in extend batches, one step each, so no decode stalls for a prefill")
+    p.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=False,
+                   help="decoding requests ride in extend batches, one step each, so no decode stalls for a prefill "
+                        "(lower ITL p99, less throughput: bench/README.md run 6)")
     p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE,
                    help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
                         "(an arrival's extend that reaches the worker before N+1 started still goes first); "

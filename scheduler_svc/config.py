@@ -25,8 +25,9 @@ class SchedulerConfig:
     # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
     overlap_mode: str = DEFAULT_OVERLAP_MODE
     # decoding requests ride in extend batches, one step each (vLLM's chunked prefill, SGLang's mixed chunk), so
-    # a decode never stalls for a whole prefill (scheduler_svc/planner.py: Planner.extend)
-    mixed_chunk: bool = True
+    # a decode never stalls for a whole prefill (scheduler_svc/planner.py: Planner.extend). Off by default: on the
+    # H200 it cut ITL p99 4-10x but cost 5% (c64) and 20% (c256) of throughput (bench/README.md, run 6)
+    mixed_chunk: bool = False
 
     def __post_init__(self) -> None:
         if self.overlap_mode not in OVERLAP_MODES:
