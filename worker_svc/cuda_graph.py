@@ -27,6 +27,18 @@ from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.step_feed import StepFeed, pinned, to_device
 
 
+def index_capacity(max_batch: int, n_positions: int) -> int:
+    """Entries of the graphs' shared ``kv_indices`` buffer (int32): the most KV slots one decode batch can list.
+
+    Every row lists its whole slot table (prefix + new token), at most ``n_positions`` entries (the worker
+    rejects positions >= n_positions), so a batch of ``max_batch`` rows lists at most ``max_batch * n_positions``.
+    Not the pool's size: with the radix cache, rows share their prefix slots, and the sum of the rows' tables
+    exceeds the pool when many requests read one long prefix (seen on the H200, bench/results/h200-run6: 64
+    requests of one 3,200-token tenant prefix over a 76,800-slot pool; flashinfer's plan refused the batch). For
+    the 15B shape at 256 rows: 256 x 8,192 x 4 B = 8 MiB."""
+    return max_batch * n_positions
+
+
 def buckets(max_batch: int) -> list[int]:
     """1, 2, 4, ... up to and including ``max_batch`` (which need not be a power of two)."""
     out, b = [], 1
@@ -71,7 +83,7 @@ class DecodeGraphs:
         self.out_slots = torch.zeros(max_batch, dtype=torch.long, device=dev)
         # shared by every bucket's wrapper (only one graph runs at a time)
         self.kv_indptr = torch.zeros(max_batch + 1, dtype=torch.int32, device=dev)
-        self.kv_indices = torch.zeros(kv_pool.pool_slots + max_batch, dtype=torch.int32, device=dev)
+        self.kv_indices = torch.zeros(index_capacity(max_batch, cfg.n_positions), dtype=torch.int32, device=dev)
         self.kv_last = torch.ones(max_batch, dtype=torch.int32, device=dev)
         mempool = torch.cuda.graph_pool_handle()
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, FlashInferAttention, torch.Tensor]] = {}

@@ -180,3 +180,46 @@ def test_multistep_on_cuda_graphs_matches_single_step_eager(model_dir, prompts):
     stopped, _ = _run(engine(True), reqs, lambda i, n: 8, stop_of=lambda i: (stop,) if i == 2 else (), max_new=24)
     assert stopped[2] == eager[2][: eager[2].index(stop) + 1]
     assert [o for i, o in enumerate(stopped) if i != 2] == [o for i, o in enumerate(eager) if i != 2]
+
+
+def test_cuda_graph_decode_of_rows_sharing_a_prefix_longer_than_the_pool_allows(model_dir):
+    """Rows that read one cached prefix list its slots once each: 8 rows x 601 slots = 4,808 indices over a pool
+    of ~1,500 slots (the radix cache shares prefixes; the graphs' index buffer was once sized by the pool and
+    flashinfer's plan refused such a batch, bench/results/h200-run6 call 5). One-step and 4-step decode on the
+    graphs give the eager tokens."""
+    from worker_svc.build import make_graphs
+    from worker_svc.types import ForwardItem
+
+    dev, dtype = torch.device("cuda:0"), torch.bfloat16
+
+    def run(graphs: bool, steps: int) -> list[list[int]]:
+        cfg, model = load_model(model_dir, dtype=dtype, device=dev)
+        pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=1536), dtype, dev)
+        eng = Engine(cfg, model, pool, make_backend("flashinfer", cfg, dtype, dev), epoch="gpu")
+        eng.warmup()
+        if graphs:
+            eng.graphs = make_graphs(8, cfg, model, pool, eng.backend)
+        prefix = [(7 * i) % 500 + 3 for i in range(600)]
+        slots = tuple(range(1, 601))
+        eng.forward([ForwardItem("p", tuple(prefix), 0, slots, has_prefix=True, sample=False)], "gpu")
+        assert 8 * (len(prefix) + 1) > pool.pool_slots
+        nxt, outs = 601, []
+        first = []
+        for r in range(8):  # each row registered with one decode step over the shared prefix
+            first.append(ForwardItem(f"r{r}", (11 + r,), 600, (nxt,), has_prefix=True, prefix_slot_ids=slots,
+                                     prefix_token_ids=tuple(prefix)))
+            nxt += 1
+        res = eng.forward(first, "gpu")
+        outs = [[o.next_token_id] for o in res.outputs]
+        items = []
+        for r, o in enumerate(res.outputs):  # then a Forward of ``steps`` steps (multi-step when > 1)
+            items.append(ForwardItem(f"r{r}", (o.next_token_id,), 601, tuple(range(nxt, nxt + steps)),
+                                     decode_steps=steps))
+            nxt += steps
+        res = eng.forward(items, "gpu")
+        for out, o in zip(outs, res.outputs):
+            out += list(o.next_token_ids) if steps > 1 else [o.next_token_id]
+        return outs
+
+    for steps in (1, 4):
+        assert run(True, steps) == run(False, steps)
