@@ -15,6 +15,11 @@ the run), prompt lengths, HTTP errors.
     python -m bench.editor_bench --out bench/results/cpu-editor              # starts the CPU stack
     python -m bench.editor_bench --url http://127.0.0.1:8000 --out OUT       # an already running server
     python -m bench.editor_bench --gpu --model-path DIR --out OUT            # on a GPU
+    python -m bench.editor_bench --gpu --model-path DIR --context-files 4 --out OUT  # ~1,500-token prompts
+
+``--context-files K`` puts K other HumanEval problems (prompt + canonical solution) above each file's prefix,
+as the rest of a source file an editor sends with the cursor's function: HumanEval files alone are ~300
+tokens (median, the embedded tokenizer), four more make the ~1,500-token prompts of issue 13's H200 target.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import time
 
 import httpx
 
-from bench.humaneval_fim import FimCut, cuts
+from bench.humaneval_fim import FimCut, cuts, problems
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -91,6 +96,20 @@ async def typist(i: int, client: httpx.AsyncClient, files: list[FimCut], args, u
                 rec["error"] = f"{type(exc).__name__}: {exc}"
             await asyncio.sleep(rng.uniform(0.3, 0.8))
         k += len(files) // max(args.typists, 1) or 1
+
+
+def with_context(files: list[FimCut], k: int) -> list[FimCut]:
+    """Each cut with the full text of ``k`` other problems (the next ones in HumanEval order) above its prefix."""
+    if k <= 0:
+        return files
+    texts = {p["task_id"]: p["prompt"] + p["canonical_solution"] for p in problems()}
+    order = list(texts)
+    out = []
+    for c in files:
+        at = order.index(c.task_id)
+        above = "\n".join(texts[order[(at + j) % len(order)]] for j in range(1, k + 1))
+        out.append(FimCut(c.task_id, c.kind, above + "\n" + c.prefix, c.middle, c.suffix))
+    return out
 
 
 def prefix_counters(url: str) -> tuple[float, float]:
@@ -165,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--modes", default="psm,spm")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--context-files", type=int, default=0,
+                    help="other HumanEval files put above each prefix (longer prompts; see the module doc)")
     args = ap.parse_args(argv)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -172,13 +193,14 @@ def main(argv: list[str] | None = None) -> None:
     url = args.url or stack.url
     try:
         args.model = args.model or httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
-        files = cuts(seed=args.seed)
+        files = with_context(cuts(seed=args.seed), args.context_files)
         random.Random(args.seed).shuffle(files)
         for mode in args.modes.split(","):
             args.mode = mode
             result = asyncio.run(run_mode(args, url, files))
             result["page_size"] = args.page_size
             result["device"] = "cuda" if args.gpu else "cpu"
+            result["context_files"] = args.context_files
             (out / f"editor_{mode}.json").write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result), flush=True)
     finally:

@@ -1,7 +1,7 @@
 """End-to-end serving benchmark: the whole stack (cache, worker, scheduler, gateway as real processes)
 driven over HTTP with streaming, side by side with transformers' static-batch ``generate``.
 
-    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,jit]
+    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,nomixed,jit]
 
 ``--gpu``: random-weight starcoderbase-1b checkpoint in bfloat16 (``worker_svc.model.default --shape``),
 CUDA worker (flashinfer, CUDA-graph decode), 1,024 prompt tokens and 256 output tokens (ignore_eos). Without
@@ -307,6 +307,8 @@ class Bench:
                 self.guard(ph, lambda: (self.restart_scheduler(1), self.fixed(64, "c64_k1")))
             elif ph == "nooverlap":  # same K, the scheduler waits for each Forward before the next; then back
                 self.guard(ph, lambda: self.variant(["--no-overlap"], "nooverlap", (64,)))
+            elif ph == "nomixed":  # same K, extend batches carry no decoding requests (no mixed chunk); then back
+                self.guard(ph, lambda: self.variant(["--no-mixed-chunk"], "nomixed", (64, 256)))
             elif ph == "jit":  # same K, N+1 sent when N's reply is in (the default queues it behind N); then back
                 self.guard(ph, lambda: self.variant(["--overlap-mode", "just-in-time"], "jit", (64, 256)))
             self.derive()

@@ -212,6 +212,10 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     "worker": {},
     "scheduler": {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",
+        "--mixed-chunk": "mixed chunks stay on (decodes ride in extend batches); bench/serve_bench's nomixed phase "
+                            "runs the scheduler without them for the A/B",
+        "--no-mixed-chunk": "mixed chunks stay on (decodes ride in extend batches); bench/serve_bench's nomixed phase "
+                            "runs the scheduler without them for the A/B",
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",

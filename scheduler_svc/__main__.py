@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlapped decode: in steady decode send Forward N+1 before processing N's reply")
+    p.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=True,
+                   help="decoding requests ride in extend batches, one step each, so no decode stalls for a prefill")
     p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE,
                    help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
                         "(an arrival's extend that reaches the worker before N+1 started still goes first); "
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                           progress_timeout=args.progress_timeout,
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
                           decode_steps=max(args.decode_steps, 1), overlap=args.overlap,
-                          overlap_mode=args.overlap_mode)
+                          overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk)
     from scheduler_svc.worker_client import WorkerClient
 
     liveness = None
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     names = ["", SERVICE_NAME]
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
-             decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap, overlap_mode=cfg.overlap_mode,
+             decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
              worker_stall_timeout=args.worker_stall_timeout)
 
     serving = True

@@ -24,6 +24,9 @@ class SchedulerConfig:
     overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/scheduler.py)
     # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
     overlap_mode: str = DEFAULT_OVERLAP_MODE
+    # decoding requests ride in extend batches, one step each (vLLM's chunked prefill, SGLang's mixed chunk), so
+    # a decode never stalls for a whole prefill (scheduler_svc/planner.py: Planner.extend)
+    mixed_chunk: bool = True
 
     def __post_init__(self) -> None:
         if self.overlap_mode not in OVERLAP_MODES:

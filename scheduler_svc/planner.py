@@ -81,7 +81,9 @@ class Planner:
         """Continuing prefill chunks, then admissions, within the chunk budget; None when there is nothing to
         run or the pool cannot fund it (new admissions requeued, then continuing chunks retracted).
         ``new_only``: admissions only (while Forwards are in flight, a request in PREFILL may have its chunk in
-        one of them)."""
+        one of them). With ``cfg.mixed_chunk`` (and not ``new_only``: no Forward is in flight then) every
+        decoding request rides in the batch as a one-step decode entry, allocated in the same Allocate; when
+        the pool cannot fund them too, the batch is planned without them (they decode in the next round)."""
         budget = self.cfg.chunk_size
         plan: list[tuple[Req, int]] = []
         for req in self.table.running:
@@ -111,9 +113,23 @@ class Planner:
             if reply is None:
                 return None
         slots = slots_by_request(reply, plan)
-        return Batch("extend", tuple(
-            Entry(r, start=r.kv_len, n=n, slot_ids=slots[r.rid], sample=n == r.pending_tokens and r.remaining_new_tokens > 0)
-            for r, n in plan))
+        extend = tuple(Entry(r, start=r.kv_len, n=n, slot_ids=slots[r.rid],
+                             sample=n == r.pending_tokens and r.remaining_new_tokens > 0) for r, n in plan)
+        return Batch("extend", extend + (self._riders() if self.cfg.mixed_chunk and not new_only else ()))
+
+    def _riders(self) -> tuple[Entry, ...]:
+        """One-step decode entries for the decoding requests (their slots allocated now), to ride in an extend
+        batch; none when none decodes or the pool cannot fund them (nothing is retracted for a rider)."""
+        decoding = [r for r in self.table.running if r.state == State.DECODE]
+        if not decoding:
+            return ()
+        try:
+            reply = self.cache.allocate([(r.rid, 1) for r in decoding])
+        except AllocationFailed as exc:
+            self.log.info("mixed_decode_allocation_failed", error=str(exc), decoding=len(decoding))
+            return ()
+        slots = slots_by_request(reply, [(r, 1) for r in decoding])
+        return tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True) for r in decoding)
 
     def _admit(self, budget: int) -> list[tuple[Req, int]]:
         """Admits waiting requests in policy order while they fit (count, chunk budget, KV budget)."""

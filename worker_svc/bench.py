@@ -97,7 +97,7 @@ def replay_seconds(graph, device: torch.device, iters: int = 20) -> float:
     return statistics.median(times)
 
 
-def profile_forward(fn, device: torch.device, out_dir: str, batch: int) -> None:
+def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) -> None:
     """Writes ``trace-b{batch}.json`` (chrome trace) and ``ops-b{batch}.txt`` (operator table, CPU and CUDA
     time) of one call of ``fn`` under torch.profiler into ``out_dir``."""
     import os
@@ -130,8 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--cuda-graph-max-batch", type=int, default=256, help="0 = eager decode")
     ap.add_argument("--decode-steps", type=int, default=1)
-    ap.add_argument("--fused", choices=("none", "norms", "all"), default="all",
-                    help="fused kernels (model.fused): none, residual add + LayerNorm, or that and the GELU epilogue")
+    ap.add_argument("--fused", choices=("none", "norms", "gelu", "all"), default="all",
+                    help="fused kernels (model.fused): none, residual add + LayerNorm, that and the GELU epilogue, "
+                         "or those and the K/V write with a strided q (all, as served)")
     ap.add_argument("--profile")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
             from worker_svc.model.default import ensure_default_model
             args.model_path = str(ensure_default_model())
         cfg, model = load_model(args.model_path, dtype=dtype, device=device)
-    model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused == "all")
+    model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all")
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     multi_calls = max(3, args.iters // 2) + 2 if args.decode_steps > 1 else 0  # warm-up, timed, profile
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     bw = copy_bandwidth(device, 1 << 30 if device.type == "cuda" else 1 << 27)
     results = []
     print(f"# model {cfg.name} ({weight_bytes / 1e9:.2f} GB weights) dtype {str(dtype)[6:]} device {device} "
-          f"attention {backend.name} cuda graphs {eng.graphs is not None} fused norms {model.fuse_norms} gelu epilogue {model.gelu_epilogue}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
+          f"attention {backend.name} cuda graphs {eng.graphs is not None} fused norms {model.fuse_norms} gelu epilogue {model.gelu_epilogue} kv write {model.fuse_kv}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
     g = torch.Generator().manual_seed(0)
     for b in batches:
         eng.requests.clear()
@@ -244,12 +245,14 @@ def main(argv: list[str] | None = None) -> None:
                     "approx_tflops": flops / secs / 1e12})
     print(f"prefill {n} tokens: {secs * 1e3:8.2f} ms  {n / secs:10.1f} tok/s  ~{flops / secs / 1e12:.1f} TFLOP/s "
           f"(2 * params * tokens)", flush=True)
+    if args.profile:  # the eager extend: where its host time goes (ops-prefill<N>.txt, trace-prefill<N>.json)
+        profile_forward(prefill, device, args.profile, f"prefill{n}")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
                        "cuda_graphs": eng.graphs is not None,
                        "fused": args.fused,
-                       "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
+                       "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The fused forward (each residual add fused with the LayerNorm after it, model.fused) is the same
-computation as the block-by-block forward. On the CPU the fused helpers run their torch definitions, so
+"""The fused forward (each residual add fused with the LayerNorm after it, K and V written from the c_attn
+output by one call and q passed strided, model.fused) is the same computation as the block-by-block forward. On the CPU the fused helpers run their torch definitions, so
 this checks the rewiring of the blocks (which LayerNorm follows which add) exactly, in fp32."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from worker_svc.kv_pool import KVPool, geometry
 
 def _hidden(model, cfg, ids, fuse: bool) -> torch.Tensor:
     model.fuse_norms = model.gelu_epilogue = fuse
+    model.fuse_kv = fuse and cfg.multi_query
     try:
         pool = KVPool(cfg, geometry(cfg, torch.float32, kv_tokens=256), torch.float32, "cpu")
         backend = TorchAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.head_dim ** -0.5)
@@ -23,7 +24,7 @@ def _hidden(model, cfg, ids, fuse: bool) -> torch.Tensor:
         return model(torch.tensor(ids), torch.from_numpy(layout.positions), pool, backend,
                      torch.from_numpy(layout.out_slots))
     finally:
-        model.fuse_norms = model.gelu_epilogue = False
+        model.fuse_norms = model.gelu_epilogue = model.fuse_kv = False
 
 
 def test_fused_forward_equals_block_forward(model_dir):
@@ -35,7 +36,7 @@ def test_fused_forward_equals_block_forward(model_dir):
 def test_use_fused_kernels_stays_off_on_the_cpu(model_dir):
     _, model = cached_model(str(model_dir))
     model.use_fused_kernels()
-    assert (model.fuse_norms, model.gelu_epilogue) == (False, False)
+    assert (model.fuse_norms, model.gelu_epilogue, model.fuse_kv) == (False, False, False)
 
 
 def test_gelu_epilogue_switch_alone_reaches_the_mlp(model_dir, monkeypatch):

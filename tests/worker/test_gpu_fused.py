@@ -95,3 +95,54 @@ def test_served_model_with_fused_kernels_decodes_as_without(model_dir, prompts):
         assert max((abs(x - y) for x, y in zip(la[:n], lb[:n])), default=0.0) < 0.1
     print(f"fused vs unfused greedy prefix agreement {agree}/{total}")
     assert agree >= 0.9 * total
+
+
+@pytest.mark.parametrize("rows,width,dtype", [(1, 64, torch.bfloat16), (64, 128, torch.bfloat16),
+                                              (300, 128, torch.float16), (7, 128, torch.float32)])
+def test_write_kv_equals_split_and_index_put(rows, width, dtype):
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    n_embd = 16 * width
+    qkv = torch.randn(rows, n_embd + 2 * width, generator=g, device="cuda").to(dtype)
+    slots = torch.randperm(4 * rows + 8, generator=g, device="cuda")[:rows] + 1
+    k = torch.zeros(4 * rows + 9, 1, width, device="cuda", dtype=dtype)
+    v = torch.zeros_like(k)
+    want_k, want_v = k.clone(), v.clone()
+    want_k[slots] = qkv[:, n_embd:n_embd + width].reshape(rows, 1, width)
+    want_v[slots] = qkv[:, n_embd + width:].reshape(rows, 1, width)
+    fused.write_kv(qkv, k, v, slots, n_embd, width)
+    assert torch.equal(k, want_k) and torch.equal(v, want_v)  # a copy: exact, and no other slot touched
+
+
+@pytest.mark.parametrize("decode", [True, False])
+def test_flashinfer_reads_a_strided_q_as_its_contiguous_copy(decode):
+    """The fused K/V path hands attention q as a view of the c_attn output (row stride n_embd + 2 head_dim)."""
+    from worker_svc.attention.base import AttentionMeta
+    from worker_svc.attention.workspace import allocate_workspace
+    from worker_svc.forward_batch import build_layout
+    from worker_svc.attention.flashinfer_backend import FlashInferAttention
+
+    dev, dtype, n_head, hd = torch.device("cuda:0"), torch.bfloat16, 16, 128
+    ws = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
+    backend = FlashInferAttention(n_head, 1, hd, hd ** -0.5, dtype, dev, ws)
+    kv_lens = [37, 300, 1]
+    qo = [1] * 3 if decode else [5, 17, 1]
+    slot, slots = 1, []
+    for n in kv_lens:
+        slots.append(list(range(slot, slot + n)))
+        slot += n
+    layout = build_layout([n - q for n, q in zip(kv_lens, qo)], qo, slots)
+    backend.plan(AttentionMeta.from_layout(layout, dev))
+
+    class Pool:
+        k = [torch.randn(slot + 1, 1, hd, device=dev).to(dtype)]
+        v = [torch.randn(slot + 1, 1, hd, device=dev).to(dtype)]
+
+        def paged(self, layer):
+            return self.k[layer].unsqueeze(1), self.v[layer].unsqueeze(1)
+
+    qkv = torch.randn(sum(qo), n_head * hd + 2 * hd, device=dev).to(dtype)
+    q = qkv[:, :n_head * hd].unflatten(1, (n_head, hd))
+    assert not q.is_contiguous()
+    got = backend.attend(0, q, Pool())
+    want = backend.attend(0, q.contiguous(), Pool())
+    assert torch.equal(got, want)

@@ -38,7 +38,7 @@ class TorchAttention(AttentionBackend):
             k = k_all[idx].float()  # [kv, kv_heads, head_dim]
             v = v_all[idx].float()
             qb = q[self._qo_ranges[b]:self._qo_ranges[b + 1]].float()  # [n, n_head, head_dim]
-            qb = qb.view(n, self.kv_heads, group, self.head_dim)  # query head h uses kv head h // group
+            qb = qb.reshape(n, self.kv_heads, group, self.head_dim)  # query head h uses kv head h // group
             s = torch.einsum("nkgd,lkd->kgnl", qb, k) * self.sm_scale  # [kv_heads, group, n, kv]
             if n > 1:
                 s = s.masked_fill(~self._masks[(n, kv)], float("-inf"))

@@ -8,6 +8,10 @@
   (``torch._addmm_activation(..., use_gelu=True)``, which falls back to addmm + gelu(tanh) itself where
   the epilogue does not apply). Not bit-equal to the unfused path: the epilogue applies GELU to the float32
   accumulator, where the unfused path first rounds ``x @ W.T + b`` to the model dtype.
+- ``write_kv(qkv, k, v, slots, k_col, width)``: a multi-query layer's new K and V copied from the ``c_attn``
+  output straight into the pool's slots, one kernel for both (the unfused path splits, reshapes and runs two
+  ``index_put`` kernels). Exact (a copy). The query is then handed to attention as a strided view of the same
+  output (flashinfer reads q's row and head strides), so no copy of q is made either.
 
 Triton is imported on first use on a CUDA tensor, so this module imports on a CPU-only machine; the
 model calls these only when ``enabled(device)`` (CUDA and Triton present). tests/worker/test_gpu_fused.py
@@ -79,3 +83,40 @@ def mlp_up(x: torch.Tensor, c_fc: nn.Linear) -> torch.Tensor:
     if not x.is_cuda:
         return F.gelu(c_fc(x), approximate="tanh")
     return torch._addmm_activation(c_fc.bias, x, c_fc.weight.t(), use_gelu=True)
+
+
+@functools.cache
+def _kv_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def write_kv(qkv_ptr, k_ptr, v_ptr, slot_ptr, stride_row, k_col, width, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        slot = tl.load(slot_ptr + row).to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < width
+        src = qkv_ptr + row * stride_row + k_col + cols
+        tl.store(k_ptr + slot * width + cols, tl.load(src, mask=mask), mask=mask)
+        tl.store(v_ptr + slot * width + cols, tl.load(src + width, mask=mask), mask=mask)
+
+    return write_kv, triton.next_power_of_2
+
+
+def write_kv(qkv: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, k_col: int, width: int) -> None:
+    """Copies ``qkv[:, k_col:k_col + width]`` to ``k[slots]`` and the next ``width`` columns to ``v[slots]``.
+
+    qkv [T, C] (rows contiguous), k and v [pool_slots, ...] contiguous with ``width`` elements a slot (one K/V
+    head of a multi-query layer: width = head_dim), all one dtype; slots int64 [T] (validated by the caller).
+    CUDA: one Triton kernel; elsewhere index_put. Raises ValueError for mismatched dtypes or widths."""
+    if qkv.dtype != k.dtype or k.dtype != v.dtype or k[0].numel() != width or qkv.shape[1] < k_col + 2 * width:
+        raise ValueError(f"write_kv: qkv {tuple(qkv.shape)} {qkv.dtype}, k {tuple(k.shape)} {k.dtype}, "
+                         f"v {v.dtype}, columns {k_col}+2x{width}")
+    if not qkv.is_cuda:
+        k[slots] = qkv[:, k_col:k_col + width].reshape(-1, *k.shape[1:])
+        v[slots] = qkv[:, k_col + width:k_col + 2 * width].reshape(-1, *v.shape[1:])
+        return
+    if qkv.stride(1) != 1:
+        qkv = qkv.contiguous()
+    kernel, next_pow2 = _kv_kernel()
+    kernel[(qkv.shape[0],)](qkv, k, v, slots, qkv.stride(0), k_col, width, BLOCK=next_pow2(width), num_warps=1)

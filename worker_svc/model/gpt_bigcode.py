@@ -66,8 +66,16 @@ class Attention(nn.Module):
         q, k, v = qkv.split(self.head_dim, dim=-1)  # each [T, n_head, head_dim]
         return q, k, v
 
-    def forward(self, x: torch.Tensor, kv_pool, backend, out_slots: torch.Tensor) -> torch.Tensor:
-        """x [T, n_embd] -> [T, n_embd]; writes this layer's K/V of the T tokens at ``out_slots`` [T]."""
+    def forward(self, x: torch.Tensor, kv_pool, backend, out_slots: torch.Tensor, fuse_kv: bool = False) -> torch.Tensor:
+        """x [T, n_embd] -> [T, n_embd]; writes this layer's K/V of the T tokens at ``out_slots`` [T].
+        ``fuse_kv`` (multi-query, CUDA): K and V written by one kernel from the c_attn output, q passed to the
+        backend as a strided view of it (``fused.write_kv``)."""
+        if fuse_kv:
+            qkv = self.c_attn(x)  # [T, n_embd + 2 * head_dim]
+            fused.write_kv(qkv, kv_pool.k[self.layer], kv_pool.v[self.layer], out_slots, self.n_embd, self.head_dim)
+            q = qkv[:, :self.n_embd].unflatten(1, (self.n_head, self.head_dim))  # strided: rows of n_embd + 2 hd
+            o = backend.attend(self.layer, q, kv_pool)
+            return self.c_proj(o.reshape(x.shape[0], self.n_embd))
         q, k, v = self.split_qkv(x)
         kv_pool.write(self.layer, out_slots, k, v)
         o = backend.attend(self.layer, q.contiguous(), kv_pool)  # [T, n_head, head_dim]
@@ -131,6 +139,7 @@ class GPTBigCodeForCausalLM(nn.Module):
         self.cfg = cfg
         self.fuse_norms = False
         self.gelu_epilogue = False
+        self.fuse_kv = False
         self.transformer = Transformer(cfg)
         # Only when the checkpoint unties the head (tie_word_embeddings: false); GPTBigCode ties it.
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -152,18 +161,20 @@ class GPTBigCodeForCausalLM(nn.Module):
         # the same blocks, each residual add fused with the LayerNorm that follows it
         y = t.h[0].ln_1(h)
         for i, block in enumerate(t.h):
-            h, y = fused.add_layer_norm(h, block.attn(y, kv_pool, backend, out_slots), block.ln_2)
+            h, y = fused.add_layer_norm(h, block.attn(y, kv_pool, backend, out_slots, self.fuse_kv), block.ln_2)
             after = t.h[i + 1].ln_1 if i + 1 < len(t.h) else t.ln_f
             h, y = fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue), after)
         return y
 
-    def use_fused_kernels(self, norms: bool = True, gelu: bool = True) -> None:
+    def use_fused_kernels(self, norms: bool = True, gelu: bool = True, kv: bool = True) -> None:
         """Turns the fused kernels on where they can run (CUDA with Triton; the GELU epilogue only for
-        ``gelu_pytorch_tanh``, the family's activation), off otherwise. Call before capturing graphs."""
+        ``gelu_pytorch_tanh``, the family's activation; the K/V write (``kv``) only for multi-query layers,
+        and with the fused norms, whose path it rides), off otherwise. Call before capturing graphs."""
         device = self.transformer.wte.weight.device
         ok = fused.enabled(device)
         self.fuse_norms = norms and ok
         self.gelu_epilogue = gelu and ok and self.cfg.activation_function == "gelu_pytorch_tanh"
+        self.fuse_kv = kv and self.fuse_norms and self.cfg.multi_query
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
