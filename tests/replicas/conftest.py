@@ -78,11 +78,15 @@ class TwoReplicas:
             return reply.status_code == 200 and all(r["state"] == "ready" for r in reply.json()["replicas"])
         wait_for(ready, timeout, "every replica ready")
 
-    def idle_check(self) -> None:
-        """Every scheduler idle, /flush_cache (every replica), then per pool: integrity empty, available == capacity."""
+    def wait_idle(self) -> None:
+        """Until every scheduler has nothing running or waiting (at most 60 s each)."""
         for i, s in enumerate(self.schedulers):
             wait_for(lambda: (lambda l: l.running == 0 and l.waiting == 0)(
                 s.GetLoad(scheduler_pb2.GetLoadRequest(), timeout=10)), 60, f"replica {i} idle")
+
+    def idle_check(self) -> None:
+        """Every scheduler idle, /flush_cache (every replica), then per pool: integrity empty, available == capacity."""
+        self.wait_idle()
         reply = httpx.post(self.url + "/flush_cache", timeout=30)
         assert reply.status_code == 200, reply.text
         for pool in POOLS:
