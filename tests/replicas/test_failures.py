@@ -109,6 +109,22 @@ def test_sigkill_of_worker_1_mid_stream(replicas: TwoReplicas) -> None:
     both_serve_again(replicas, seed=23)
 
 
+def test_sigkill_of_idle_worker_1_flushes_its_pool_before_it_is_routed_again(replicas: TwoReplicas) -> None:
+    """No request runs on replica 1 when its worker dies: its scheduler still re-registers the pool with the new
+    worker's epoch before the gateway routes to it again, so the probe never offers the dead worker's prefix."""
+    (before,) = prompts(1, 64, seed=25)  # cached in pool-1 before the kill
+    assert generate_at(replicas.schedulers[1], input_ids=before, max_new_tokens=2, ignore_eos=True).finish_reason == "length"
+    assert replicas.probe(before)[1] >= 63
+    epochs = replicas.epochs()
+    backs = replicas.backs("worker-1")
+    os.kill(replicas.run.pids["worker-1"], signal.SIGKILL)
+    out_of_routing_at_once(replicas, 1, time.monotonic())
+    replicas.restarted("worker-1", backs)
+    replicas.wait_ready()  # replica 1 routed again
+    assert replicas.epochs()[1] != epochs[1], "pool-1 still registered with the dead worker's epoch"
+    assert replicas.probe(before) == [0, 0]  # nothing stale to route on
+
+
 def test_sigkill_of_scheduler_1_mid_stream(replicas: TwoReplicas) -> None:
     streams = spread(replicas, seed=30)
     backs = replicas.backs("scheduler-1")
