@@ -8,7 +8,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from launcher.stack import Stack
+from launcher.stack import Stack, StartupError
 
 
 @dataclass
@@ -16,7 +16,8 @@ class Supervisor:
     """Watches ``stack``'s processes; a service that exited is started again (waited on until ready).
 
     More than ``max_restarts`` restarts of one service within ``window_s`` seconds raises RuntimeError
-    naming it and its log tail: a service that cannot stay up is not retried forever.
+    naming it and its log tail: a service that cannot stay up is not retried forever. A service that exits during
+    its restart counts as one more exit (restarted at the next check), not as a reason to stop the others.
     """
 
     stack: Stack
@@ -26,7 +27,7 @@ class Supervisor:
 
     def check(self, stopping: threading.Event) -> list[str]:
         """Restarts every exited service (in start order); returns their names. Raises RuntimeError when one
-        restarts too often, StartupError when a restart fails."""
+        restarts too often, StartupError when a restarted service is still not ready after the start timeout."""
         restarted = []
         for name, proc in list(self.stack.procs.items()):
             if stopping.is_set() or proc.poll() is None:
@@ -41,7 +42,15 @@ class Supervisor:
             recent.append(now)
             print(f"{name} exited with code {proc.returncode}; restarting it (logs: {self.stack.log_dir}/{name}.log)",
                   file=sys.stderr, flush=True)
-            self.stack.start_one(name)
+            try:
+                self.stack.start_one(name)
+            except StartupError as exc:
+                if self.stack.procs[name].poll() is None:  # alive but not ready in time: give up
+                    raise
+                # it exited during its restart: one more exit, restarted at the next check (counted above)
+                print(f"{name} exited during its restart ({exc.args[0].splitlines()[0]}); restarting it again",
+                      file=sys.stderr, flush=True)
+                continue
             print(f"{name} is back (pid {self.stack.procs[name].pid})", file=sys.stderr, flush=True)
             restarted.append(name)
         return restarted

@@ -52,6 +52,7 @@ class WorkerLiveness:
         self._last_answer = clock()  # the scheduler starts after the worker answered Info
         self._last_failure: grpc.StatusCode | None = None  # of the latest probe; None when it answered
         self._last_error = ""
+        self._refusal_seen = False  # a probe was refused since the last ``take_refusal``
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -73,6 +74,7 @@ class WorkerLiveness:
             with self._lock:
                 self._last_failure = err.code()
                 self._last_error = f"{err.code().name}: {err.details()}"
+                self._refusal_seen = self._refusal_seen or err.code() == grpc.StatusCode.UNAVAILABLE
             return False
         with self._lock:
             self._last_answer, self._last_failure, self._last_error = self.clock(), None, ""
@@ -94,6 +96,13 @@ class WorkerLiveness:
         """True when the latest probe was refused (UNAVAILABLE: nothing listens, a dead worker), not answered."""
         with self._lock:
             return self._last_failure == grpc.StatusCode.UNAVAILABLE
+
+    def take_refusal(self) -> bool:
+        """True once for each run of refused probes (UNAVAILABLE: the worker died, and may be back by now with a new
+        epoch), then False until a probe is refused again."""
+        with self._lock:
+            seen, self._refusal_seen = self._refusal_seen, False
+            return seen
 
     @property
     def last_error(self) -> str:

@@ -99,6 +99,15 @@ class Recovery:
             return f"worker service at {self.worker.target} refused its health check: {self.liveness.last_error}"
         return ""
 
+    def note_worker_refusal(self) -> None:
+        """Marks a resync when the worker refused a health check since the last look (it died; idle, no Forward
+        failed to say so): the resync registers the pool with the restarted worker's epoch, which flushes it, so
+        a router probing the pool never sees the dead worker's prefixes. While the worker is still down the
+        resync fails as an outage (``on_dependency_error``)."""
+        if self.liveness is not None and self.liveness.take_refusal():
+            self.log.warning("worker_refused_health_check", error=self.liveness.last_error)
+            self.needs_resync = True
+
     # ---- failures ----------------------------------------------------------------------------------------------
     def drop_in_flight(self) -> None:
         """After a dependency error or a stall: the Forwards in flight become stale (the resync waits for their

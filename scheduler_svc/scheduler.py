@@ -215,6 +215,7 @@ class Scheduler:
                     if rec.worker_stalled():
                         rec.on_worker_stalled(rec.stall_error(), self.intake.wake)
                         continue
+                    rec.note_worker_refusal()
                     if rec.needs_resync:
                         rec.resync()
                     worked = self.step()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import pathlib
 import signal
 import threading
 import time
@@ -107,6 +108,57 @@ def test_sigkill_of_worker_1_mid_stream(replicas: TwoReplicas) -> None:
     assert replicas.epochs()[0] == epochs[0]
     assert replicas.probe(before) == [0, 0]  # the new epoch flushed pool-1: nothing stale to route on
     both_serve_again(replicas, seed=23)
+
+
+def test_sigkill_of_idle_worker_1_flushes_its_pool_before_it_is_routed_again(replicas: TwoReplicas) -> None:
+    """No request runs on replica 1 when its worker dies: its scheduler still re-registers the pool with the new
+    worker's epoch before the gateway routes to it again, so the probe never offers the dead worker's prefix."""
+    (before,) = prompts(1, 64, seed=25)  # cached in pool-1 before the kill
+    assert generate_at(replicas.schedulers[1], input_ids=before, max_new_tokens=2, ignore_eos=True).finish_reason == "length"
+    assert replicas.probe(before)[1] >= 63
+    epochs = replicas.epochs()
+    backs = replicas.backs("worker-1")
+    os.kill(replicas.run.pids["worker-1"], signal.SIGKILL)
+    out_of_routing_at_once(replicas, 1, time.monotonic())
+    replicas.restarted("worker-1", backs)
+    replicas.wait_ready()  # replica 1 routed again
+    assert replicas.epochs()[1] != epochs[1], "pool-1 still registered with the dead worker's epoch"
+    assert replicas.probe(before) == [0, 0]  # nothing stale to route on
+
+
+def starting_worker(replicas: TwoReplicas, index: int, old: int) -> int:
+    """The PID of replica ``index``'s worker process started after ``old`` (found by its --listen port in /proc)."""
+    port = int(replicas.run.argv[replicas.run.argv.index("--worker-port") + 1]) + 2 * index
+    listen = f"127.0.0.1:{port}"
+
+    def found():
+        for proc in pathlib.Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == old:
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if "worker_svc" in argv and listen in argv:
+                return int(proc.name)
+        return None
+    return wait_for(found, 30, f"worker-{index}'s new process")
+
+
+def test_a_worker_killed_again_during_its_restart_is_restarted_again(replicas: TwoReplicas) -> None:
+    """The supervisor counts an exit during a restart as one more exit (it gives up only past 5 in 60 s): replica 0
+    keeps serving and replica 1 comes back, instead of the launcher stopping both."""
+    backs = replicas.backs("worker-1")
+    old = replicas.run.pids["worker-1"]
+    os.kill(old, signal.SIGKILL)
+    new = starting_worker(replicas, 1, old)
+    assert f"worker-1 is back (pid {new})" not in replicas.run.text()
+    os.kill(new, signal.SIGKILL)  # during its start-up (loading the model)
+    wait_for(lambda: replicas.run.proc.poll() is not None or replicas.backs("worker-1") > backs, 120,
+             "worker-1 back, or the launcher gone")
+    assert replicas.run.proc.poll() is None, replicas.run.text()[-1500:]
+    replicas.restarted("worker-1", backs)
+    both_serve_again(replicas, seed=27)
 
 
 def test_sigkill_of_scheduler_1_mid_stream(replicas: TwoReplicas) -> None:

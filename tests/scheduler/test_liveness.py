@@ -91,6 +91,20 @@ def test_a_dead_worker_is_an_outage_not_a_stall_and_not_serving_is_an_answer():
     assert lv.probe_once() is True and lv.unresponsive_for() == 0.0
 
 
+def test_a_refused_probe_is_taken_once_even_after_the_worker_answers_again():
+    """The loop's cue to resync an idle scheduler whose worker died (the restarted one has a new epoch)."""
+    health, clock = FakeHealth(), Clock(0.0)
+    lv = WorkerLiveness(health, clock=clock)
+    assert lv.probe_once() is True and lv.take_refusal() is False
+    health.failure = grpc.StatusCode.DEADLINE_EXCEEDED  # frozen: a stall, not a refusal
+    assert lv.probe_once() is False and lv.take_refusal() is False
+    health.failure = grpc.StatusCode.UNAVAILABLE  # dead
+    assert lv.probe_once() is False and lv.probe_once() is False
+    health.failure = None  # restarted before the loop looked
+    assert lv.probe_once() is True
+    assert (lv.take_refusal(), lv.take_refusal()) == (True, False)
+
+
 def test_settings_must_be_positive():
     for kw in ({"interval_s": 0}, {"timeout_s": -1}, {"stall_timeout_s": 0}):
         with pytest.raises(ValueError, match="must be > 0"):
