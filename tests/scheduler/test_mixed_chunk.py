@@ -102,3 +102,22 @@ def test_admissions_while_forwards_are_in_flight_carry_no_rider(parts):
     batch = p.extend(new_only=True)
     assert [(e.req, e.n) for e in batch.entries] == [(arrival, 30)]
     assert cache.calls == [[("a", 30)]]
+
+
+def test_greedy_outputs_with_mixed_chunks_equal_transformers(tmp_path, model_path):
+    """End to end (real cache, worker and scheduler processes, fp32 CPU): with --mixed-chunk and small chunks, short
+    prompts decode while long ones are prefilled over several rounds, riding in their extend batches; every output
+    equals transformers' greedy output and the pool ends settled."""
+    import random
+
+    from tests.scheduler import hf
+    from tests.stack import Backend, generate_many
+
+    rng = random.Random(5)
+    reqs = [dict(input_ids=[rng.randrange(20, 1024) for _ in range(n)], max_new_tokens=m, ignore_eos=True)
+            for n, m in ((5, 24), (9, 24), (300, 6), (7, 24), (450, 4), (260, 8))]
+    with Backend.start(tmp_path, scheduler_args=("--mixed-chunk", "--chunk-size", "64")) as be:
+        outs = generate_many(be.scheduler, reqs)
+        for r, out in zip(reqs, outs):
+            assert out.token_ids == hf.greedy(model_path, r["input_ids"], r["max_new_tokens"], eos=None)[0]
+        be.idle_check()
