@@ -93,7 +93,7 @@ class RouteHooks:
     def failed(self, code: grpc.StatusCode, error: ApiError, before_first: bool) -> SchedulerClient | None:
         c = self._decision.ranking[self._at]
         replica = self._d.replicas.replicas[c.replica]
-        self._d.pending.remove(self._request.request_id)
+        self._d.pending.end(self._request.request_id, c.replica)
         if code == grpc.StatusCode.UNAVAILABLE:
             self._d.replicas.exclude(replica, f"a call to {c.name} failed UNAVAILABLE: {error.message}")
         if not before_first or self._retried or code not in RETRIED_CODES:
@@ -113,4 +113,4 @@ class RouteHooks:
     def ended(self) -> None:
         if not self._done:
             self._done = True
-            self._d.pending.remove(self._request.request_id)
+            self._d.pending.end(self._request.request_id, self._decision.ranking[self._at].replica)

@@ -8,10 +8,15 @@ for a short time (``ttl_s``, or until the request's first message, when its pref
 longest common prefix with the pending prompts of a replica (whole pages) is routed as if it were cached there.
 
 The same entries are the gateway's own count of the calls it sent since a replica's last load poll was sent (the
-ones that poll cannot have seen): ``fresh``. An entry stays until its call ends (``remove``) or its TTL, so a call
+ones that poll cannot have seen): ``fresh``. An entry stays until its call ends (``end``) or its TTL, so a call
 that started (``started``: its first message came; it is no longer pending for prefix matching, its prefill no
 longer queued) still counts as a request on its replica until a poll sees it. Without that, a replica whose first
 messages come sooner would look emptier than it is between two polls and draw more of a burst.
+
+The other way round, a call that was in a poll's numbers and ended after that poll was asked (``end``) is
+subtracted from them (``ended_since``): right after a burst the last poll still counts its finished calls as
+running, and a replica that just finished its share would look busier than one that did not (seen end to end: a
+second send of a cached prompt routed away from its holder by a cost of 665 against 664).
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
+
+
+_ENDED_KEPT_S = 10.0  # ended calls remembered this long: far past a load poll's period
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class PendingTable:
     """Entries by request id, expired after ``ttl_s`` seconds (``clock``: monotonic seconds, settable for tests).
     An entry is pending until its request's first message (``started``); it leaves when its call ends or fails
-    (``remove``) or at its TTL."""
+    (``end``) or at its TTL."""
 
     def __init__(self, ttl_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         if ttl_s <= 0:
@@ -58,6 +66,7 @@ class PendingTable:
         self.ttl_s = ttl_s
         self._clock = clock
         self._entries: dict[str, PendingEntry] = {}
+        self._ended: list[tuple[int, float, float]] = []  # (replica, routed at, ended at) of ended calls, recent
 
     def add(self, request_id: str, replica: int, namespace: str, ids: Sequence[int], uncached_tokens: int) -> None:
         """Records a routed request (replacing an entry of the same id: a retry on another replica)."""
@@ -70,9 +79,19 @@ class PendingTable:
         if entry is not None:
             self._entries[request_id] = dataclasses.replace(entry, started=True)
 
-    def remove(self, request_id: str) -> None:
-        """Drops the request's entry: its call ended (no-op when it expired or was never added)."""
-        self._entries.pop(request_id, None)
+    def end(self, request_id: str, replica: int) -> None:
+        """The request's call on ``replica`` ended (finished or failed): drops its entry and records the end for
+        ``ended_since``. A call whose entry already expired was routed more than ``ttl_s`` ago."""
+        entry = self._entries.pop(request_id, None)
+        now = self._clock()
+        routed_at = entry.created_at if entry is not None and entry.replica == replica else now - self.ttl_s
+        self._ended = [e for e in self._ended if now - e[2] < _ENDED_KEPT_S]
+        self._ended.append((replica, routed_at, now))
+
+    def ended_since(self, replica: int, since: float) -> int:
+        """Calls of ``replica`` routed before ``since`` (a load poll was asked then: they are in its numbers) that
+        ended after it."""
+        return sum(1 for r, routed, ended in self._ended if r == replica and routed < since <= ended)
 
     def entries(self) -> list[PendingEntry]:
         """The live entries (expired ones are dropped first), oldest first."""

@@ -11,7 +11,8 @@
 - ``queued_tokens`` = the replica's polled ``waiting_tokens`` + the predicted uncached tokens of the requests the
   gateway sent it since that poll was sent and that have not started yet, less the pending prefix this prompt
   shares (that prefill is done once for both: waiting for it is not a cost of going there);
-- ``requests`` = polled running + waiting requests + the calls sent since that poll and not ended, started or not
+- ``requests`` = polled running + waiting requests, less the polled calls that ended since the poll was asked, + the
+  calls sent since that poll and not ended, started or not
   (each takes a batch slot).
 
 Default weights, and why: ``w_q = 1.0``: a queued prompt token is prefilled before ours, which delays our first
@@ -139,7 +140,8 @@ class Router:
         fresh = self.pending.fresh(r.index, r.load.asked_at)
         shared = max(0, pending - (probed or 0))
         queued = max(0, r.load.waiting_tokens + sum(e.uncached_tokens for e in fresh if not e.started) - shared)
-        requests = r.load.running + r.load.waiting + len(fresh)
+        polled = max(0, r.load.running + r.load.waiting - self.pending.ended_since(r.index, r.load.asked_at))
+        requests = polled + len(fresh)
         load_cost = self.weights.queued_tokens * queued + self.weights.requests * requests
         cost = load_cost + (uncached if self.policy is Policy.CACHE_AWARE else 0)
         return Candidate(r.index, r.name, probed, pending, predicted, uncached, queued, requests, cost)

@@ -89,7 +89,7 @@ def test_pending_entries_expire_at_ttl_or_when_removed():
     assert [e.request_id for e in table.fresh(0, since=100.5)] == ["b"]  # "a" was sent before that poll
     clock.now += 1.0  # "a" is 2 s old: gone
     assert [e.request_id for e in table.entries()] == ["b"]
-    table.remove("b")
+    table.end("b", 0)
     assert table.entries() == []
     with pytest.raises(ValueError):
         PendingTable(0)
@@ -108,8 +108,32 @@ def test_a_started_call_is_no_longer_pending_but_still_load_until_a_poll_sees_it
     clock.now += 0.2  # a poll sent after the call was routed: the call is in its numbers, not counted twice
     r0 = next(c for c in decide(router, ids).ranking if c.replica == 0)
     assert r0.requests == 1
-    pending.remove("a")
+    pending.end("a", 0)
     assert pending.entries() == []
+
+
+def test_a_polled_call_that_ended_since_the_poll_no_longer_counts():
+    """Right after a burst the last poll still counts the calls that finished since: they are subtracted, so the
+    replica that finished its share does not look busier than it is (and a call routed after the poll and ended
+    is not subtracted twice: it was never in the poll)."""
+    router, replicas, pending, probe, clock = make_router()
+    ids = list(range(100))
+    pending.add("a", 0, "", ids, 100)
+    pending.add("b", 0, "", ids, 100)
+    clock.now += 0.1
+    replicas.replicas[0].load = LoadSnapshot(running=2, waiting=0, waiting_tokens=0, asked_at=clock.now)
+    replicas.replicas[1].load = LoadSnapshot(running=0, waiting=0, waiting_tokens=0, asked_at=clock.now)
+    clock.now += 0.05
+    pending.add("c", 0, "", ids, 100)  # after the poll: counted as fresh
+    clock.now += 0.05
+    pending.end("a", 0)
+    pending.end("c", 0)
+    r0 = next(c for c in decide(router, ids).ranking if c.replica == 0)
+    assert r0.requests == 1  # "b" only: "a" ended after the poll saw it, "c" was never in it and ended
+    for rid in ("b",):
+        pending.end(rid, 0)
+    r0 = next(c for c in decide(router, ids).ranking if c.replica == 0)
+    assert r0.requests == 0
 
 
 # --- cache_aware cost --------------------------------------------------------------------------------------------
