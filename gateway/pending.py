@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -66,7 +67,7 @@ class PendingTable:
         self.ttl_s = ttl_s
         self._clock = clock
         self._entries: dict[str, PendingEntry] = {}
-        self._ended: list[tuple[int, float, float]] = []  # (replica, routed at, ended at) of ended calls, recent
+        self._ended: deque[tuple[int, float, float]] = deque()  # (replica, routed at, ended at), oldest first
 
     def add(self, request_id: str, replica: int, namespace: str, ids: Sequence[int], uncached_tokens: int) -> None:
         """Records a routed request (replacing an entry of the same id: a retry on another replica)."""
@@ -85,7 +86,8 @@ class PendingTable:
         entry = self._entries.pop(request_id, None)
         now = self._clock()
         routed_at = entry.created_at if entry is not None and entry.replica == replica else now - self.ttl_s
-        self._ended = [e for e in self._ended if now - e[2] < _ENDED_KEPT_S]
+        while self._ended and now - self._ended[0][2] >= _ENDED_KEPT_S:
+            self._ended.popleft()
         self._ended.append((replica, routed_at, now))
 
     def ended_since(self, replica: int, since: float) -> int:

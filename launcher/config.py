@@ -202,6 +202,9 @@ PLACED: dict[str, tuple[str, ...]] = {
 ROUTER_TUNING = ("a weight or period of the router's cost (gateway.router; its defaults are what the routing "
                  "benchmark, bench/router_bench.py, ran with); one replica is not routed")
 
+MIXED_CHUNK = ("mixed chunks stay off (they cost throughput on the H200, run 6); bench/serve_bench's mixed phase "
+               "runs the scheduler with them for the A/B")
+
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -212,10 +215,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     "worker": {},
     "scheduler": {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",
-        "--mixed-chunk": "mixed chunks stay off (they cost throughput on the H200, run 6); bench/serve_bench's "
-                            "mixed phase runs the scheduler with them for the A/B",
-        "--no-mixed-chunk": "mixed chunks stay off (they cost throughput on the H200, run 6); bench/serve_bench's "
-                            "mixed phase runs the scheduler with them for the A/B",
+        "--mixed-chunk": MIXED_CHUNK,
+        "--no-mixed-chunk": MIXED_CHUNK,
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",

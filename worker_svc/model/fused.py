@@ -109,7 +109,7 @@ def write_kv(qkv: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.T
     qkv [T, C] (rows contiguous), k and v [pool_slots, ...] contiguous with ``width`` elements a slot (one K/V
     head of a multi-query layer: width = head_dim), all one dtype; slots int64 [T] (validated by the caller).
     CUDA: one Triton kernel; elsewhere index_put. Raises ValueError for mismatched dtypes or widths."""
-    if qkv.dtype != k.dtype or k.dtype != v.dtype or k[0].numel() != width or qkv.shape[1] < k_col + 2 * width:
+    if qkv.dtype != k.dtype or k.dtype != v.dtype or k.stride(0) != width or qkv.shape[1] < k_col + 2 * width:
         raise ValueError(f"write_kv: qkv {tuple(qkv.shape)} {qkv.dtype}, k {tuple(k.shape)} {k.dtype}, "
                          f"v {v.dtype}, columns {k_col}+2x{width}")
     if not qkv.is_cuda:
