@@ -32,6 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="seed of the generator for unseeded sampling")
     ap.add_argument("--cuda-graph-max-batch", type=int, default=256,
                     help="decode batches up to this size replay CUDA graphs (flashinfer on CUDA only; 0 = off)")
+    ap.add_argument("--extend-graph-max-tokens", type=int, default=1024,
+                    help="other batches of up to this many tokens replay piecewise CUDA graphs, attention eager "
+                         "between them (flashinfer on CUDA only; 0 = off)")
     args = ap.parse_args(argv)
     check_ranges(ap, args)
     return args
@@ -47,7 +50,7 @@ def device_name(text: str) -> str:
 def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A usage error (exit 2) naming the flag for a value out of its range: --page-size >= 1, --kv-tokens >= the
     page size (the pool holds one whole page besides the reserved one), --kv-fraction finite in (0, 1],
-    --cuda-graph-max-batch >= 0, --seed within torch's seed range [-2**63, 2**64). Imports nothing heavy: the
+    --cuda-graph-max-batch and --extend-graph-max-tokens >= 0, --seed within torch's seed range [-2**63, 2**64). Imports nothing heavy: the
     launcher checks its settings with this parser before it starts anything."""
     if args.page_size < 1:
         ap.error(f"--page-size must be >= 1 (got {args.page_size})")
@@ -57,6 +60,8 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--kv-fraction must be in (0, 1] (got {args.kv_fraction})")
     if args.cuda_graph_max_batch < 0:
         ap.error(f"--cuda-graph-max-batch must be >= 0 (got {args.cuda_graph_max_batch})")
+    if args.extend_graph_max_tokens < 0:
+        ap.error(f"--extend-graph-max-tokens must be >= 0 (got {args.extend_graph_max_tokens})")
     if not -2**63 <= args.seed < 2**64:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
 
@@ -70,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     log = logs.configure("worker")
     opts = WorkerOptions(model_path=args.model_path, device=args.device, dtype=args.dtype, kv_tokens=args.kv_tokens,
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
-                         worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch)
+                         worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
+                         extend_graph_max_tokens=args.extend_graph_max_tokens)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()

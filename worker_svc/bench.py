@@ -2,11 +2,13 @@
 
     python -m worker_svc.bench [--model-path DIR | --shape starcoderbase-1b] [--device cpu|cuda]
                                [--dtype float32|bfloat16|...] [--attention auto|torch|flashinfer]
-                               [--batches 1,32,256] [--context 1024] [--prefill 1024] [--json-out FILE]
+                               [--batches 1,32,256] [--context 1024] [--prefill 96,1024] [--prefill-prefix 0]
+                               [--extend-graph-max-tokens 1024] [--json-out FILE]
                                [--decode-steps 8] [--profile DIR]
 
-Cases: decode steps at each batch size with every request holding ``--context`` tokens, and one prefill of
-``--prefill`` tokens. For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
+Cases: decode steps at each batch size with every request holding ``--context`` tokens, and one extend of
+each ``--prefill`` size after ``--prefill-prefix`` cached tokens, eager and through the piecewise extend
+graphs (ratio printed). For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
 bytes read per step) / step time, over the device-to-device copy bandwidth measured in the same run.
 With ``--decode-steps K`` (> 1) it also times Forwards of K decode steps each (per-step time = Forward / K),
 and with CUDA graphs the replay of the captured graph alone (CUDA events, no planning or host work: the GPU
@@ -26,7 +28,7 @@ import uuid
 
 import torch
 
-from worker_svc.build import make_backend, make_graphs, resolve_device, resolve_dtype
+from worker_svc.build import make_backend, make_extend_graphs, make_graphs, resolve_device, resolve_dtype
 from worker_svc.engine import Engine
 from worker_svc.kv_pool import KVPool, geometry
 from worker_svc.model.config import ModelConfig
@@ -126,7 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attention", default="auto")
     ap.add_argument("--batches", default="1,32,256")
     ap.add_argument("--context", type=int, default=1024)
-    ap.add_argument("--prefill", type=int, default=1024)
+    ap.add_argument("--prefill", default="1024", help="extend sizes in tokens, comma-separated")
+    ap.add_argument("--prefill-prefix", type=int, default=0, help="cached tokens before each extend")
+    ap.add_argument("--extend-graph-max-tokens", type=int, default=1024,
+                    help="piecewise extend graphs up to this many tokens (0 = eager extends only)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--cuda-graph-max-batch", type=int, default=256, help="0 = eager decode")
     ap.add_argument("--decode-steps", type=int, default=1)
@@ -149,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     multi_calls = max(3, args.iters // 2) + 2 if args.decode_steps > 1 else 0  # warm-up, timed, profile
-    kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill + 16
+    prefills = [int(n) for n in args.prefill.split(",")]
+    kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix + max(prefills) + 16
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
     for t in pool.k + pool.v:
         t.normal_()
@@ -157,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
     eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend)
+    eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bw = copy_bandwidth(device, 1 << 30 if device.type == "cuda" else 1 << 27)
     results = []
@@ -230,27 +237,37 @@ def main(argv: list[str] | None = None) -> None:
             if args.profile and b == max(batches):
                 profile_forward(multi, device, args.profile, b)
     eng.requests.clear()
-    n = args.prefill
-    toks = torch.randint(1, cfg.vocab_size, (n,), generator=g).tolist()
-    slots = tuple(range(1, n + 1))
+    graphs, pre = eng.extend_graphs, args.prefill_prefix
+    for n in prefills:
+        toks = torch.randint(1, cfg.vocab_size, (pre + n,), generator=g).tolist()
+        slots = tuple(range(1, pre + n + 1))
 
-    def prefill():
-        eng.forward([ForwardItem(request_id="p", input_ids=tuple(toks), position_start=0, slot_ids=slots,
-                                 has_prefix=True)], eng.epoch)
-        eng.release(["p"])
+        def prefill():
+            eng.forward([ForwardItem(request_id="p", input_ids=tuple(toks[pre:]), position_start=pre,
+                                     slot_ids=slots[pre:], has_prefix=True, prefix_slot_ids=slots[:pre],
+                                     prefix_token_ids=tuple(toks[:pre]))], eng.epoch)
+            eng.release(["p"])
 
-    secs = time_steps(prefill, device, warmup=1, iters=max(3, args.iters // 2))
-    flops = 2 * (weight_bytes / pool.k[0].element_size()) * n
-    results.append({"case": "prefill", "tokens": n, "step_ms": secs * 1e3, "tokens_per_s": n / secs,
-                    "approx_tflops": flops / secs / 1e12})
-    print(f"prefill {n} tokens: {secs * 1e3:8.2f} ms  {n / secs:10.1f} tok/s  ~{flops / secs / 1e12:.1f} TFLOP/s "
-          f"(2 * params * tokens)", flush=True)
-    if args.profile:  # the eager extend: where its host time goes (ops-prefill<N>.txt, trace-prefill<N>.json)
-        profile_forward(prefill, device, args.profile, f"prefill{n}")
+        # the same extend eager and (where it fits) through the piecewise graphs, back to back
+        modes = [("eager", None)] + ([("graphs", graphs)] if graphs is not None and n <= graphs.max_tokens else [])
+        timed = {}
+        for mode, g_ext in modes:
+            eng.extend_graphs = g_ext
+            timed[mode] = secs = time_steps(prefill, device, warmup=1, iters=max(3, args.iters // 2))
+            flops = 2 * (weight_bytes / pool.k[0].element_size()) * n
+            results.append({"case": "prefill", "tokens": n, "prefix": pre, "mode": mode, "step_ms": secs * 1e3,
+                            "tokens_per_s": n / secs, "approx_tflops": flops / secs / 1e12})
+            print(f"prefill {n} tokens after {pre} ({mode}): {secs * 1e3:8.2f} ms  {n / secs:10.1f} tok/s  "
+                  f"~{flops / secs / 1e12:.1f} TFLOP/s (2 * params * tokens)"
+                  + (f"  {timed['eager'] / secs:.2f}x eager" if mode != "eager" else ""), flush=True)
+            if args.profile:  # where an extend's host time goes (ops-prefill<N>-<mode>.txt, trace-...json)
+                profile_forward(prefill, device, args.profile, f"prefill{n}-{mode}")
+        eng.extend_graphs = graphs
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
-                       "cuda_graphs": eng.graphs is not None,
+                       "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
+                       if eng.extend_graphs is not None else 0,
                        "fused": args.fused,
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

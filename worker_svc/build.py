@@ -35,6 +35,7 @@ class WorkerOptions:
     worker_id: str = "worker-0"
     seed: int = 0
     cuda_graph_max_batch: int = 256  # decode batches up to this size replay CUDA graphs (flashinfer only); 0 = off
+    extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
 
 
 def resolve_device(name: str) -> torch.device:
@@ -118,7 +119,18 @@ def build_engine(opts: WorkerOptions) -> Engine:
                     model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed)
     engine.warmup()
     engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend)
+    engine.extend_graphs = make_extend_graphs(opts.extend_graph_max_tokens, model, pool, backend)
     return engine
+
+
+def make_extend_graphs(max_tokens: int, model, pool: KVPool, backend: AttentionBackend):
+    """Piecewise extend graphs (``extend_graph.ExtendGraphs``) up to ``max_tokens`` tokens when the backend is
+    flashinfer (CUDA) and ``max_tokens`` > 0, else None."""
+    if max_tokens <= 0 or backend.name != "flashinfer":
+        return None
+    from worker_svc.extend_graph import ExtendGraphs
+
+    return ExtendGraphs(model, pool, max_tokens)
 
 
 def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend):

@@ -5,7 +5,9 @@ K/V this worker has written (or was told is cached, via ``has_prefix``). A forwa
 
 1. validates the whole batch (``validation.validate_batch``; nothing changes on error);
 2. lays the batch out flat (``forward_batch.build_layout``), plans the attention backend, runs the model
-   (each layer writes the new tokens' K/V at their slots);
+   (each layer writes the new tokens' K/V at their slots): a decode batch replays a captured graph
+   (``cuda_graph.DecodeGraphs``), another batch of few tokens its pieces' graphs (``extend_graph``), the
+   rest runs eagerly;
 3. samples the items with ``sample=True`` from the logits of their last new token, and computes prompt
    logprobs where asked;
 4. commits: each request's table grows by its new slots and tokens. The sampled token is *not* added: the
@@ -98,10 +100,12 @@ class Engine:
     """Runs forward batches for one model on one device. See the module docstring for the contract."""
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
-                 *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None):
-        """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it."""
+                 *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
+                 extend_graphs=None):
+        """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
+        ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the other batches that fit it."""
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
-        self.graphs = graphs
+        self.graphs, self.extend_graphs = graphs, extend_graphs
         self.epoch, self.worker_id, self.model_path = epoch, worker_id, model_path
         self.device = kv_pool.device
         self.requests: dict[str, RequestState] = {}
@@ -211,10 +215,12 @@ class Engine:
             all_logits = self.graphs.run(layout, input_ids)  # [B, vocab] float32, one row per item
             row_logits = lambda rows: all_logits[rows]  # noqa: E731
         else:
-            positions = torch.from_numpy(layout.positions).to(dev)
-            out_slots = torch.from_numpy(layout.out_slots).to(dev)
             self.backend.plan(AttentionMeta.from_layout(layout, dev))
-            hidden = self.model(input_ids, positions, self.kv_pool, self.backend, out_slots)
+            if self.extend_graphs is not None and self.extend_graphs.fits(layout):
+                hidden = self.extend_graphs.run(layout, input_ids, self.backend)  # [T, n_embd], until the next run
+            else:
+                hidden = self.model(input_ids, torch.from_numpy(layout.positions).to(dev), self.kv_pool, self.backend,
+                                    torch.from_numpy(layout.out_slots).to(dev))
             row_logits = lambda rows: self.model.logits(hidden[rows])  # noqa: E731
 
         # Sampling rows: the last new token of each item that samples.

@@ -62,5 +62,6 @@ class AttentionBackend(abc.ABC):
         """Prepares for a batch; called once per forward before any layer."""
 
     @abc.abstractmethod
-    def attend(self, layer: int, q: torch.Tensor, kv_pool) -> torch.Tensor:
-        """q [T, n_head, head_dim] -> output [T, n_head, head_dim] (q's dtype), reading ``kv_pool`` layer ``layer``."""
+    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None) -> torch.Tensor:
+        """q [T, n_head, head_dim] -> output [T, n_head, head_dim] (q's dtype), reading ``kv_pool`` layer
+        ``layer``; written into ``out`` (contiguous, that shape and dtype) and returned when it is given."""

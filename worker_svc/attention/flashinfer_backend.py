@@ -113,5 +113,7 @@ class FlashInferAttention(AttentionBackend):
         )
         self._wrapper = self.decode
 
-    def attend(self, layer: int, q: torch.Tensor, kv_pool) -> torch.Tensor:
-        return self._wrapper.run(q.to(self.dtype), kv_pool.paged(layer))
+    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``out`` given: flashinfer writes into it (without it, ``run`` allocates and zero-fills one per
+        layer: a fill kernel per layer)."""
+        return self._wrapper.run(q.to(self.dtype), kv_pool.paged(layer), out=out)

@@ -29,9 +29,9 @@ class TorchAttention(AttentionBackend):
                 k_pos = torch.arange(kv, device=self._idx.device)[None, :]  # [1, kv]
                 self._masks[(n, kv)] = k_pos <= q_pos  # [n, kv]
 
-    def attend(self, layer: int, q: torch.Tensor, kv_pool) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None) -> torch.Tensor:
         k_all, v_all = kv_pool.k[layer], kv_pool.v[layer]  # [slots, kv_heads, head_dim]
-        out = torch.empty_like(q)  # [T, n_head, head_dim]
+        out = torch.empty_like(q) if out is None else out  # [T, n_head, head_dim]
         group = self.n_head // self.kv_heads
         for b, (n, kv) in enumerate(zip(self.meta.qo_lens, self.meta.kv_lens)):
             idx = self._idx[self._kv_ranges[b]:self._kv_ranges[b + 1]]  # [kv]

@@ -66,20 +66,22 @@ class Attention(nn.Module):
         q, k, v = qkv.split(self.head_dim, dim=-1)  # each [T, n_head, head_dim]
         return q, k, v
 
-    def forward(self, x: torch.Tensor, kv_pool, backend, out_slots: torch.Tensor, fuse_kv: bool = False) -> torch.Tensor:
-        """x [T, n_embd] -> [T, n_embd]; writes this layer's K/V of the T tokens at ``out_slots`` [T].
-        ``fuse_kv`` (multi-query, CUDA): K and V written by one kernel from the c_attn output, q passed to the
-        backend as a strided view of it (``fused.write_kv``)."""
+    def start(self, x: torch.Tensor, kv_pool, out_slots: torch.Tensor, fuse_kv: bool = False) -> torch.Tensor:
+        """The part before attention: x [T, n_embd] (ln_1's output) -> q [T, n_head, head_dim]; writes this
+        layer's K/V of the T tokens into ``kv_pool`` at ``out_slots`` [T] (int64). ``fuse_kv`` (multi-query,
+        CUDA): K and V written by one kernel from the c_attn output, q a strided view of it (``fused.write_kv``);
+        otherwise q is contiguous."""
         if fuse_kv:
             qkv = self.c_attn(x)  # [T, n_embd + 2 * head_dim]
             fused.write_kv(qkv, kv_pool.k[self.layer], kv_pool.v[self.layer], out_slots, self.n_embd, self.head_dim)
-            q = qkv[:, :self.n_embd].unflatten(1, (self.n_head, self.head_dim))  # strided: rows of n_embd + 2 hd
-            o = backend.attend(self.layer, q, kv_pool)
-            return self.c_proj(o.reshape(x.shape[0], self.n_embd))
+            return qkv[:, :self.n_embd].unflatten(1, (self.n_head, self.head_dim))  # strided: rows of n_embd + 2 hd
         q, k, v = self.split_qkv(x)
         kv_pool.write(self.layer, out_slots, k, v)
-        o = backend.attend(self.layer, q.contiguous(), kv_pool)  # [T, n_head, head_dim]
-        return self.c_proj(o.reshape(x.shape[0], self.n_embd))
+        return q.contiguous()
+
+    def finish(self, o: torch.Tensor) -> torch.Tensor:
+        """The part after attention: o [T, n_head, head_dim] -> c_proj output [T, n_embd]."""
+        return self.c_proj(o.reshape(o.shape[0], self.n_embd))
 
 
 class MLP(nn.Module):
@@ -99,7 +101,7 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block."""
+    """Pre-LayerNorm transformer block: its parameters (the model's ``piece`` runs it)."""
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
@@ -107,11 +109,6 @@ class Block(nn.Module):
         self.attn = Attention(cfg, layer)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.mlp = MLP(cfg)
-
-    def forward(self, h: torch.Tensor, kv_pool, backend, out_slots: torch.Tensor,
-                gelu_epilogue: bool = False) -> torch.Tensor:
-        h = h + self.attn(self.ln_1(h), kv_pool, backend, out_slots)
-        return h + self.mlp(self.ln_2(h), gelu_epilogue)
 
 
 class Transformer(nn.Module):
@@ -150,21 +147,48 @@ class GPTBigCodeForCausalLM(nn.Module):
         """input_ids, positions, out_slots: int64 [T] -> hidden states after ln_f [T, n_embd] (model dtype).
 
         The caller has validated ids < vocab_size and positions < n_positions, and has planned ``backend``
-        for this batch (``backend.plan(meta)``).
+        for this batch (``backend.plan(meta)``). The pieces (``piece``) with attention between them.
         """
+        h, x = self.piece(0, kv_pool, out_slots, input_ids=input_ids, positions=positions)
+        for i in range(self.cfg.n_layer):
+            h, x = self.piece(i + 1, kv_pool, out_slots, h=h, o=backend.attend(i, x, kv_pool))
+        return x
+
+    @torch.inference_mode()
+    def piece(self, i: int, kv_pool, out_slots: torch.Tensor, *, input_ids: torch.Tensor | None = None,
+              positions: torch.Tensor | None = None, h: torch.Tensor | None = None,
+              o: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Piece ``i`` of the forward, 0 <= i <= n_layer: everything between two attention calls.
+
+        Piece 0 embeds ``input_ids`` / ``positions`` (int64 [T]) and starts layer 0; piece i (0 < i < n_layer)
+        finishes layer i - 1 from the residual ``h`` [T, n_embd] and that layer's attention output ``o``
+        [T, n_head, head_dim] (c_proj, residual adds, MLP) and starts layer i (ln_1, c_attn, K/V written at
+        ``out_slots``); piece n_layer finishes the last layer. Returns (residual h, layer i's query [T, n_head,
+        head_dim]), or (h, hidden states after ln_f [T, n_embd]) for piece n_layer. ``cuda_graph.ExtendGraphs``
+        captures each piece as a graph and runs attention eagerly between them."""
         t = self.transformer
-        h = t.wte(input_ids) + t.wpe(positions)  # [T, n_embd]
-        if not self.fuse_norms:
-            for block in t.h:
-                h = block(h, kv_pool, backend, out_slots, self.gelu_epilogue)
-            return t.ln_f(h)
-        # the same blocks, each residual add fused with the LayerNorm that follows it
-        y = t.h[0].ln_1(h)
-        for i, block in enumerate(t.h):
-            h, y = fused.add_layer_norm(h, block.attn(y, kv_pool, backend, out_slots, self.fuse_kv), block.ln_2)
-            after = t.h[i + 1].ln_1 if i + 1 < len(t.h) else t.ln_f
-            h, y = fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue), after)
-        return y
+        if i == 0:
+            h = t.wte(input_ids) + t.wpe(positions)  # [T, n_embd]
+            y = t.h[0].ln_1(h)
+        else:
+            h, y = self._finish_layer(i - 1, h, o)
+        if i == self.cfg.n_layer:
+            return h, y
+        return h, t.h[i].attn.start(y, kv_pool, out_slots, self.fuse_kv)
+
+    def _finish_layer(self, i: int, h: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer i after its attention: (h + attn + mlp, the next LayerNorm of it), the next one being layer
+        i + 1's ln_1 or ln_f. With ``fuse_norms`` each residual add is fused with the LayerNorm after it."""
+        t = self.transformer
+        block = t.h[i]
+        after = t.h[i + 1].ln_1 if i + 1 < len(t.h) else t.ln_f
+        a = block.attn.finish(o)
+        if self.fuse_norms:
+            h, y = fused.add_layer_norm(h, a, block.ln_2)
+            return fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue), after)
+        h = h + a
+        h = h + block.mlp(block.ln_2(h), self.gelu_epilogue)
+        return h, after(h)
 
     def use_fused_kernels(self, norms: bool = True, gelu: bool = True, kv: bool = True) -> None:
         """Turns the fused kernels on where they can run (CUDA with Triton; the GELU epilogue only for
