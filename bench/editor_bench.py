@@ -160,7 +160,7 @@ def start_stack(args, out: pathlib.Path):
     cfg = StackConfig(model_path=model, http_port=0, cache_port=0, worker_port=0, scheduler_port=0,
                       device="cuda" if args.gpu else "cpu", dtype="bfloat16" if args.gpu else "float32",
                       kv_tokens=args.kv_tokens, page_size=args.page_size, max_queued_requests=4096,
-                      progress_timeout=120.0)
+                      progress_timeout=120.0, extend_graph_max_tokens=args.extend_graph_max_tokens)
     stack = Stack(cfg, out / "logs", model_path=model)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     argv = commands(stack.cfg, model)
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--typists", type=int, default=20)
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of typing per mode")
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--extend-graph-max-tokens", type=int, default=1024, help="the worker's (0: eager extends)")
     ap.add_argument("--modes", default="psm,spm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--context-files", type=int, default=0,
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             result["page_size"] = args.page_size
             result["device"] = "cuda" if args.gpu else "cpu"
             result["context_files"] = args.context_files
+            result["extend_graph_max_tokens"] = args.extend_graph_max_tokens
             (out / f"editor_{mode}.json").write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result), flush=True)
     finally:

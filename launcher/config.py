@@ -46,6 +46,8 @@ HELP = {
     "page_size": "tokens per KV page",
     "seed": "seed of the worker's generator for unseeded sampling",
     "cuda_graph_max_batch": "decode batches up to this size replay CUDA graphs (flashinfer on CUDA only; 0 = off)",
+    "extend_graph_max_tokens": "other batches of up to this many tokens replay piecewise CUDA graphs, attention eager "
+                               "between them (flashinfer on CUDA only; 0 = off)",
     "chunk_size": "prefill tokens per scheduling round (chunked prefill)",
     "max_running_requests": "requests running at once, at most",
     "max_queued_requests": "waiting requests, at most; beyond it HTTP 429",
@@ -111,6 +113,7 @@ class StackConfig:
     page_size: int = 1
     seed: int = 0
     cuda_graph_max_batch: int = 256
+    extend_graph_max_tokens: int = 1024
     # scheduler
     chunk_size: int = 512
     max_running_requests: int = 64
@@ -181,7 +184,8 @@ def value_type(f: dataclasses.Field) -> type:
 # switch that is on by default at the service: False is ``--no-<name>``, True passes nothing).
 PASSED: dict[str, tuple[str, ...]] = {
     "cache": ("lease_seconds",),
-    "worker": ("device", "dtype", "page_size", "attention", "kv_tokens", "kv_fraction", "seed", "cuda_graph_max_batch"),
+    "worker": ("device", "dtype", "page_size", "attention", "kv_tokens", "kv_fraction", "seed", "cuda_graph_max_batch",
+               "extend_graph_max_tokens"),
     "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
                   "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap",
                   "overlap_mode"),
