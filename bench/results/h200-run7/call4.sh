@@ -9,6 +9,7 @@ find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00'
 cat .jit/jit.part* | tar xzf - -C ~ && echo "jit cache restored"
 W() { python3 -m worker_svc.bench --shape $1 --batches 1 --prefill 16 --iters 1 --cuda-graph-max-batch 1 --extend-graph-max-tokens 0 > /dev/null 2>&1; }
 W starcoderbase-1b & W tiny_starcoder_py &
+python3 -m worker_svc.model.default --shape starcoderbase-1b --dtype bfloat16 --device cuda --out /tmp/codeserve-bench-model > /dev/null &
 python3 -m worker_svc.model.default --shape tiny_starcoder_py --dtype bfloat16 --device cuda --out /tmp/mtiny > /dev/null
 wait; echo "warm after $(( $(date +%s) - T0 )) s"
 E() { timeout 120 python3 -m bench.editor_bench --gpu --model-path /tmp/mtiny --context-files 4 --modes psm --duration 15 --typists $1 --out /tmp/ed$1 > $OUT/editor$1.txt 2>&1; }
