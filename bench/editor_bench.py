@@ -160,7 +160,8 @@ def start_stack(args, out: pathlib.Path):
     cfg = StackConfig(model_path=model, http_port=0, cache_port=0, worker_port=0, scheduler_port=0,
                       device="cuda" if args.gpu else "cpu", dtype="bfloat16" if args.gpu else "float32",
                       kv_tokens=args.kv_tokens, page_size=args.page_size, max_queued_requests=4096,
-                      progress_timeout=120.0, extend_graph_max_tokens=args.extend_graph_max_tokens)
+                      progress_timeout=120.0, extend_graph_max_tokens=args.extend_graph_max_tokens,
+                      decode_steps=args.decode_steps)
     stack = Stack(cfg, out / "logs", model_path=model)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     argv = commands(stack.cfg, model)
@@ -183,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of typing per mode")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--extend-graph-max-tokens", type=int, default=1024, help="the worker's (0: eager extends)")
+    ap.add_argument("--decode-steps", type=int, default=0, help="the scheduler's (0: auto, 8 on a GPU)")
     ap.add_argument("--modes", default="psm,spm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--context-files", type=int, default=0,
@@ -203,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
             result["device"] = "cuda" if args.gpu else "cpu"
             result["context_files"] = args.context_files
             result["extend_graph_max_tokens"] = args.extend_graph_max_tokens
+            result["decode_steps"] = args.decode_steps
             (out / f"editor_{mode}.json").write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result), flush=True)
     finally:
