@@ -181,6 +181,12 @@ class ResultBuilder:
         )
 
 
+def _task_cancelled() -> bool:
+    """True when the running task itself is being cancelled (not only a gRPC call it awaited)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class GenerationStream:
     """One in-flight Generate call.
 
@@ -218,9 +224,12 @@ class GenerationStream:
             raise self._abandoned
         if self._finished:
             return None
+        call = self._call
         try:
-            msg = await self._call.read()
+            msg = await call.read()
         except asyncio.CancelledError:
+            if call is not self._call and not _task_cancelled():  # ``abandon`` moved the call to another replica
+                return await self.next()
             if self._abandoned is None:
                 raise
             self._finished = True
@@ -229,10 +238,7 @@ class GenerationStream:
             error = self._client.error(exc)
             retry_on = self._hooks.failed(exc.code(), error, self._first) if self._hooks is not None else None
             if retry_on is not None:  # refused before its first message: once more, on the next-best replica
-                self._client.streams.discard(self)
-                self._client = retry_on
-                self._call = retry_on.start_generate(self._request, self._timeout_s)
-                retry_on.streams.add(self)
+                self._move_to(retry_on)
                 return await self.next()
             self._finished = True
             # the scheduler counted the call: it answered this status (its mark in the trailers), or the call
@@ -312,9 +318,25 @@ class GenerationStream:
         if self._hooks is not None:
             self._hooks.ended()
 
+    def _move_to(self, client: SchedulerClient) -> None:
+        """Starts the same request on ``client`` (a retry on another replica); this stream reads from there."""
+        self._client.streams.discard(self)
+        self._client = client
+        self._call = client.start_generate(self._request, self._timeout_s)
+        client.streams.add(self)
+
     def abandon(self, error: ApiError) -> None:
         """Gives up on the call (the scheduler does not answer): cancels it; the pending or next ``next()``
-        raises ``error``."""
+        raises ``error``. A routed call that has read no message yet is retried instead, once, on the next
+        replica its hooks name (as an UNAVAILABLE refusal is, ``dispatch.RouteHooks.failed``): the pending
+        ``next()`` then reads from there."""
+        if not self._finished and self._first and self._hooks is not None:
+            retry_on = self._hooks.failed(grpc.StatusCode.UNAVAILABLE, error, True)
+            if retry_on is not None:
+                old = self._call
+                self._move_to(retry_on)
+                old.cancel()
+                return
         if not self._finished:
             error.counted_upstream = True  # the frozen scheduler counts its call as "abort" when it sees the cancel
             self._abandoned = error

@@ -185,3 +185,25 @@ def test_cache_service_restart_mid_stream(replicas: TwoReplicas) -> None:
     outs = streams.outcomes()
     assert all(o.ok and len(o.ids) == LONG for o in outs), [o.error for o in outs]
     both_serve_again(replicas, seed=41)
+
+
+def test_a_call_on_a_frozen_scheduler_before_its_first_token_is_retried_on_the_other_replica(
+        replicas: TwoReplicas) -> None:
+    """SIGSTOP of scheduler 1, then at once 4 requests whose prompts replica 1 holds: the router sends them there
+    (its health probe has not noticed yet). When the probe notices (0.5 s interval, 2 s deadline), the calls have
+    read nothing: each is retried once on replica 0 and answered, like a call refused with UNAVAILABLE (they were
+    503s before: abandoning a call did not retry it). SIGCONT, and replica 1 serves again."""
+    held = [ids for ids in prompts(12, 40, seed=40) if generate(replicas.url, ids, 1, stream=False).ok]
+    on_1 = [ids for ids in held if replicas.holder(ids) == 1][:4]
+    assert len(on_1) >= 2, "the burst should have put some prompts on replica 1"
+    pid = replicas.run.pids["scheduler-1"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(on_1)) as pool:
+            outs = list(pool.map(lambda ids: generate(replicas.url, ids, 2, stream=False, timeout=30.0), on_1))
+        assert all(o.ok for o in outs), [o.error for o in outs]
+        # replica 0 computed them: its pool now holds each prompt (replica 1's held it before)
+        assert [replicas.probe(ids)[0] >= len(ids) - 1 for ids in on_1] == [True] * len(on_1)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    both_serve_again(replicas, seed=41)
