@@ -30,6 +30,8 @@ from scheduler_svc.request import Req, State
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
 
+ADMIT_GROUP = 8  # waiting requests whose prefixes one admission Match locks at once
+
 
 def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, max_running: int) -> bool:
     """True in steady decode: the in-flight batch is decode and holds every running request (one admitted
@@ -132,23 +134,41 @@ class Planner:
         return tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True) for r in decoding)
 
     def _admit(self, budget: int) -> list[tuple[Req, int]]:
-        """Admits waiting requests in policy order while they fit (count, chunk budget, KV budget)."""
+        """Admits waiting requests in policy order while they fit (count, chunk budget, KV budget).
+
+        Their prefixes are locked up to ``ADMIT_GROUP`` at a time in one ``Match`` (one RPC per group, not per
+        request: under keystroke-rate traffic several arrivals wait each round), and each is judged on the
+        counters after that lock. When one does not fit while later candidates of its group are locked, their
+        locks (which keep their prefixes from being evictable) are let go first and it is judged again on the
+        release's counters, so a group never keeps its own head out. Candidates left locked when the round
+        stops (budget, room, a deferral) are unlocked in one ReleaseRequests."""
         table, cfg = self.table, self.cfg
         ledger = Ledger(reserved_for_running(table.running, self.ratio.value))
         pool_idle = not table.running
         out: list[tuple[Req, int]] = []
-        for req in order_waiting(table.waiting, cfg.policy, self._prefix_lengths):
-            if budget <= 0 or len(table.running) >= cfg.max_running_requests:
-                break
-            cached, slot_ids, counters = self._lock_prefix(req)
+        queue = order_waiting(table.waiting, cfg.policy, self._prefix_lengths)
+        locked: dict[str, tuple[int, list[int]]] = {}
+        counters = None
+        at = 0
+        while at < len(queue) and budget > 0 and len(table.running) < cfg.max_running_requests:
+            req = queue[at]
+            if req.rid not in locked:
+                room = cfg.max_running_requests - len(table.running)
+                locked, counters = self._lock_prefixes(queue[at:at + min(ADMIT_GROUP, room)])
+            cached, slot_ids = locked.pop(req.rid)
             extend = len(req.all_ids) - cached
             decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
+            if not decision.admit and locked:  # the later candidates' locks may be what keeps it out
+                counters = table.unlock([r for r in queue[at + 1:] if r.rid in locked])
+                locked = {}
+                decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
+            at += 1
             if not decision.admit and pool_idle and ledger.admitted == 0:
                 table.refuse(req, f"request {req.rid} needs {extend} KV slots now but an idle pool funds only "
                                   f"{decision.fundable} (capacity {counters.capacity})")
                 continue
             if not decision.admit:
-                table.unlock(req)
+                table.unlock([req])
                 self.log.debug("admission_deferred", rid=req.rid, cost=decision.cost, fundable=decision.fundable,
                                reserved=decision.reserved, charged=decision.charged)
                 break
@@ -160,23 +180,31 @@ class Planner:
             out.append((req, n))
             self.log.info("admitted", rid=req.rid, tokens=len(req.all_ids), cached=cached, chunk=n,
                           fundable=decision.fundable, reserved=decision.reserved, charged=decision.charged)
+        if locked:  # locked in the last group but not reached
+            table.unlock([r for r in queue if r.rid in locked])
         return out
 
-    def _lock_prefix(self, req: Req) -> tuple[int, list[int], cache_pb2.Counters]:
-        """Match with lock, which also registers the request at the cache (a full hit still recomputes
-        >= 1 token: max_match_tokens = len - 1). Returns (cached tokens, their slots, counters after the
-        lock). Requests collecting prompt logprobs, and 1-token prompts, match nothing (empty key)."""
-        ids = req.all_ids
-        key = [] if req.wants_prompt_logprobs or len(ids) < 2 else ids
-        reply = self.cache.match([cache_pb2.MatchItem(request_id=req.rid, namespace=req.params.namespace,
-                                                      token_ids=key, lock=True, max_match_tokens=max(len(key) - 1, 0))])
+    def _lock_prefixes(self, reqs: list[Req]) -> tuple[dict[str, tuple[int, list[int]]], cache_pb2.Counters]:
+        """One Match with lock for ``reqs``, which also registers them at the cache (a full hit still recomputes
+        >= 1 token: max_match_tokens = len - 1). Returns ({rid: (cached tokens, their slots)}, the counters
+        after the locks). Requests collecting prompt logprobs, and 1-token prompts, match nothing (empty key).
+        Raises RuntimeError for a receipt without counters or a result that contradicts its item."""
+        keys = [[] if r.wants_prompt_logprobs or len(r.all_ids) < 2 else r.all_ids for r in reqs]
+        reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace, token_ids=key,
+                                                      lock=True, max_match_tokens=max(len(key) - 1, 0))
+                                  for r, key in zip(reqs, keys)])
         if not reply.receipt.HasField("after"):
-            raise RuntimeError(f"Match receipt without counters for {req.rid}: no budget is not a budget of 0")
-        result = {r.request_id: r for r in reply.results}[req.rid]
-        if len(result.slot_ids) != result.cached_tokens or result.cached_tokens >= max(len(key), 1):
-            raise RuntimeError(f"Match receipt for {req.rid}: {result.cached_tokens} cached tokens, "
-                               f"{len(result.slot_ids)} slots, key of {len(key)} tokens")
-        return result.cached_tokens, list(result.slot_ids), reply.receipt.after
+            raise RuntimeError(f"Match receipt without counters for {[r.rid for r in reqs]}: no budget is not a "
+                               f"budget of 0")
+        results = {r.request_id: r for r in reply.results}
+        locked = {}
+        for r, key in zip(reqs, keys):
+            res = results.get(r.rid)
+            if res is None or len(res.slot_ids) != res.cached_tokens or res.cached_tokens >= max(len(key), 1):
+                raise RuntimeError(f"Match receipt for {r.rid}: {res and res.cached_tokens} cached tokens, "
+                                   f"{res and len(res.slot_ids)} slots, key of {len(key)} tokens")
+            locked[r.rid] = (res.cached_tokens, list(res.slot_ids))
+        return locked, reply.receipt.after
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
         reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace,

@@ -19,7 +19,7 @@ def count_admission(stats: Stats, req: Req, cached_tokens: int) -> None:
     admission (a health probe's, ``Params.health_probe``, never counts); call it before ``RequestTable.admit``
     (which records the first admission's cached tokens).
     Requests collecting prompt logprobs and 1-token prompts look up nothing (an empty key, see
-    ``Planner._lock_prefix``)."""
+    ``Planner._lock_prefixes``)."""
     if req.cached_tokens >= 0 or req.params.health_probe:  # admitted before (a recompute), or a readiness probe
         return
     stats.add("prefix_query", 0 if req.wants_prompt_logprobs or len(req.prompt_ids) < 2 else len(req.prompt_ids))

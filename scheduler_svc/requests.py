@@ -112,9 +112,13 @@ class RequestTable:
         req.admission = next(_ADMISSIONS)
         self.running.append(req)
 
-    def unlock(self, req: Req) -> None:
-        """Admission deferred: lets go of the prefix lock its Match took (and its registration); it stays WAITING."""
-        self.cache.release_requests([req.rid])
+    def unlock(self, reqs: list[Req]) -> cache_pb2.Counters:
+        """Admission deferred: lets go of the prefix locks their Match took (and their registrations), in one
+        ReleaseRequests; they stay WAITING. Returns the pool's counters after the release (its receipt)."""
+        reply = self.cache.release_requests([r.rid for r in reqs])
+        if not reply.receipt.HasField("after"):
+            raise RuntimeError(f"ReleaseRequests receipt without counters for {[r.rid for r in reqs]}")
+        return reply.receipt.after
 
     def refuse(self, req: Req, message: str) -> None:
         """WAITING -> gone: releases its lock and fails its stream with RESOURCE_EXHAUSTED and ``message``."""
