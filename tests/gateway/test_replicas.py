@@ -210,6 +210,7 @@ def test_replica_flags():
     for bad in (["--scheduler", "h:9", "--replica", "scheduler=h:1,cache=c:2"],
                 ["--replica", "scheduler=h:1"], ["--replica", "scheduler=h:1,cache=c:2,colour=red"],
                 ["--replica", "scheduler=h,cache=c:2"],
+                ["--replica", "scheduler=h:99999,cache=c:2"], ["--replica", "scheduler=h:1,cache=c:0"],
                 ["--replica", "scheduler=h:1,cache=c:2", "--replica", "scheduler=h:1,cache=c:2,pool=p2"],
                 ["--routing", "random"], ["--pending-ttl", "0"]):
         with pytest.raises(SystemExit) as info:
