@@ -142,7 +142,8 @@ class ReplicaSet:
         while True:
             started = time.monotonic()
             await replica.watch.probe_once()
-            if replica.watch.last_status == SERVING:
+            # a probe that found it gone keeps the last status it saw (SERVING): that is no answer
+            if replica.client.down is None and replica.watch.last_status == SERVING:
                 self._readmit(replica)
             await asyncio.sleep(max(0.0, self._probe_interval_s - (time.monotonic() - started)))
 
