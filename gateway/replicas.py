@@ -66,17 +66,22 @@ class Replica:
     def state(self) -> str | None:
         """None while routable, else why not (unreachable, excluded after a failed call, NOT_SERVING, or its last
         GetLoad named an outage: its worker or cache unreachable, so what it takes waits for the restart)."""
+        return self.condition()[1]
+
+    def condition(self) -> tuple[str, str | None]:
+        """(name, reason): ``ready`` with reason None while routable, else ``unreachable``, ``excluded``,
+        ``not_serving`` or ``outage`` (/ready's names) and why (``state``'s sentence)."""
         if self.client.down is not None:
-            return self.client.down
+            return "unreachable", self.client.down
         if self.excluded is not None:
-            return self.excluded
+            return "excluded", self.excluded
         status = self.watch.last_status if self.watch is not None else None
         if status is not None and status != SERVING:
             name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
-            return f"the scheduler at {self.spec.scheduler} is {name}"
+            return "not_serving", f"the scheduler at {self.spec.scheduler} is {name}"
         if self.load.outage:
-            return f"the scheduler at {self.spec.scheduler} reports an outage: {self.load.outage}"
-        return None
+            return "outage", f"the scheduler at {self.spec.scheduler} reports an outage: {self.load.outage}"
+        return "ready", None
 
 
 class ReplicaSet:
