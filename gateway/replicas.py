@@ -161,6 +161,11 @@ class ReplicaSet:
                 except ApiError as exc:  # the health probe decides reachability; the last snapshot stands
                     log.warning("replica_load_failed", replica=replica.name, error=exc.message)
                 else:
+                    if load.outage_reason and not replica.load.outage:  # out of routing: say so (no call failed)
+                        log.error("replica_outage", replica=replica.name, scheduler=replica.spec.scheduler,
+                                  reason=load.outage_reason)
+                    elif replica.load.outage and not load.outage_reason:
+                        log.warning("replica_outage_over", replica=replica.name, scheduler=replica.spec.scheduler)
                     replica.load = LoadSnapshot(load.running, load.waiting, load.waiting_tokens, asked_at,
                                                 load.outage_reason)
             await asyncio.sleep(max(0.0, self.load_interval_s - (time.monotonic() - asked_at)))
