@@ -96,6 +96,7 @@ class RouteHooks:
         self._d.pending.end(self._request.request_id, c.replica)
         if code == grpc.StatusCode.UNAVAILABLE:
             self._d.replicas.exclude(replica, f"a call to {c.name} failed UNAVAILABLE: {error.message}")
+        self._done = True  # ended here; a retry (below) places it anew, to be ended by ``ended``
         if not before_first or self._retried or code not in RETRIED_CODES:
             return None
         routable = {r.index for r in self._d.replicas.routable()}
@@ -103,6 +104,7 @@ class RouteHooks:
                      if self._decision.ranking[i].replica in routable]
         if not following:
             return None
+        self._done = False
         self._retried = True
         self._d.metrics.count_retry(c.name, code.name)
         nxt = self._decision.ranking[following[0]]

@@ -104,7 +104,8 @@ async def server_info(ctx: GatewayContext, info_body: Callable, load_body: Calla
         info, load = answer
         first_info = first_info or info
         loads.append(load)
-        entry = {**_where(r), "state": r.state() or "ready", "load": load_body(load),
+        state, reason = r.condition()
+        entry = {**_where(r), "state": state, **({"reason": reason} if reason else {}), "load": load_body(load),
                  "pools": [pool_body(p) for p in load.pools], "device": info.device,
                  "max_running_requests": info.max_running_requests}
         if load.pool_error:

@@ -18,7 +18,8 @@ class ReplicaSpec:
     @staticmethod
     def parse(text: str) -> "ReplicaSpec":
         """Parses ``scheduler=HOST:PORT,cache=HOST:PORT,pool=ID`` (pool defaults to "default"). Raises ValueError
-        naming the fault (an unknown or missing key, an empty value, an address without a port)."""
+        naming the fault (an unknown or missing key, an empty value, an address without a port or with
+        one outside 1..65535)."""
         fields: dict[str, str] = {}
         for part in text.split(","):
             key, sep, value = part.strip().partition("=")
@@ -32,6 +33,9 @@ class ReplicaSpec:
         for key in ("scheduler", "cache"):
             if key not in fields:
                 raise ValueError(f"replica {text!r}: {key}=HOST:PORT is missing")
-            if not fields[key].rpartition(":")[2].isdigit():
+            port = fields[key].rpartition(":")[2]
+            if not port.isdigit():
                 raise ValueError(f"replica {text!r}: {key} address {fields[key]!r} has no port")
+            if not 1 <= int(port) <= 65535:
+                raise ValueError(f"replica {text!r}: {key} port {port} is outside 1..65535")
         return ReplicaSpec(fields["scheduler"], fields["cache"], fields.get("pool", "default"))

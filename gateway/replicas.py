@@ -66,17 +66,22 @@ class Replica:
     def state(self) -> str | None:
         """None while routable, else why not (unreachable, excluded after a failed call, NOT_SERVING, or its last
         GetLoad named an outage: its worker or cache unreachable, so what it takes waits for the restart)."""
+        return self.condition()[1]
+
+    def condition(self) -> tuple[str, str | None]:
+        """(name, reason): ``ready`` with reason None while routable, else ``unreachable``, ``excluded``,
+        ``not_serving`` or ``outage`` (/ready's names) and why (``state``'s sentence)."""
         if self.client.down is not None:
-            return self.client.down
+            return "unreachable", self.client.down
         if self.excluded is not None:
-            return self.excluded
+            return "excluded", self.excluded
         status = self.watch.last_status if self.watch is not None else None
         if status is not None and status != SERVING:
             name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
-            return f"the scheduler at {self.spec.scheduler} is {name}"
+            return "not_serving", f"the scheduler at {self.spec.scheduler} is {name}"
         if self.load.outage:
-            return f"the scheduler at {self.spec.scheduler} reports an outage: {self.load.outage}"
-        return None
+            return "outage", f"the scheduler at {self.spec.scheduler} reports an outage: {self.load.outage}"
+        return "ready", None
 
 
 class ReplicaSet:
@@ -142,7 +147,8 @@ class ReplicaSet:
         while True:
             started = time.monotonic()
             await replica.watch.probe_once()
-            if replica.watch.last_status == SERVING:
+            # a probe that found it gone keeps the last status it saw (SERVING): that is no answer
+            if replica.client.down is None and replica.watch.last_status == SERVING:
                 self._readmit(replica)
             await asyncio.sleep(max(0.0, self._probe_interval_s - (time.monotonic() - started)))
 
@@ -155,6 +161,11 @@ class ReplicaSet:
                 except ApiError as exc:  # the health probe decides reachability; the last snapshot stands
                     log.warning("replica_load_failed", replica=replica.name, error=exc.message)
                 else:
+                    if load.outage_reason and not replica.load.outage:  # out of routing: say so (no call failed)
+                        log.error("replica_outage", replica=replica.name, scheduler=replica.spec.scheduler,
+                                  reason=load.outage_reason)
+                    elif replica.load.outage and not load.outage_reason:
+                        log.warning("replica_outage_over", replica=replica.name, scheduler=replica.spec.scheduler)
                     replica.load = LoadSnapshot(load.running, load.waiting, load.waiting_tokens, asked_at,
                                                 load.outage_reason)
             await asyncio.sleep(max(0.0, self.load_interval_s - (time.monotonic() - asked_at)))

@@ -33,3 +33,75 @@ def test_when_every_replica_reports_an_outage_all_stay_routable() -> None:
     for r in replicas.replicas:
         r.load = LoadSnapshot(outage="cache service at cache:1 unavailable: UNAVAILABLE for 0.4 s")
     assert replicas.routable() == replicas.replicas
+
+
+def test_an_excluded_replica_whose_probe_finds_it_gone_stays_excluded(tokenizer) -> None:
+    """The exclusion lasts until a probe answers SERVING (docs/operations.md); a probe that finds the scheduler
+    gone is no such answer, even though the last status it had seen was SERVING (it was readmitted at once, logging
+    ``replica_readmitted`` for a replica that does not answer)."""
+    import asyncio
+
+    from tests.gateway.conftest import N_POSITIONS
+    from tests.gateway.fake_scheduler import FakeScheduler, serve
+
+    running = serve(FakeScheduler(tokenizer, N_POSITIONS))
+
+    async def scenario() -> tuple[str | None, str | None]:
+        replicas = ReplicaSet.build([ReplicaSpec(f"127.0.0.1:{running.port}", "cache:1", "pool-0"),
+                                     ReplicaSpec("127.0.0.1:2", "cache:1", "pool-1")],
+                                    retry_after_s=1, probe_interval_s=0.1, probe_timeout_s=0.3, load_interval_s=0)
+        r0 = replicas.replicas[0]
+        await r0.watch.probe_once()
+        assert r0.state() is None  # SERVING, routable
+        replicas.exclude(r0, "a call to r0 failed UNAVAILABLE")
+        running.server.stop(0)  # the scheduler dies
+        tasks = replicas.tasks()
+        await asyncio.sleep(1.0)  # several probes, each finding it gone
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await replicas.close()
+        return r0.client.down, r0.excluded
+
+    down, excluded = asyncio.run(scenario())
+    assert down is not None and "did not answer a health check" in down
+    assert excluded == "a call to r0 failed UNAVAILABLE"
+
+
+def test_an_outage_taking_a_replica_out_of_routing_is_logged_and_so_is_its_end(tokenizer) -> None:
+    """A worker outage (GetLoad.outage_reason) takes the replica out of routing silently otherwise: its scheduler
+    still answers (``scheduler_up`` stays 1) and no call failed (no ``replica_excluded``), so the gateway logs
+    ``replica_outage`` when a poll first names it and ``replica_outage_over`` when one no longer does."""
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    from tests.gateway.conftest import N_POSITIONS
+    from tests.gateway.fake_scheduler import FakeScheduler, serve
+
+    fake = FakeScheduler(tokenizer, N_POSITIONS)
+    running = serve(fake)
+
+    async def scenario() -> list[dict]:
+        replicas = ReplicaSet.build([ReplicaSpec(f"127.0.0.1:{running.port}", "cache:1", "pool-0"),
+                                     ReplicaSpec("127.0.0.1:2", "cache:1", "pool-1")],
+                                    retry_after_s=1, probe_interval_s=0, probe_timeout_s=0.3, load_interval_s=0.05)
+        with capture_logs() as logs:
+            tasks = replicas.tasks()
+            await asyncio.sleep(0.3)
+            fake.load.outage_reason = OUTAGE
+            await asyncio.sleep(0.3)
+            fake.load.outage_reason = ""
+            await asyncio.sleep(0.3)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await replicas.close()
+        return [e for e in logs if e["event"].startswith("replica_outage")]
+
+    try:
+        events = asyncio.run(scenario())
+    finally:
+        running.server.stop(0)
+    assert [(e["event"], e["replica"]) for e in events] == [("replica_outage", "r0"), ("replica_outage_over", "r0")]
+    assert events[0]["reason"] == OUTAGE

@@ -176,6 +176,25 @@ def test_flush_server_info_and_metrics_cover_every_replica(two):
     assert s["vllm:time_to_first_token_seconds_count"] == 2
 
 
+def test_server_info_names_each_replica_state_as_ready_does(two):
+    """/server_info's per-replica ``state`` is one of /ready's names (ready, not_serving, unreachable, excluded,
+    outage) with the sentence in ``reason``; it was the sentence itself for a replica that answered but was out of
+    routing (``"state": "a call to r0 failed UNAVAILABLE: ..."``)."""
+    start, (f0, f1), cache = two
+    gw = start()
+    f0.error_if = lambda request: (grpc.StatusCode.UNAVAILABLE, "worker w0 not answering")
+    assert complete(gw, prompt=PROMPT, max_tokens=3).status_code == 200  # retried on r1; r0 excluded
+    f0.error_if = None
+    info = httpx.get(f"{gw.url}/server_info", timeout=10).json()
+    r0, r1 = info["replicas"]
+    assert (r0["state"], r1["state"]) == ("excluded", "ready")
+    assert r0["reason"].startswith("a call to r0 failed UNAVAILABLE") and "reason" not in r1
+    assert r0["load"]["running"] == 3  # it answered: its load and pools are there
+    ready = httpx.get(f"{gw.url}/ready", timeout=10).json()
+    assert [(e["state"], e.get("reason")) for e in ready["replicas"]] == [(r0["state"], r0["reason"]),
+                                                                          ("ready", None)]
+
+
 def test_a_replica_that_dies_mid_stream_ends_its_streams_with_an_error_naming_it(two, servers, tokenizer):
     start, (f0, f1), cache = two
     dying = FakeScheduler(tokenizer, N_POSITIONS)  # its own server: this test stops it
@@ -210,6 +229,7 @@ def test_replica_flags():
     for bad in (["--scheduler", "h:9", "--replica", "scheduler=h:1,cache=c:2"],
                 ["--replica", "scheduler=h:1"], ["--replica", "scheduler=h:1,cache=c:2,colour=red"],
                 ["--replica", "scheduler=h,cache=c:2"],
+                ["--replica", "scheduler=h:99999,cache=c:2"], ["--replica", "scheduler=h:1,cache=c:0"],
                 ["--replica", "scheduler=h:1,cache=c:2", "--replica", "scheduler=h:1,cache=c:2,pool=p2"],
                 ["--routing", "random"], ["--pending-ttl", "0"]):
         with pytest.raises(SystemExit) as info:

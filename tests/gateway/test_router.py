@@ -285,3 +285,33 @@ def test_cache_probe_makes_one_call_per_cache_address_and_reports_a_failed_one()
     finally:
         server_a.server.stop(0)
         server_b.server.stop(0)
+
+
+def test_a_call_that_failed_and_was_then_cancelled_ends_once():
+    """A call refused without a retry (here a 400) ends at its failure; the stream's cancel afterwards (always
+    called) must not end it a second time: ``ended_since`` would subtract it twice from the replica's polled
+    requests and the replica would look one request emptier than it is (it counted 2 ends for one call)."""
+    from prometheus_client import CollectorRegistry
+
+    from codeserve.v1 import scheduler_pb2
+    from gateway.dispatch import Dispatcher, RouteHooks
+    from gateway.errors import ApiError
+    from gateway.routing_metrics import RoutingMetrics
+
+    router, replicas, pending, probe, clock = make_router()
+    dispatcher = Dispatcher(replicas, router, pending, RoutingMetrics(CollectorRegistry(), "m"))
+    ids = list(range(50))
+    request = scheduler_pb2.GenerateRequest(request_id="x-0", input_ids=scheduler_pb2.TokenIds(ids=ids))
+    decision = decide(router, ids)
+    hooks = RouteHooks(dispatcher, request, decision)
+    hooks.place(0)
+    target = decision.best.replica
+    clock.now += 0.1
+    for r in replicas.replicas:  # a poll that sees this call and one other running on the target
+        r.load = LoadSnapshot(running=2 if r.index == target else 0, asked_at=clock.now)
+    clock.now += 0.1
+    assert hooks.failed(grpc.StatusCode.INVALID_ARGUMENT, ApiError(400, "bad", "invalid_request_error"), True) is None
+    hooks.ended()  # GenerationStream.cancel, as every fan-out does at the end
+    assert pending.ended_since(target, replicas.replicas[target].load.asked_at) == 1
+    r = next(c for c in decide(router, ids).ranking if c.replica == target)
+    assert r.requests == 1  # the other call
