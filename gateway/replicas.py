@@ -57,6 +57,7 @@ class Replica:
     watch: SchedulerWatch | None = None
     load: LoadSnapshot = field(default_factory=LoadSnapshot)
     excluded: str | None = None  # why a call's UNAVAILABLE excluded it (None: not excluded)
+    misconfigured: str | None = None  # its scheduler serves another pool than its --replica names (GetLoad)
     page_size: int = 1           # learned from the cache's probe answers (PoolProbe.page_size)
 
     @property
@@ -70,11 +71,13 @@ class Replica:
 
     def condition(self) -> tuple[str, str | None]:
         """(name, reason): ``ready`` with reason None while routable, else ``unreachable``, ``excluded``,
-        ``not_serving`` or ``outage`` (/ready's names) and why (``state``'s sentence)."""
+        ``misconfigured``, ``not_serving`` or ``outage`` (/ready's names) and why (``state``'s sentence)."""
         if self.client.down is not None:
             return "unreachable", self.client.down
         if self.excluded is not None:
             return "excluded", self.excluded
+        if self.misconfigured is not None:
+            return "misconfigured", self.misconfigured
         status = self.watch.last_status if self.watch is not None else None
         if status is not None and status != SERVING:
             name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
@@ -168,7 +171,22 @@ class ReplicaSet:
                         log.warning("replica_outage_over", replica=replica.name, scheduler=replica.spec.scheduler)
                     replica.load = LoadSnapshot(load.running, load.waiting, load.waiting_tokens, asked_at,
                                                 load.outage_reason)
+                    self._check_pool(replica, [p.pool_id for p in load.pools])
             await asyncio.sleep(max(0.0, self.load_interval_s - (time.monotonic() - asked_at)))
+
+    @staticmethod
+    def _check_pool(replica: Replica, served: list[str]) -> None:
+        """Takes ``replica`` out of routing while its scheduler's GetLoad names pools (``served``) without the one
+        its ``--replica`` gives: the cache would answer a probe of that pool NOT_FOUND, for the whole cache
+        address, so every replica on that cache would be routed as 0 cached. Logged when it starts and ends."""
+        wrong = bool(served) and replica.spec.pool not in served
+        if wrong and replica.misconfigured is None:
+            replica.misconfigured = (f"--replica names pool {replica.spec.pool!r} but the scheduler at "
+                                     f"{replica.spec.scheduler} serves {', '.join(repr(p) for p in served)}")
+            log.error("replica_misconfigured", replica=replica.name, reason=replica.misconfigured)
+        elif not wrong and replica.misconfigured is not None:
+            replica.misconfigured = None
+            log.warning("replica_configured", replica=replica.name, pool=replica.spec.pool)
 
     def tasks(self) -> list[asyncio.Task]:
         """Starts the background loops (call in the serving event loop): for one replica, today's health watch

@@ -105,3 +105,50 @@ def test_an_outage_taking_a_replica_out_of_routing_is_logged_and_so_is_its_end(t
         running.server.stop(0)
     assert [(e["event"], e["replica"]) for e in events] == [("replica_outage", "r0"), ("replica_outage_over", "r0")]
     assert events[0]["reason"] == OUTAGE
+
+
+def test_a_replica_whose_scheduler_serves_another_pool_is_out_of_routing_and_says_why(tokenizer) -> None:
+    """``--replica ...,pool=poolX`` where the scheduler serves pool-1: the cache answers a probe naming poolX
+    NOT_FOUND for the whole cache address, so every replica on that cache was routed as 0 cached while /ready said
+    ready. Now the first GetLoad naming its pools takes the replica out of routing (/ready state
+    ``misconfigured``, logged), the correctly named one stays routable, and a poll naming its pool lifts it."""
+    import asyncio
+
+    from structlog.testing import capture_logs
+
+    from tests.gateway.conftest import N_POSITIONS
+    from tests.gateway.fake_scheduler import FakeScheduler, serve
+
+    fake = FakeScheduler(tokenizer, N_POSITIONS)
+    fake.load.pools[0].pool_id = "pool-1"
+    running = serve(fake)
+
+    async def scenario():
+        replicas = ReplicaSet.build([ReplicaSpec("127.0.0.1:2", "cache:1", "pool-0"),
+                                     ReplicaSpec(f"127.0.0.1:{running.port}", "cache:1", "poolX")],
+                                    retry_after_s=1, probe_interval_s=0, probe_timeout_s=0.3, load_interval_s=0.05)
+        r0, r1 = replicas.replicas
+        seen = []
+        with capture_logs() as logs:
+            tasks = replicas.tasks()
+            await asyncio.sleep(0.3)
+            seen.append((r1.condition(), replicas.routable()))
+            fake.load.pools[0].pool_id = "poolX"  # the operator fixed the scheduler's --pool-id
+            await asyncio.sleep(0.3)
+            seen.append((r1.condition(), replicas.routable()))
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await replicas.close()
+        return r0, r1, seen, [e["event"] for e in logs if e["event"].startswith(("replica_misconfigured", "replica_configured"))]
+
+    try:
+        r0, r1, seen, events = asyncio.run(scenario())
+    finally:
+        running.server.stop(0)
+    (wrong, routable_then), (fixed, routable_after) = seen
+    assert wrong == ("misconfigured", f"--replica names pool 'poolX' but the scheduler at 127.0.0.1:{running.port} "
+                                      f"serves 'pool-1'")
+    assert routable_then == [r0]
+    assert fixed == ("ready", None) and routable_after == [r0, r1]
+    assert events == ["replica_misconfigured", "replica_configured"]
