@@ -21,6 +21,7 @@ import time
 import yaml
 
 from launcher.config import HELP, StackConfig, not_exposed_help, value_type
+from launcher.replicas import cuda_device_count, devices, missing_cuda
 from launcher.stack import ROOT, Stack, StartupError, StartupInterrupted, main_pid_banner
 from launcher.supervisor import Supervisor
 from launcher.validate import check
@@ -54,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     what was started is stopped, each service SIGTERM then SIGKILL after its grace), 1 when start-up or a restart
     fails, 2 for a usage error (nothing started)."""
     cfg = parse(argv)
+    devs = devices(cfg)
+    missing = missing_cuda(devs, cuda_device_count()) if any(d.startswith("cuda") for d in devs) else None
+    if missing is not None:
+        print(f"python -m launcher: error: {missing}", file=sys.stderr, flush=True)
+        return 2
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

@@ -73,6 +73,20 @@ def devices(cfg: "StackConfig") -> list[str]:
     return [f"cuda:{i}" for i in range(n)]
 
 
+def missing_cuda(devs: list[str], count: int) -> str | None:
+    """Why ``devs`` (the replicas' worker devices) cannot run on a machine with ``count`` CUDA devices, or None when
+    they can: a ``cuda`` device with none present, or ``cuda:K`` with K >= count. The launcher refuses such a layout
+    before it starts anything (each worker would otherwise start and fail on its own)."""
+    wanted = sorted({d for d in devs if d.startswith("cuda")})
+    if not wanted:
+        return None
+    need = max(int(d.split(":")[1]) if ":" in d else 0 for d in wanted) + 1
+    if count >= need:
+        return None
+    return (f"the workers' devices ({', '.join(wanted)}) need {need} CUDA device(s), but this machine has {count}: "
+            f"give --device cpu (or --devices cpu,...) to run on the CPU")
+
+
 def layout(n: int) -> list[Replica]:
     """The ``n`` replicas of a deployment, names as in the module docstring. Raises ValueError when ``n`` < 1."""
     if n < 1:

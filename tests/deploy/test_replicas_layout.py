@@ -95,3 +95,25 @@ def test_replicas_from_flags_and_every_replica_command_passes_its_services_parse
     assert (cfg.replicas, cfg.devices, cfg.chunk_size) == (2, "cpu,cpu", 64)
     check(cfg)
     assert all(flag(commands(cfg, "/m")[f"scheduler-{i}"], "--chunk-size") == "64" for i in range(2))
+
+
+def test_cuda_devices_the_machine_lacks_are_named_before_anything_starts() -> None:
+    from launcher.replicas import missing_cuda
+
+    assert missing_cuda(["cpu", "cpu"], 0) is None and missing_cuda(["cuda:0", "cuda:1"], 2) is None
+    assert missing_cuda(["cuda:0", "cuda:0"], 1) is None
+    assert missing_cuda(["cuda:0", "cuda:1"], 0) == (
+        "the workers' devices (cuda:0, cuda:1) need 2 CUDA device(s), but this machine has 0: give --device cpu (or "
+        "--devices cpu,...) to run on the CPU")
+    assert "need 4 CUDA device(s), but this machine has 2" in missing_cuda(["cuda:3"], 2)
+    assert "(cuda) need 1" in missing_cuda(["cuda"], 0)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA (the CI machine)")
+def test_cuda_devices_on_a_machine_without_cuda_are_a_usage_error() -> None:
+    """It started the cache, then each worker failed with a traceback saying --device cuda (found by the reviewer)."""
+    done = subprocess.run([sys.executable, "-m", "launcher", "--replicas", "2", "--devices", "cuda:0,cuda:1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "the workers' devices (cuda:0, cuda:1) need 2 CUDA device(s), but this machine has 0" in done.stderr
+    assert "starting" not in done.stdout
