@@ -91,8 +91,7 @@ async def fim_prompt(prefix: str, suffix: str, markers: FimMarkers, tokenizer: G
         raise invalid(f"{param} and suffix have {len(prefix) + len(suffix)} characters, so with the 3 FIM markers "
                       f"they are at least {at_least + 3} tokens, but the context limit (n_positions) is {limit} "
                       f"tokens; the prompt must be shorter than {limit} tokens", param)
-    prefix_ids = await tokenizer.encode_literal_async(prefix) if prefix else []
-    suffix_ids = await tokenizer.encode_literal_async(suffix) if suffix else []
+    prefix_ids, suffix_ids = await tokenizer.encode_literal_many_async([prefix, suffix])  # "" -> []
     ids = layout(markers, prefix_ids, suffix_ids, mode)
     if len(ids) >= limit:
         raise invalid(f"the FIM prompt ({param} {len(prefix_ids)} tokens + suffix {len(suffix_ids)} tokens + 3 "

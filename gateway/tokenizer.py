@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer, decoders
+
+LITERAL_CACHE_ENTRIES = 256  # texts whose literal tokens the gateway keeps (encode_literal_many_async)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class GatewayTokenizer:
         # flag is per instance and encode_async runs in other threads.
         self._literal = Tokenizer.from_str(tokenizer.to_str())
         self._literal.encode_special_tokens = True
+        self._literal_cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # encode_literal_many_async's LRU
         self._special_ids = frozenset(
             token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special
         )
@@ -82,8 +86,31 @@ class GatewayTokenizer:
         """Token ids of ``text`` in which special-token text (``<fim_prefix>``, ``<|endoftext|>``) is tokenized
         as ordinary text, never as the special id (user text that must not forge a marker). Run in a worker
         thread like ``encode_async``. No BOS/EOS is added."""
-        encodings = await asyncio.to_thread(self._literal.encode_batch, [text], add_special_tokens=False)
-        return list(encodings[0].ids)
+        return (await self.encode_literal_many_async([text]))[0]
+
+    async def encode_literal_many_async(self, texts: list[str]) -> list[list[int]]:
+        """``encode_literal_async`` of each of ``texts``: the ones seen lately come from an LRU of the last
+        ``LITERAL_CACHE_ENTRIES`` texts (an editor sends the same suffix on every keystroke, and the tokens of a
+        text are a function of the text); the others are encoded in one ``encode_batch`` in a worker thread."""
+        cache = self._literal_cache
+        out: list[list[int] | None] = [None] * len(texts)
+        missing = []
+        for i, text in enumerate(texts):
+            ids = cache.get(text)
+            if ids is None:
+                missing.append(i)
+            else:
+                cache.move_to_end(text)
+                out[i] = list(ids)
+        if missing:
+            encodings = await asyncio.to_thread(self._literal.encode_batch, [texts[i] for i in missing],
+                                                add_special_tokens=False)
+            for i, enc in zip(missing, encodings):
+                out[i] = list(enc.ids)
+                cache[texts[i]] = tuple(enc.ids)
+                if len(cache) > LITERAL_CACHE_ENTRIES:
+                    cache.popitem(last=False)
+        return out
 
     def special_token_id(self, content: str) -> int | None:
         """The id of the added special token whose text is ``content`` (e.g. ``"<fim_prefix>"``), else None."""
