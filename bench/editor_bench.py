@@ -112,24 +112,29 @@ def with_context(files: list[FimCut], k: int) -> list[FimCut]:
     return out
 
 
-def prefix_counters(url: str) -> tuple[float, float]:
-    """(prefix-cache hit tokens, queried tokens) from the server's /metrics."""
+def server_counters(url: str) -> dict[str, float]:
+    """From the server's /metrics: prefix-cache hit and queried tokens, and the scheduler's TTFT histogram's sum
+    (seconds) and count (``vllm:time_to_first_token_seconds``: from a Generate call's arrival at the scheduler to
+    its first message with tokens)."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
     def total(name: str) -> float:
         return sum(float(m) for m in re.findall(rf"^{name}(?:_total)?(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M))
-    return total("vllm:prefix_cache_hits"), total("vllm:prefix_cache_queries")
+    return {"hits": total("vllm:prefix_cache_hits"), "queries": total("vllm:prefix_cache_queries"),
+            "ttft_sum": total("vllm:time_to_first_token_seconds_sum"),
+            "ttft_count": total("vllm:time_to_first_token_seconds_count")}
 
 
 async def run_mode(args, url: str, files: list[FimCut]) -> dict:
     """One timed run of ``args.typists`` typists in FIM layout ``args.mode``; returns the figures."""
     recs: list[dict] = []
-    hits0, queries0 = prefix_counters(url)
+    before = server_counters(url)
     limits = httpx.Limits(max_connections=args.typists * 4, max_keepalive_connections=args.typists * 4)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
         t0 = time.monotonic()
         await asyncio.gather(*(typist(i, client, files, args, t0 + args.duration, recs) for i in range(args.typists)))
         wall = time.monotonic() - t0
-    hits1, queries1 = prefix_counters(url)
+    after = server_counters(url)
+    d = {k: after[k] - before[k] for k in after}
     answered = [r for r in recs if r.get("done") and not r.get("cancelled")]
     ttfts = [1000 * r["ttft"] for r in answered if "ttft" in r]
     cancelled = [r for r in recs if r.get("cancelled")]
@@ -145,8 +150,11 @@ async def run_mode(args, url: str, files: list[FimCut]) -> dict:
                           "max": max((r["prompt_tokens"] for r in with_usage), default=None)},
         "answered_cache_hit_rate": (sum(r["cached_tokens"] for r in with_usage)
                                     / max(1, sum(r["prompt_tokens"] for r in with_usage))),
-        "server_prefix_hit_rate": (hits1 - hits0) / max(1.0, queries1 - queries0),
-        "server_prefix_tokens": {"hit": hits1 - hits0, "queried": queries1 - queries0},
+        "server_prefix_hit_rate": d["hits"] / max(1.0, d["queries"]),
+        "server_prefix_tokens": {"hit": d["hits"], "queried": d["queries"]},
+        # the scheduler's share: its mean TTFT over every call that got a first token (cancelled ones too), so the
+        # gateway's and the HTTP client's share of the answered requests' mean is roughly ttft mean - this
+        "scheduler_ttft_mean_ms": 1000 * d["ttft_sum"] / d["ttft_count"] if d["ttft_count"] else None,
     }
 
 
