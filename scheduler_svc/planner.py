@@ -147,7 +147,7 @@ class Planner:
         pool_idle = not table.running
         out: list[tuple[Req, int]] = []
         queue = order_waiting(table.waiting, cfg.policy, self._prefix_lengths)
-        locked: dict[str, tuple[int, list[int]]] = {}
+        locked: dict[str, tuple[int, list[int]]] = {}  # the group's candidates not reached: queue[at:at + len]
         counters = None
         at = 0
         while at < len(queue) and budget > 0 and len(table.running) < cfg.max_running_requests:
@@ -159,7 +159,7 @@ class Planner:
             extend = len(req.all_ids) - cached
             decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
             if not decision.admit and locked:  # the later candidates' locks may be what keeps it out
-                counters = table.unlock([r for r in queue[at + 1:] if r.rid in locked])
+                counters = table.unlock(queue[at + 1:at + 1 + len(locked)])  # the rest of its group
                 locked = {}
                 decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
             at += 1
@@ -180,8 +180,8 @@ class Planner:
             out.append((req, n))
             self.log.info("admitted", rid=req.rid, tokens=len(req.all_ids), cached=cached, chunk=n,
                           fundable=decision.fundable, reserved=decision.reserved, charged=decision.charged)
-        if locked:  # locked in the last group but not reached
-            table.unlock([r for r in queue if r.rid in locked])
+        if locked:  # the rest of the last group, locked but not reached
+            table.unlock(queue[at:at + len(locked)])
         return out
 
     def _lock_prefixes(self, reqs: list[Req]) -> tuple[dict[str, tuple[int, list[int]]], cache_pb2.Counters]:
