@@ -59,7 +59,11 @@ class Dispatcher:
                                       for a, e in decision.probe_errors.items()}} if decision.probe_errors else {}))
         hooks = RouteHooks(self, request, decision)
         client = hooks.place(0)
-        return GenerationStream(client, request, retry_after_s, timeout_s, hooks)
+        try:
+            return GenerationStream(client, request, retry_after_s, timeout_s, hooks)
+        except BaseException:  # not started (its scheduler is known down): the placed call is not in flight
+            hooks.ended()
+            raise
 
 
 class RouteHooks:

@@ -136,6 +136,58 @@ def test_a_polled_call_that_ended_since_the_poll_no_longer_counts():
     assert r0.requests == 0
 
 
+def test_a_call_the_poll_missed_still_counts():
+    """A call routed just before a poll was asked whose Generate reached the scheduler after the poll was answered is
+    in neither the poll nor the fresh calls: the gateway's own count of its calls there is the floor (without it, a
+    burst on a slow machine split 12 / 20: the replica whose polls missed calls drew more)."""
+    router, replicas, pending, probe, clock = make_router()
+    ids = list(range(100))
+    pending.add("a", 0, "", ids, 100)
+    pending.add("b", 0, "", ids, 100)
+    pending.started("b")
+    clock.now += 0.01
+    replicas.replicas[0].load = LoadSnapshot(running=0, waiting=0, waiting_tokens=0, asked_at=clock.now)
+    replicas.replicas[1].load = LoadSnapshot(running=0, waiting=0, waiting_tokens=0, asked_at=clock.now)
+    clock.now += 0.01
+    other = list(range(200, 300))  # a prompt sharing nothing with theirs
+    d = decide(router, other)
+    r0 = next(c for c in d.ranking if c.replica == 0)
+    assert (r0.requests, r0.queued_tokens) == (2, 100)  # both calls; the unstarted one's prefill still queued
+    assert d.best.replica == 1
+    pending.end("a", 0)
+    pending.end("b", 0)
+    r0 = next(c for c in decide(router, other).ranking if c.replica == 0)
+    assert (r0.requests, r0.queued_tokens) == (0, 0)
+
+
+def test_a_placed_call_whose_scheduler_is_known_down_is_not_left_in_flight():
+    """Dispatcher.start on a replica whose scheduler was found down between the decision and the call's start
+    raises the 503 and leaves nothing counted there."""
+    from gateway.dispatch import Dispatcher
+    from gateway.errors import ApiError
+    from gateway.routing_metrics import RoutingMetrics
+    from prometheus_client import CollectorRegistry
+    from codeserve.v1 import scheduler_pb2
+
+    router, replicas, pending, probe, clock = make_router()
+    dispatcher = Dispatcher(replicas, router, pending, RoutingMetrics(CollectorRegistry(), "m"))
+    request = scheduler_pb2.GenerateRequest(request_id="x")
+    request.input_ids.ids.extend(range(10))
+    router.decide = lambda namespace, ids, uses_cache=True: _decided(router, namespace, ids, uses_cache, 0)
+
+    with pytest.raises(ApiError):
+        asyncio.run(dispatcher.start(request, 1, None))
+    assert pending.in_flight(0) == 0 and pending.entries() == []
+
+
+async def _decided(router, namespace, ids, uses_cache, replica):
+    """A decision whose best candidate is ``replica`` (the router's ranking, reordered)."""
+    d = await Router.decide(router, namespace, ids, uses_cache)
+    best = next(c for c in d.ranking if c.replica == replica)
+    router.replicas.replicas[replica].client.down = "scheduler at 127.0.0.1:1 is unreachable"  # found down now
+    return type(d)(d.policy, d.prompt_tokens, (best, *[c for c in d.ranking if c is not best]), d.probe_errors)
+
+
 # --- cache_aware cost --------------------------------------------------------------------------------------------
 
 def test_cache_aware_prefers_the_replica_holding_the_prefix_with_its_cost_terms():
@@ -297,6 +349,7 @@ def test_a_call_that_failed_and_was_then_cancelled_ends_once():
     from gateway.dispatch import Dispatcher, RouteHooks
     from gateway.errors import ApiError
     from gateway.routing_metrics import RoutingMetrics
+    from prometheus_client import CollectorRegistry
 
     router, replicas, pending, probe, clock = make_router()
     dispatcher = Dispatcher(replicas, router, pending, RoutingMetrics(CollectorRegistry(), "m"))
