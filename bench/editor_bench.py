@@ -10,7 +10,8 @@ The same file is completed again and again, so the prefix cache matters.
 Figures (JSON under --out, one file per FIM layout): TTFT p50/p90/p99 of answered requests (sent -> first
 token-bearing chunk), aborts per second (requests cancelled by the next keystroke), cache hit rate (the
 answered requests' cached_tokens / prompt_tokens, and the server's prefix-cache counters from /metrics over
-the run), prompt lengths, HTTP errors.
+the run), prompt lengths, HTTP errors, and (when it started the stack) each service's CPU milliseconds per
+request: the host cost that queues requests behind each other at 20 typists.
 
     python -m bench.editor_bench --out bench/results/cpu-editor              # starts the CPU stack
     python -m bench.editor_bench --url http://127.0.0.1:8000 --out OUT       # an already running server
@@ -35,6 +36,7 @@ import time
 
 import httpx
 
+from bench import proc_cpu
 from bench.humaneval_fim import FimCut, cuts, problems
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -124,16 +126,19 @@ def server_counters(url: str) -> dict[str, float]:
             "ttft_count": total("vllm:time_to_first_token_seconds_count")}
 
 
-async def run_mode(args, url: str, files: list[FimCut]) -> dict:
-    """One timed run of ``args.typists`` typists in FIM layout ``args.mode``; returns the figures."""
+async def run_mode(args, url: str, files: list[FimCut], pids: dict[str, int] | None = None) -> dict:
+    """One timed run of ``args.typists`` typists in FIM layout ``args.mode``; returns the figures. ``pids``
+    (service name -> PID, when this process started the stack): their CPU time per request is reported too."""
     recs: list[dict] = []
     before = server_counters(url)
+    cpu_before = proc_cpu.snapshot(pids) if pids else None
     limits = httpx.Limits(max_connections=args.typists * 4, max_keepalive_connections=args.typists * 4)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
         t0 = time.monotonic()
         await asyncio.gather(*(typist(i, client, files, args, t0 + args.duration, recs) for i in range(args.typists)))
         wall = time.monotonic() - t0
     after = server_counters(url)
+    cpu = proc_cpu.per_request_ms(cpu_before, proc_cpu.snapshot(pids), max(1, len(recs))) if pids else None
     d = {k: after[k] - before[k] for k in after}
     answered = [r for r in recs if r.get("done") and not r.get("cancelled")]
     ttfts = [1000 * r["ttft"] for r in answered if "ttft" in r]
@@ -155,6 +160,8 @@ async def run_mode(args, url: str, files: list[FimCut]) -> dict:
         # the scheduler's share: its mean TTFT over every call that got a first token (cancelled ones too), so the
         # gateway's and the HTTP client's share of the answered requests' mean is roughly ttft mean - this
         "scheduler_ttft_mean_ms": 1000 * d["ttft_sum"] / d["ttft_count"] if d["ttft_count"] else None,
+        # host cost: each service's CPU milliseconds (all threads) per request sent, cancelled ones included
+        "cpu_ms_per_request": cpu,
     }
 
 
@@ -208,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
         random.Random(args.seed).shuffle(files)
         for mode in args.modes.split(","):
             args.mode = mode
-            result = asyncio.run(run_mode(args, url, files))
+            pids = {name: proc.pid for name, proc in stack.procs.items()} if stack is not None else None
+            result = asyncio.run(run_mode(args, url, files, pids))
             result["page_size"] = args.page_size
             result["device"] = "cuda" if args.gpu else "cpu"
             result["context_files"] = args.context_files

@@ -5,10 +5,11 @@ replica). With several, for each call (each prompt of a list and each of the ``n
 routed in order; the copies of one prompt follow the first through its pending entry, as they share its prefix,
 unless the cost says the holder is too loaded):
 
-1. ``Router.decide`` ranks the routable replicas; the best one gets the call and a pending entry (its prompt,
+1. The call is tagged with the gateway's router id (its scheduler's GetLoad then counts it out of the others'
+   load). ``Router.decide`` ranks the routable replicas; the best one gets the call and a pending entry (its prompt,
    its predicted uncached tokens), logged as ``route_decision`` with every candidate's cost terms.
 2. At the call's first message the entry stops being pending (its prefill is written: the cache's probe sees it
-   now; it still counts as load until the call ends or a poll sees it) and ``route_realized`` logs the predicted and realized cached tokens (the message's cached_tokens).
+   now; it counts as one of the gateway's calls on that replica until it ends) and ``route_realized`` logs the predicted and realized cached tokens (the message's cached_tokens).
 3. A call refused before its first message with RESOURCE_EXHAUSTED (429) or UNAVAILABLE is retried once, same
    request, on the next replica of the ranking that is still routable; never after a message was read. An
    UNAVAILABLE (before or after the first message) also excludes the replica at once (ReplicaSet.exclude).
@@ -50,6 +51,7 @@ class Dispatcher:
             return GenerationStream(self.replicas.replicas[0].client, request, retry_after_s, timeout_s)
         assert self.router is not None and self.pending is not None and self.metrics is not None
         ids = list(request.input_ids.ids)
+        request.router_id = self.replicas.router_id  # its scheduler's GetLoad counts it out of the others' load
         decision = await self.router.decide(request.namespace, ids, uses_cache=not request.return_prompt_logprobs)
         best = decision.best
         log.info("route_decision", rid=request.request_id, policy=decision.policy.value, replica=best.name,
@@ -97,7 +99,7 @@ class RouteHooks:
     def failed(self, code: grpc.StatusCode, error: ApiError, before_first: bool) -> SchedulerClient | None:
         c = self._decision.ranking[self._at]
         replica = self._d.replicas.replicas[c.replica]
-        self._d.pending.end(self._request.request_id, c.replica)
+        self._d.pending.end(self._request.request_id)
         if code == grpc.StatusCode.UNAVAILABLE:
             self._d.replicas.exclude(replica, f"a call to {c.name} failed UNAVAILABLE: {error.message}")
         self._done = True  # ended here; a retry (below) places it anew, to be ended by ``ended``
@@ -119,4 +121,4 @@ class RouteHooks:
     def ended(self) -> None:
         if not self._done:
             self._done = True
-            self._d.pending.end(self._request.request_id, self._decision.ranking[self._at].replica)
+            self._d.pending.end(self._request.request_id)

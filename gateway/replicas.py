@@ -12,14 +12,17 @@ state comes from two sources:
 
 A replica is routable while it is reachable, not excluded, (when it has been probed) SERVING and its last GetLoad
 names no outage (``outage_reason``: its worker or its cache unreachable; a SERVING scheduler would queue the request
-until the restart). Its load is the last GetLoad answer (polled every ``load_interval_s`` by ``LoadWatch``) and when
-that poll was sent.
+until the restart). Its load, for routing, is the gateway's own calls there (counted exactly by the pending table) plus
+the last GetLoad's count of the others' calls (``others``, polled every ``load_interval_s``): every call carries the
+gateway's ``router_id``, so no poll can miss or double-count one of its own calls (a poll racing a call did, both
+ways: a call routed just before a poll and seen after it, or just after a poll and seen by it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import structlog
@@ -37,13 +40,12 @@ UNPROBED_EXCLUSION_S = 2.0  # how long an exclusion lasts when no health probe r
 
 @dataclass(frozen=True)
 class LoadSnapshot:
-    """One GetLoad answer: ``running`` and ``waiting`` requests, ``waiting_tokens`` (prompt tokens queued), and
-    ``asked_at`` (monotonic seconds when the poll was sent; requests routed after it are not in these numbers)."""
+    """The last GetLoad answer's load of the calls this gateway did not send (``GetLoadResponse.others``: other
+    routers', or sent straight to the scheduler): ``others_requests`` live calls, ``others_waiting_tokens`` prompt
+    tokens they have queued. The gateway's own calls are counted by its pending table, exactly."""
 
-    running: int = 0
-    waiting: int = 0
-    waiting_tokens: int = 0
-    asked_at: float = 0.0
+    others_requests: int = 0
+    others_waiting_tokens: int = 0
     outage: str = ""  # GetLoad.outage_reason: the scheduler's cache or worker unreachable ("" when none)
 
 
@@ -96,6 +98,7 @@ class ReplicaSet:
         if not replicas:
             raise ValueError("a replica set needs at least one replica")
         self.replicas = replicas
+        self.router_id = uuid.uuid4().hex  # GenerateRequest.router_id of the calls this gateway routes
         self.retry_after_s = retry_after_s
         self.load_interval_s = load_interval_s
         for r in replicas:
@@ -160,7 +163,7 @@ class ReplicaSet:
             asked_at = time.monotonic()
             if replica.client.down is None:
                 try:
-                    load = await replica.client.get_load()
+                    load = await replica.client.get_load(router_id=self.router_id)
                 except ApiError as exc:  # the health probe decides reachability; the last snapshot stands
                     log.warning("replica_load_failed", replica=replica.name, error=exc.message)
                 else:
@@ -169,8 +172,7 @@ class ReplicaSet:
                                   reason=load.outage_reason)
                     elif replica.load.outage and not load.outage_reason:
                         log.warning("replica_outage_over", replica=replica.name, scheduler=replica.spec.scheduler)
-                    replica.load = LoadSnapshot(load.running, load.waiting, load.waiting_tokens, asked_at,
-                                                load.outage_reason)
+                    replica.load = LoadSnapshot(load.others.live, load.others.waiting_tokens, load.outage_reason)
                     self._check_pool(replica, [p.pool_id for p in load.pools])
             await asyncio.sleep(max(0.0, self.load_interval_s - (time.monotonic() - asked_at)))
 

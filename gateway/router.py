@@ -8,13 +8,13 @@
   service's probe found in the replica's pool (0 when its cache did not answer) and the longest common prefix with
   a prompt pending there (gateway.pending: routed, not yet prefilled), in whole pages, capped as the scheduler's
   Match is (the prompt less its last token; 0 for a request collecting prompt logprobs);
-- ``queued_tokens`` = the replica's polled ``waiting_tokens`` + the predicted uncached tokens of the requests the
-  gateway sent it since that poll was sent and that have not started yet, less the pending prefix this prompt
-  shares (that prefill is done once for both: waiting for it is not a cost of going there);
-- ``requests`` = polled running + waiting requests, less the polled calls that ended since the poll was asked, + the
-  calls sent since that poll and not ended, started or not (each takes a batch slot);
-- both at least the gateway's own exact count on that replica (its calls not ended; their unstarted predicted
-  uncached tokens): a call routed just before a poll may reach the scheduler after it, in neither figure.
+- ``queued_tokens`` = the predicted uncached tokens of the gateway's own calls there that have not started yet
+  (no first message), + the prompt tokens the others' calls have waiting (the replica's last ``GetLoad``: calls not
+  sent by this gateway, ``GetLoadResponse.others``), less the pending prefix this prompt shares (that prefill is
+  done once for both: waiting for it is not a cost of going there);
+- ``requests`` = the gateway's own calls there that have not ended, started or not (each takes a batch slot),
+  + the others' live calls as of that poll. The gateway counts its own calls itself (gateway.pending) and tags
+  them with its router id, so no poll can miss or double-count one.
 
 Default weights, and why: ``w_q = 1.0``: a queued prompt token is prefilled before ours, which delays our first
 token as much as one of our own uncached tokens; ``w_r = 16.0``: a request in the batch decodes one token per step
@@ -138,14 +138,10 @@ class Router:
         cap = (len(ids) - 1) - (len(ids) - 1) % r.page_size if uses_cache and len(ids) >= 2 else 0
         predicted = min(max(probed or 0, pending), cap)
         uncached = len(ids) - predicted
-        fresh = self.pending.fresh(r.index, r.load.asked_at)
         shared = max(0, pending - (probed or 0))
-        # the poll's view moved on by what the gateway did since, floored by the gateway's exact count of its own
-        # calls there (a call routed before the poll and seen by the scheduler after it is in neither)
-        polled_queued = r.load.waiting_tokens + sum(e.uncached_tokens for e in fresh if not e.started)
-        queued = max(0, max(polled_queued, self.pending.unstarted_tokens(r.index)) - shared)
-        polled = max(0, r.load.running + r.load.waiting - self.pending.ended_since(r.index, r.load.asked_at))
-        requests = max(polled + len(fresh), self.pending.in_flight(r.index))
+        # the gateway's own calls there, counted exactly, + the others' calls as of the last poll
+        queued = max(0, r.load.others_waiting_tokens + self.pending.unstarted_tokens(r.index) - shared)
+        requests = r.load.others_requests + self.pending.in_flight(r.index)
         load_cost = self.weights.queued_tokens * queued + self.weights.requests * requests
         cost = load_cost + (uncached if self.policy is Policy.CACHE_AWARE else 0)
         return Candidate(r.index, r.name, probed, pending, predicted, uncached, queued, requests, cost)

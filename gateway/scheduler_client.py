@@ -71,10 +71,11 @@ class SchedulerClient:
         except grpc.aio.AioRpcError as exc:
             raise self.error(exc) from exc
 
-    async def get_load(self, request_metrics: bool = False) -> scheduler_pb2.GetLoadResponse:
-        """Queue lengths, pool counters and totals (and the request metrics' text when ``request_metrics``).
-        Raises ApiError."""
-        return await self._unary("GetLoad", scheduler_pb2.GetLoadRequest(request_metrics=request_metrics))
+    async def get_load(self, request_metrics: bool = False, router_id: str = "") -> scheduler_pb2.GetLoadResponse:
+        """Queue lengths, pool counters and totals (and the request metrics' text when ``request_metrics``; the
+        load of the calls router ``router_id`` did not send, ``others``, when given). Raises ApiError."""
+        return await self._unary("GetLoad", scheduler_pb2.GetLoadRequest(request_metrics=request_metrics,
+                                                                         router_id=router_id))
 
     async def server_info(self) -> scheduler_pb2.ServerInfoResponse:
         """Model facts and limits. Raises ApiError."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from scheduler_svc.request import Req
+from scheduler_svc.request import Req, State
 
 
 class QueueFull(RuntimeError):
@@ -83,6 +83,15 @@ class Intake:
         """(requests not yet taken, their prompt tokens)."""
         with self._lock:
             return len(self._inbox), sum(len(r.prompt_ids) for r in self._inbox)
+
+    def load_of_others(self, router_id: str) -> tuple[int, int, int]:
+        """(live, waiting, waiting tokens) of the live requests not sent by router ``router_id`` (their
+        ``params.router_id`` differs): taken or not, not yet released; waiting = in the queue or the inbox, with
+        its prompt and output so far to prefill. Any thread; reads each request's phase as the loop left it."""
+        with self._lock:
+            others = [r for r in self._live.values() if r.params.router_id != router_id]
+        waiting = [r for r in others if r.phase == State.WAITING]
+        return len(others), len(waiting), sum(len(r.prompt_ids) + len(r.output_ids) for r in waiting)
 
     def forget(self, req: Req) -> None:
         """The request ended: its id may be used again and it no longer counts as work."""

@@ -51,6 +51,7 @@ class Params:
     namespace: str = ""
     no_stop_trim: bool = False
     health_probe: bool = False  # a readiness probe: kept out of the request metrics and token counters
+    router_id: str = ""  # the router that sent it (GenerateRequest.router_id): GetLoad's ``others`` leave it out
 
 
 SIBLING_FAILED = "another call of the same HTTP request failed"  # abort_reason of AbortRequest.sibling_failed

@@ -191,6 +191,10 @@ class Scheduler:
         new, new_tokens = self.intake.inbox_stats()
         return running, waiting + new, tokens + new_tokens
 
+    def load_of_others(self, router_id: str) -> tuple[int, int, int]:
+        """(live, waiting, waiting tokens) of the calls not sent by router ``router_id`` (``Intake.load_of_others``)."""
+        return self.intake.load_of_others(router_id)
+
     def stop(self, reason: str) -> None:
         self.intake.stop(reason)
         self._stop.set()

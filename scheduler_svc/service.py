@@ -121,15 +121,20 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     def GetLoad(self, request, context):
         """The scheduler's own numbers, and the pool's counters from the cache; a cache that does not answer within
-        POOL_READ_TIMEOUT_S leaves ``pools`` empty and names why in ``pool_error`` (the rest stands)."""
+        POOL_READ_TIMEOUT_S leaves ``pools`` empty and names why in ``pool_error`` (the rest stands). With a
+        ``router_id``, ``others``: the load of the calls that router did not send."""
         running, waiting, waiting_tokens = self.sched.queue_lengths()
         s = self.sched.stats
         try:
             pools, pool_error = [pool_counters(self.sched.cache.get_pool(POOL_READ_TIMEOUT_S))], ""
         except (DependencyUnavailable, DependencyError, SessionLost) as exc:
             pools, pool_error = [], str(exc)
+        others = None
+        if request.router_id:
+            live, waiting_others, tokens_others = self.sched.load_of_others(request.router_id)
+            others = scheduler_pb2.CallLoad(live=live, waiting=waiting_others, waiting_tokens=tokens_others)
         return scheduler_pb2.GetLoadResponse(
-            running=running, waiting=waiting, waiting_tokens=waiting_tokens, pools=pools, pool_error=pool_error,
+            others=others, running=running, waiting=waiting, waiting_tokens=waiting_tokens, pools=pools, pool_error=pool_error,
             seconds_since_last_batch=time.monotonic() - self.sched.last_batch_at, batches_completed=s["batches"],
             prefix_query_tokens=s["prefix_query"], prefix_hit_tokens=s["prefix_hit"],
             prompt_tokens_total=s["prompt_tokens"], generation_tokens_total=s["generation_tokens"],

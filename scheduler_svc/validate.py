@@ -96,5 +96,5 @@ def build_request(request: scheduler_pb2.GenerateRequest, tokenizer: Tokenizer, 
         ignore_eos=request.ignore_eos, skip_special_tokens=request.skip_special_tokens,
         return_logprob=request.return_logprob, top_logprobs_num=request.top_logprobs_num,
         return_prompt_logprobs=request.return_prompt_logprobs, namespace=request.namespace,
-        no_stop_trim=request.no_stop_trim, health_probe=request.health_probe)
+        no_stop_trim=request.no_stop_trim, health_probe=request.health_probe, router_id=request.router_id)
     return Req(rid=request.request_id or uuid.uuid4().hex, prompt_ids=ids, params=params)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "text", "input_ids", "sampling", "max_new_tokens", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "return_logprob", "top_logprobs_num", "return_prompt_logprobs", "namespace", "no_stop_trim", "health_probe")
+    __slots__ = ("request_id", "text", "input_ids", "sampling", "max_new_tokens", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "return_logprob", "top_logprobs_num", "return_prompt_logprobs", "namespace", "no_stop_trim", "health_probe", "router_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class GenerateRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NO_STOP_TRIM_FIELD_NUMBER: _ClassVar[int]
     HEALTH_PROBE_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     input_ids: TokenIds
@@ -39,7 +40,8 @@ class GenerateRequest(_message.Message):
     namespace: str
     no_stop_trim: bool
     health_probe: bool
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., input_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., return_logprob: _Optional[bool] = ..., top_logprobs_num: _Optional[int] = ..., return_prompt_logprobs: _Optional[bool] = ..., namespace: _Optional[str] = ..., no_stop_trim: _Optional[bool] = ..., health_probe: _Optional[bool] = ...) -> None: ...
+    router_id: str
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., input_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., return_logprob: _Optional[bool] = ..., top_logprobs_num: _Optional[int] = ..., return_prompt_logprobs: _Optional[bool] = ..., namespace: _Optional[str] = ..., no_stop_trim: _Optional[bool] = ..., health_probe: _Optional[bool] = ..., router_id: _Optional[str] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
@@ -92,10 +94,22 @@ class AbortResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class GetLoadRequest(_message.Message):
-    __slots__ = ("request_metrics",)
+    __slots__ = ("request_metrics", "router_id")
     REQUEST_METRICS_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     request_metrics: bool
-    def __init__(self, request_metrics: _Optional[bool] = ...) -> None: ...
+    router_id: str
+    def __init__(self, request_metrics: _Optional[bool] = ..., router_id: _Optional[str] = ...) -> None: ...
+
+class CallLoad(_message.Message):
+    __slots__ = ("live", "waiting", "waiting_tokens")
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    live: int
+    waiting: int
+    waiting_tokens: int
+    def __init__(self, live: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ...) -> None: ...
 
 class PoolCounters(_message.Message):
     __slots__ = ("pool_id", "capacity", "available", "evictable", "protected", "owned")
@@ -114,7 +128,7 @@ class PoolCounters(_message.Message):
     def __init__(self, pool_id: _Optional[str] = ..., capacity: _Optional[int] = ..., available: _Optional[int] = ..., evictable: _Optional[int] = ..., protected: _Optional[int] = ..., owned: _Optional[int] = ...) -> None: ...
 
 class GetLoadResponse(_message.Message):
-    __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total", "unhealthy_reason", "request_metrics", "pool_error", "outage_reason")
+    __slots__ = ("running", "waiting", "waiting_tokens", "pools", "seconds_since_last_batch", "batches_completed", "prefix_query_tokens", "prefix_hit_tokens", "prompt_tokens_total", "generation_tokens_total", "unhealthy_reason", "request_metrics", "pool_error", "outage_reason", "others")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     WAITING_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +143,7 @@ class GetLoadResponse(_message.Message):
     REQUEST_METRICS_FIELD_NUMBER: _ClassVar[int]
     POOL_ERROR_FIELD_NUMBER: _ClassVar[int]
     OUTAGE_REASON_FIELD_NUMBER: _ClassVar[int]
+    OTHERS_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     waiting_tokens: int
@@ -143,7 +158,8 @@ class GetLoadResponse(_message.Message):
     request_metrics: str
     pool_error: str
     outage_reason: str
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolCounters, _Mapping]]] = ..., seconds_since_last_batch: _Optional[float] = ..., batches_completed: _Optional[int] = ..., prefix_query_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., unhealthy_reason: _Optional[str] = ..., request_metrics: _Optional[str] = ..., pool_error: _Optional[str] = ..., outage_reason: _Optional[str] = ...) -> None: ...
+    others: CallLoad
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., waiting_tokens: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolCounters, _Mapping]]] = ..., seconds_since_last_batch: _Optional[float] = ..., batches_completed: _Optional[int] = ..., prefix_query_tokens: _Optional[int] = ..., prefix_hit_tokens: _Optional[int] = ..., prompt_tokens_total: _Optional[int] = ..., generation_tokens_total: _Optional[int] = ..., unhealthy_reason: _Optional[str] = ..., request_metrics: _Optional[str] = ..., pool_error: _Optional[str] = ..., outage_reason: _Optional[str] = ..., others: _Optional[_Union[CallLoad, _Mapping]] = ...) -> None: ...
 
 class FlushCacheRequest(_message.Message):
     __slots__ = ()

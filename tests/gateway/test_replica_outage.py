@@ -20,11 +20,11 @@ def two() -> ReplicaSet:
 def test_a_replica_reporting_an_outage_is_not_routed_while_another_is_routable() -> None:
     replicas = two()
     r0, r1 = replicas.replicas
-    r1.load = LoadSnapshot(running=3, outage=OUTAGE)
+    r1.load = LoadSnapshot(others_requests=3, outage=OUTAGE)
     assert r0.state() is None
     assert r1.state() == f"the scheduler at 127.0.0.1:2 reports an outage: {OUTAGE}"
     assert replicas.routable() == [r0]
-    r1.load = LoadSnapshot(running=3)  # the next poll after its worker is back
+    r1.load = LoadSnapshot(others_requests=3)  # the next poll after its worker is back
     assert replicas.routable() == [r0, r1]
 
 

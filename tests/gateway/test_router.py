@@ -86,16 +86,17 @@ def test_pending_entries_expire_at_ttl_or_when_removed():
     table.add("a", 0, "", [1, 2, 3], 3)
     clock.now += 1.0
     table.add("b", 0, "", [1, 2, 4], 1)
-    assert [e.request_id for e in table.fresh(0, since=100.5)] == ["b"]  # "a" was sent before that poll
-    clock.now += 1.0  # "a" is 2 s old: gone
+    clock.now += 1.0  # "a" is 2 s old: no longer pending for prefix matching, but its call still counts
     assert [e.request_id for e in table.entries()] == ["b"]
-    table.end("b", 0)
-    assert table.entries() == []
+    assert (table.in_flight(0), table.unstarted_tokens(0)) == (2, 4)
+    table.end("b")
+    table.end("a")
+    assert table.entries() == [] and (table.in_flight(0), table.unstarted_tokens(0)) == (0, 0)
     with pytest.raises(ValueError):
         PendingTable(0)
 
 
-def test_a_started_call_is_no_longer_pending_but_still_load_until_a_poll_sees_it():
+def test_a_started_call_is_no_longer_pending_but_counts_until_it_ends():
     router, replicas, pending, probe, clock = make_router()
     ids = list(range(100))
     pending.add("a", 0, "", ids, 100)
@@ -104,58 +105,33 @@ def test_a_started_call_is_no_longer_pending_but_still_load_until_a_poll_sees_it
     d = decide(router, ids)
     r0 = next(c for c in d.ranking if c.replica == 0)
     assert (r0.pending, r0.queued_tokens, r0.requests, r0.cost) == (0, 0, 1, 100 + 16)
-    replicas.replicas[0].load = LoadSnapshot(running=1, waiting=0, waiting_tokens=0, asked_at=clock.now + 0.1)
-    clock.now += 0.2  # a poll sent after the call was routed: the call is in its numbers, not counted twice
+    clock.now += 10.0  # however long it runs
     r0 = next(c for c in decide(router, ids).ranking if c.replica == 0)
     assert r0.requests == 1
-    pending.end("a", 0)
-    assert pending.entries() == []
-
-
-def test_a_polled_call_that_ended_since_the_poll_no_longer_counts():
-    """Right after a burst the last poll still counts the calls that finished since: they are subtracted, so the
-    replica that finished its share does not look busier than it is (and a call routed after the poll and ended
-    is not subtracted twice: it was never in the poll)."""
-    router, replicas, pending, probe, clock = make_router()
-    ids = list(range(100))
-    pending.add("a", 0, "", ids, 100)
-    pending.add("b", 0, "", ids, 100)
-    clock.now += 0.1
-    replicas.replicas[0].load = LoadSnapshot(running=2, waiting=0, waiting_tokens=0, asked_at=clock.now)
-    replicas.replicas[1].load = LoadSnapshot(running=0, waiting=0, waiting_tokens=0, asked_at=clock.now)
-    clock.now += 0.05
-    pending.add("c", 0, "", ids, 100)  # after the poll: counted as fresh
-    clock.now += 0.05
-    pending.end("a", 0)
-    pending.end("c", 0)
+    pending.end("a")
     r0 = next(c for c in decide(router, ids).ranking if c.replica == 0)
-    assert r0.requests == 1  # "b" only: "a" ended after the poll saw it, "c" was never in it and ended
-    for rid in ("b",):
-        pending.end(rid, 0)
-    r0 = next(c for c in decide(router, ids).ranking if c.replica == 0)
-    assert r0.requests == 0
+    assert r0.requests == 0 and pending.entries() == []
 
 
-def test_a_call_the_poll_missed_still_counts():
-    """A call routed just before a poll was asked whose Generate reached the scheduler after the poll was answered is
-    in neither the poll nor the fresh calls: the gateway's own count of its calls there is the floor (without it, a
-    burst on a slow machine split 12 / 20: the replica whose polls missed calls drew more)."""
+def test_the_load_is_the_gateways_own_calls_plus_the_others_polled():
+    """The gateway counts its own calls itself (placed, not ended; the unstarted ones' predicted prefill) and adds
+    the others' load from the last poll (GetLoadResponse.others: calls without its router id), so no poll can race
+    one of its calls: neither one routed just before a poll and seen after it (the poll's view misses it: a burst
+    split 12 / 20) nor one routed just after a poll and seen by it (counted twice, then kept after it ended: a
+    cached prompt sent again went elsewhere at 617 against 600)."""
     router, replicas, pending, probe, clock = make_router()
     ids = list(range(100))
     pending.add("a", 0, "", ids, 100)
     pending.add("b", 0, "", ids, 100)
     pending.started("b")
-    clock.now += 0.01
-    replicas.replicas[0].load = LoadSnapshot(running=0, waiting=0, waiting_tokens=0, asked_at=clock.now)
-    replicas.replicas[1].load = LoadSnapshot(running=0, waiting=0, waiting_tokens=0, asked_at=clock.now)
-    clock.now += 0.01
+    replicas.replicas[1].load = LoadSnapshot(others_requests=1, others_waiting_tokens=30)
     other = list(range(200, 300))  # a prompt sharing nothing with theirs
     d = decide(router, other)
-    r0 = next(c for c in d.ranking if c.replica == 0)
-    assert (r0.requests, r0.queued_tokens) == (2, 100)  # both calls; the unstarted one's prefill still queued
+    terms = {c.replica: (c.requests, c.queued_tokens, c.cost) for c in d.ranking}
+    assert terms == {0: (2, 100, 100 + 100 + 32), 1: (1, 30, 100 + 30 + 16)}
     assert d.best.replica == 1
-    pending.end("a", 0)
-    pending.end("b", 0)
+    pending.end("a")
+    pending.end("b")
     r0 = next(c for c in decide(router, other).ranking if c.replica == 0)
     assert (r0.requests, r0.queued_tokens) == (0, 0)
 
@@ -178,6 +154,7 @@ def test_a_placed_call_whose_scheduler_is_known_down_is_not_left_in_flight():
     with pytest.raises(ApiError):
         asyncio.run(dispatcher.start(request, 1, None))
     assert pending.in_flight(0) == 0 and pending.entries() == []
+    assert request.router_id == replicas.router_id  # tagged: its scheduler counts it out of the others' load
 
 
 async def _decided(router, namespace, ids, uses_cache, replica):
@@ -193,8 +170,7 @@ async def _decided(router, namespace, ids, uses_cache, replica):
 def test_cache_aware_prefers_the_replica_holding_the_prefix_with_its_cost_terms():
     router, replicas, pending, probe, _ = make_router()
     probe.cached = {1: 96}
-    replicas.replicas[0].load = LoadSnapshot(running=0, waiting=0, waiting_tokens=0)
-    replicas.replicas[1].load = LoadSnapshot(running=2, waiting=1, waiting_tokens=30)
+    replicas.replicas[1].load = LoadSnapshot(others_requests=3, others_waiting_tokens=30)
     d = decide(router, list(range(100)))
     best, other = d.ranking
     assert best.replica == 1
@@ -206,7 +182,7 @@ def test_cache_aware_prefers_the_replica_holding_the_prefix_with_its_cost_terms(
 def test_hot_prefix_is_copied_when_its_holders_queue_costs_more_than_it_saves():
     router, replicas, pending, probe, _ = make_router()
     probe.cached = {0: 96}
-    replicas.replicas[0].load = LoadSnapshot(running=1, waiting=2, waiting_tokens=60)  # 4 + 60 + 48 = 112
+    replicas.replicas[0].load = LoadSnapshot(others_requests=3, others_waiting_tokens=60)  # 4 + 60 + 48 = 112
     d = decide(router, list(range(100)))
     assert d.best.replica == 1 and d.best.cost == 100
     assert d.ranking[1].cost == 4 + 60 + 16 * 3
@@ -285,7 +261,7 @@ def test_n_copies_of_one_prompt_follow_the_first():
 def test_least_load_ignores_the_cache():
     router, replicas, pending, probe, _ = make_router(Policy.LEAST_LOAD)
     probe.cached = {0: 96}
-    replicas.replicas[0].load = LoadSnapshot(running=1, waiting=0, waiting_tokens=0)
+    replicas.replicas[0].load = LoadSnapshot(others_requests=1)
     d = decide(router, list(range(100)))
     assert d.best.replica == 1 and d.best.cost == 0
     assert d.ranking[1].cost == 16.0 and d.ranking[1].predicted_cached == 96  # still probed, for the log
@@ -341,15 +317,13 @@ def test_cache_probe_makes_one_call_per_cache_address_and_reports_a_failed_one()
 
 def test_a_call_that_failed_and_was_then_cancelled_ends_once():
     """A call refused without a retry (here a 400) ends at its failure; the stream's cancel afterwards (always
-    called) must not end it a second time: ``ended_since`` would subtract it twice from the replica's polled
-    requests and the replica would look one request emptier than it is (it counted 2 ends for one call)."""
+    called) ends nothing more: the replica's count of the gateway's calls is back to the other one placed."""
     from prometheus_client import CollectorRegistry
 
     from codeserve.v1 import scheduler_pb2
     from gateway.dispatch import Dispatcher, RouteHooks
     from gateway.errors import ApiError
     from gateway.routing_metrics import RoutingMetrics
-    from prometheus_client import CollectorRegistry
 
     router, replicas, pending, probe, clock = make_router()
     dispatcher = Dispatcher(replicas, router, pending, RoutingMetrics(CollectorRegistry(), "m"))
@@ -359,12 +333,10 @@ def test_a_call_that_failed_and_was_then_cancelled_ends_once():
     hooks = RouteHooks(dispatcher, request, decision)
     hooks.place(0)
     target = decision.best.replica
-    clock.now += 0.1
-    for r in replicas.replicas:  # a poll that sees this call and one other running on the target
-        r.load = LoadSnapshot(running=2 if r.index == target else 0, asked_at=clock.now)
-    clock.now += 0.1
+    pending.add("other", target, "", [7] * 10, 10)  # another call of the gateway there
+    assert pending.in_flight(target) == 2
     assert hooks.failed(grpc.StatusCode.INVALID_ARGUMENT, ApiError(400, "bad", "invalid_request_error"), True) is None
     hooks.ended()  # GenerationStream.cancel, as every fan-out does at the end
-    assert pending.ended_since(target, replicas.replicas[target].load.asked_at) == 1
+    assert pending.in_flight(target) == 1
     r = next(c for c in decide(router, ids).ranking if c.replica == target)
     assert r.requests == 1  # the other call

@@ -5,6 +5,7 @@ cache holds now (not by what it held)."""
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 
 import httpx
@@ -17,8 +18,16 @@ from tests.stack import generate as generate_at
 
 
 def send_all(url: str, batch: list[list[int]], max_new: int, stream: bool = False):
+    """Every prompt at once: one thread each, all released together by a barrier (thread start-up on a loaded
+    machine would otherwise spread the sends over a second)."""
+    barrier = threading.Barrier(len(batch))
+
+    def send(ids):
+        barrier.wait(timeout=60)
+        return generate(url, ids, max_new, stream=stream)
+
     with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
-        return list(pool.map(lambda ids: generate(url, ids, max_new, stream=stream), batch))
+        return list(pool.map(send, batch))
 
 
 def cached_tokens(url: str, ids: list[int], max_new: int = 2) -> int:
@@ -58,9 +67,10 @@ def test_a_prompt_sent_again_lands_where_its_prefix_is(replicas: TwoReplicas) ->
 
 
 def test_a_burst_of_distinct_prompts_spreads_over_both_replicas(replicas: TwoReplicas) -> None:
-    """32 distinct prompts at once: 13-19 on each replica. Each generates 48 tokens, so the burst is in flight
-    together (at 2 tokens the first calls ended while the gateway was still routing the last ones, and a replica
-    that happened to finish sooner rightly drew more: a trickle, not a burst)."""
+    """32 distinct prompts at once: 13-19 on each replica. Sent together (``send_all``'s barrier) and each
+    generating 48 tokens, so the burst is in flight together (sent as threads started, 2 tokens each, the first
+    calls ended while the last ones were still being routed, and a replica that happened to finish sooner
+    rightly drew more: a trickle, not a burst)."""
     batch = prompts(32, 24, seed=3)
     outs = send_all(replicas.url, batch, 48)
     assert all(o.ok for o in outs), [o.error for o in outs]

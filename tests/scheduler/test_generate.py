@@ -135,6 +135,26 @@ def test_server_info_and_load(backend):
     assert load.pools[0].capacity == 8192
 
 
+def test_load_of_others_leaves_out_one_routers_calls(backend):
+    """GetLoad with a router id: ``others`` counts the live calls not tagged with it (a router counts its own)."""
+    mine = backend.scheduler.Generate(scheduler_pb2.GenerateRequest(
+        text="def forever():", max_new_tokens=3000, ignore_eos=True, request_id="lo-mine", router_id="gw-a"))
+    theirs = backend.scheduler.Generate(scheduler_pb2.GenerateRequest(
+        text="def forever():", max_new_tokens=3000, ignore_eos=True, request_id="lo-theirs", router_id="gw-b"))
+    assert next(mine).token_ids and next(theirs).token_ids
+    try:
+        a = backend.scheduler.GetLoad(scheduler_pb2.GetLoadRequest(router_id="gw-a"))
+        assert (a.running, a.others.live, a.others.waiting, a.others.waiting_tokens) == (2, 1, 0, 0)
+        none = backend.scheduler.GetLoad(scheduler_pb2.GetLoadRequest(router_id="gw-c"))
+        assert none.others.live == 2
+        assert not backend.scheduler.GetLoad(scheduler_pb2.GetLoadRequest()).HasField("others")
+    finally:
+        mine.cancel()
+        theirs.cancel()
+    backend.wait_idle(timeout=10)
+    backend.idle_check()
+
+
 def test_abort_of_a_running_request_frees_its_slots(backend):
     stream = backend.scheduler.Generate(
         scheduler_pb2.GenerateRequest(text="def forever():", max_new_tokens=3000, ignore_eos=True, request_id="ab-1"))
