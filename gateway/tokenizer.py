@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer, decoders
 
-LITERAL_CACHE_ENTRIES = 256  # texts whose literal tokens the gateway keeps (encode_literal_many_async)
+from gateway.literal_tokens import LiteralTokens
+
+INLINE_CHARS = 512  # literal pieces up to this many characters in all are tokenized on the event loop (no thread hop)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class GatewayTokenizer:
         # flag is per instance and encode_async runs in other threads.
         self._literal = Tokenizer.from_str(tokenizer.to_str())
         self._literal.encode_special_tokens = True
-        self._literal_cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()  # encode_literal_many_async's LRU
+        self._literal_tokens = LiteralTokens(self._literal)  # encode_literal_many_async's caches
         self._special_ids = frozenset(
             token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special
         )
@@ -89,28 +90,20 @@ class GatewayTokenizer:
         return (await self.encode_literal_many_async([text]))[0]
 
     async def encode_literal_many_async(self, texts: list[str]) -> list[list[int]]:
-        """``encode_literal_async`` of each of ``texts``: the ones seen lately come from an LRU of the last
-        ``LITERAL_CACHE_ENTRIES`` texts (an editor sends the same suffix on every keystroke, and the tokens of a
-        text are a function of the text); the others are encoded in one ``encode_batch`` in a worker thread."""
-        cache = self._literal_cache
-        out: list[list[int] | None] = [None] * len(texts)
-        missing = []
-        for i, text in enumerate(texts):
-            ids = cache.get(text)
-            if ids is None:
-                missing.append(i)
+        """``encode_literal_async`` of each of ``texts``, through ``gateway.literal_tokens.LiteralTokens``: a text
+        seen lately comes from its cache (an editor sends the same suffix on every keystroke), and a text whose
+        head (up to its last line break) was seen lately is tokenized from there on (the prefix, one character
+        longer each keystroke). What is left is tokenized in one ``encode_batch``: in a worker thread, or here
+        when it is at most ``INLINE_CHARS`` characters (a thread hop costs more than that)."""
+        planned, pieces = self._literal_tokens.plan(texts)
+        encoded: list = []
+        if pieces:
+            if sum(map(len, pieces)) <= INLINE_CHARS:
+                batch = self._literal.encode_batch(pieces, add_special_tokens=False)
             else:
-                cache.move_to_end(text)
-                out[i] = list(ids)
-        if missing:
-            encodings = await asyncio.to_thread(self._literal.encode_batch, [texts[i] for i in missing],
-                                                add_special_tokens=False)
-            for i, enc in zip(missing, encodings):
-                out[i] = list(enc.ids)
-                cache[texts[i]] = tuple(enc.ids)
-                if len(cache) > LITERAL_CACHE_ENTRIES:
-                    cache.popitem(last=False)
-        return out
+                batch = await asyncio.to_thread(self._literal.encode_batch, pieces, add_special_tokens=False)
+            encoded = [e.ids for e in batch]
+        return self._literal_tokens.finish(texts, planned, pieces, encoded)
 
     def special_token_id(self, content: str) -> int | None:
         """The id of the added special token whose text is ``content`` (e.g. ``"<fim_prefix>"``), else None."""

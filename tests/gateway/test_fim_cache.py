@@ -1,13 +1,11 @@
 """The literal tokenization of FIM segments is cached by exact text (an editor sends the same suffix on every
-keystroke): the cached ids equal a fresh encoding, a repeated text is not encoded again, and the cache is bounded."""
+keystroke): the cached ids equal a fresh encoding and a repeated text is not encoded again, through the gateway's
+tokenizer (the caches themselves: tests/gateway/test_literal_tokens.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from gateway import tokenizer as tokenizer_module
 
 
 def test_a_repeated_text_comes_from_the_cache_and_equals_its_encoding(tokenizer) -> None:
@@ -28,13 +26,3 @@ def test_a_repeated_text_comes_from_the_cache_and_equals_its_encoding(tokenizer)
         assert asyncio.run(tokenizer.encode_literal_async(texts[0])) == fresh[0]
     finally:
         tokenizer._literal = real
-
-
-def test_the_cache_keeps_the_most_recent_texts_only(tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tokenizer_module, "LITERAL_CACHE_ENTRIES", 3)
-    tokenizer._literal_cache.clear()
-    for t in ("a", "b", "c"):
-        asyncio.run(tokenizer.encode_literal_async(t))
-    asyncio.run(tokenizer.encode_literal_async("a"))  # most recent again
-    asyncio.run(tokenizer.encode_literal_async("d"))  # evicts "b", the least recent
-    assert list(tokenizer._literal_cache) == ["c", "a", "d"]
