@@ -128,6 +128,19 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
                                   inserted_tokens=r.inserted_tokens, freed_tokens=r.freed_tokens,
                                   prefix_slot_ids=r.prefix_slot_ids) for r in out.results])
 
+    def Batch(self, request, context):
+        """Each operation through its own RPC method, in order; the first that fails aborts the call with its
+        status (``context.abort`` raises, so the rest are not applied)."""
+        results = []
+        for op in request.ops:
+            kind = op.WhichOneof("op")
+            if kind is None:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Batch operation {len(results)} sets no operation")
+            handler = {"cache": self.CacheRequests, "release": self.ReleaseRequests, "match": self.Match,
+                       "allocate": self.Allocate}[kind]
+            results.append(cache_pb2.BatchResult(**{kind: handler(getattr(op, kind), context)}))
+        return cache_pb2.BatchResponse(results=results)
+
     @_rpc
     def ReleaseRequests(self, request, context):
         out = self.core.release_requests(request.op_id, request.session_id, request.pool_id, list(request.request_ids))

@@ -67,8 +67,9 @@ class RequestTable:
 
     # ---- derived -------------------------------------------------------------------------------------------
     def held(self) -> int:
-        """Requests whose slots are not yet released: running, finishing and orphaned (0: the pool is settled)."""
-        return len(self.running) + len(self.finishing) + len(self.orphans)
+        """Requests whose slots are not yet released: running, finishing, orphaned, and ended ones whose release
+        is deferred at the cache client (sent with its next call; 0: the pool is settled)."""
+        return len(self.running) + len(self.finishing) + len(self.orphans) + self.cache.deferred_ends
 
     def publish(self) -> None:
         """Publishes (held, waiting, waiting tokens) for other threads (``GetLoad``, the queue bound)."""
@@ -135,11 +136,12 @@ class RequestTable:
 
     def cache_prefilled(self) -> int:
         """Makes the prompts whose prefill completed in the Forwards just applied visible to probes (a router's
-        ProbePrefix) while they decode: one CacheRequests (finished=false) for all of them, inserting each one's
+        ProbePrefix) while they decode: one CacheRequests (finished=false) for all of them, deferred to the loop's
+        next cache call (its Allocate for the next decode step, or an admission's Match), inserting each one's
         written tokens (``all_ids[:kv_len]``: its prompt, and on a recompute its output so far). The cache never
         remaps a running request (``Pool.cache``), so the worker's slot table for it stays right. Skipped: one
         that finished or has an abort pending in the same reply (its finish or abort caches it) and one no
-        longer running. Returns how many were sent; raises the cache client's errors."""
+        longer running. Returns how many were deferred."""
         reqs, self.prefilled = self.prefilled, []
         running = {id(r) for r in self.running}
         items, seen = [], set()
@@ -148,8 +150,7 @@ class RequestTable:
                     and req.rid not in seen):
                 seen.add(req.rid)
                 items.append(cache_pb2.CacheItem(request_id=req.rid, token_ids=req.all_ids[:req.kv_len], finished=False))
-        if items:
-            self.cache.cache_requests(items)
+        self.cache.defer_cache(items)  # sent with the loop's next cache call
         return len(items)
 
     def retract(self, req: Req, cache_prefix: bool) -> None:
@@ -192,11 +193,10 @@ class RequestTable:
         self.aborting = [r for r in self.aborting if r.state in live and not running]
         if running_aborted:
             written = [r for r in running_aborted if r.kv_len > 0]
-            if written:
-                self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
-                                                               finished=True) for r in written])
-            if len(written) < len(running_aborted):
-                self.cache.release_requests([r.rid for r in running_aborted if r.kv_len == 0])
+            # deferred: sent ahead of the next admission's Match (or the next Allocate), whose counters then show it
+            self.cache.defer_cache([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
+                                                        finished=True) for r in written])
+            self.cache.defer_release([r.rid for r in running_aborted if r.kv_len == 0])
             self.worker.release([r.rid for r in running_aborted if r.worker_knows])
         gone = {id(r) for r in waiting_aborted + running_aborted}
         if waiting_aborted:
@@ -231,8 +231,8 @@ class RequestTable:
         if not release:
             return
         try:
-            self.cache.cache_requests([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
-                                                           finished=True) for r in release])
+            self.cache.defer_cache([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
+                                                        finished=True) for r in release])
             self.worker.release([r.rid for r in release])
         except Exception:
             self.orphans += [r.rid for r in release]

@@ -264,6 +264,8 @@ class Scheduler:
         table.abort()
         t0 = time.perf_counter()
         batch = self.planner.extend() or self.planner.decode()
+        if batch is None:
+            self.cache.flush_deferred()  # no cache call to carry it: the pool settles before the loop idles
         table.publish()
         if batch is None:
             return drained

@@ -6,6 +6,42 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class BatchOp(_message.Message):
+    __slots__ = ("cache", "release", "match", "allocate")
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATE_FIELD_NUMBER: _ClassVar[int]
+    cache: CacheRequestsRequest
+    release: ReleaseRequestsRequest
+    match: MatchRequest
+    allocate: AllocateRequest
+    def __init__(self, cache: _Optional[_Union[CacheRequestsRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequestsRequest, _Mapping]] = ..., match: _Optional[_Union[MatchRequest, _Mapping]] = ..., allocate: _Optional[_Union[AllocateRequest, _Mapping]] = ...) -> None: ...
+
+class BatchRequest(_message.Message):
+    __slots__ = ("ops",)
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[BatchOp]
+    def __init__(self, ops: _Optional[_Iterable[_Union[BatchOp, _Mapping]]] = ...) -> None: ...
+
+class BatchResult(_message.Message):
+    __slots__ = ("cache", "release", "match", "allocate")
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATE_FIELD_NUMBER: _ClassVar[int]
+    cache: CacheRequestsResponse
+    release: ReleaseRequestsResponse
+    match: MatchResponse
+    allocate: AllocateResponse
+    def __init__(self, cache: _Optional[_Union[CacheRequestsResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequestsResponse, _Mapping]] = ..., match: _Optional[_Union[MatchResponse, _Mapping]] = ..., allocate: _Optional[_Union[AllocateResponse, _Mapping]] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BatchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
+
 class Counters(_message.Message):
     __slots__ = ("capacity", "available", "evictable", "protected", "owned", "cached")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]

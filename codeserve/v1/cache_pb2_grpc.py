@@ -99,6 +99,11 @@ class CacheStub:
                 request_serializer=codeserve_dot_v1_dot_cache__pb2.ProbePrefixRequest.SerializeToString,
                 response_deserializer=codeserve_dot_v1_dot_cache__pb2.ProbePrefixResponse.FromString,
                 _registered_method=True)
+        self.Batch = channel.unary_unary(
+                '/codeserve.v1.Cache/Batch',
+                request_serializer=codeserve_dot_v1_dot_cache__pb2.BatchRequest.SerializeToString,
+                response_deserializer=codeserve_dot_v1_dot_cache__pb2.BatchResponse.FromString,
+                _registered_method=True)
 
 
 class CacheServicer:
@@ -200,6 +205,16 @@ class CacheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Batch(self, request, context):
+        """Several request operations in one round trip, applied in order, each exactly as its own RPC (its op_id, its
+        receipt, replayed on a retry); the first that fails ends the call with that operation's status, and the ones
+        before it stand. A scheduler sends the mutations it does not wait on (caching finished and aborted requests,
+        releases, prompts made visible at prefill) ahead of the next call it waits for (Match, Allocate, ...).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CacheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -267,6 +282,11 @@ def add_CacheServicer_to_server(servicer, server):
                     servicer.ProbePrefix,
                     request_deserializer=codeserve_dot_v1_dot_cache__pb2.ProbePrefixRequest.FromString,
                     response_serializer=codeserve_dot_v1_dot_cache__pb2.ProbePrefixResponse.SerializeToString,
+            ),
+            'Batch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Batch,
+                    request_deserializer=codeserve_dot_v1_dot_cache__pb2.BatchRequest.FromString,
+                    response_serializer=codeserve_dot_v1_dot_cache__pb2.BatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -620,6 +640,33 @@ class Cache:
             '/codeserve.v1.Cache/ProbePrefix',
             codeserve_dot_v1_dot_cache__pb2.ProbePrefixRequest.SerializeToString,
             codeserve_dot_v1_dot_cache__pb2.ProbePrefixResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Batch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/codeserve.v1.Cache/Batch',
+            codeserve_dot_v1_dot_cache__pb2.BatchRequest.SerializeToString,
+            codeserve_dot_v1_dot_cache__pb2.BatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

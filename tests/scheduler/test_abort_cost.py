@@ -36,6 +36,15 @@ class Recorder:
     def __init__(self) -> None:
         self.released: list[list[str]] = []
 
+    def defer_release(self, rids) -> None:
+        if rids:
+            self.release_requests(rids)
+
+    def defer_cache(self, items) -> None:
+        pass
+
+    deferred_ends = 0
+
     def release_requests(self, rids) -> None:
         self.released.append(list(rids))
 

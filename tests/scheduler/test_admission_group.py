@@ -32,6 +32,15 @@ class Cache:
         return cache_pb2.MatchResponse(receipt=cache_pb2.Receipt(after=after), results=[
             cache_pb2.MatchResult(request_id=it.request_id, cached_tokens=0) for it in items])
 
+    def defer_release(self, rids):
+        if rids:
+            self.release_requests(rids)
+
+    def defer_cache(self, items):
+        pass
+
+    deferred_ends = 0
+
     def release_requests(self, rids):
         self.releases.append(list(rids))
         after = cache_pb2.Counters(capacity=1 << 20, available=self.released_fund)

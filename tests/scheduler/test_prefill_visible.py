@@ -33,6 +33,15 @@ class Recorder:
     def cache_requests(self, items):
         self.batches.append([(it.request_id, list(it.token_ids), it.finished) for it in items])
 
+    def defer_cache(self, items):
+        if items:
+            self.cache_requests(items)
+
+    def defer_release(self, rids):
+        pass
+
+    deferred_ends = 0
+
     def release_requests(self, rids):
         pass
 

@@ -177,6 +177,7 @@ def test_request_metrics_do_not_depend_on_the_cache_answering(small):
 
     small.idle_check()
     generate(small.scheduler, input_ids=[5, 6, 7], max_new_tokens=2, ignore_eos=True)
+    small.wait_idle()  # its release at the cache (sent after its answer) is done: the queue reads 0 below
     small.stack.kill("cache", signal.SIGSTOP)
     try:
         started = time.monotonic()

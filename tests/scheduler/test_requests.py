@@ -26,6 +26,16 @@ class Recorder:
         if name == self.fail:
             raise ConnectionError(f"{name} failed")
 
+    def defer_release(self, rids):
+        if rids:
+            self.release_requests(rids)
+
+    def defer_cache(self, items):
+        if items:
+            self.cache_requests(items)
+
+    deferred_ends = 0
+
     def release_requests(self, rids):
         self._call("cache.release", list(rids))
 

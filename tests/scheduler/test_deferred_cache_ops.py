@@ -1,0 +1,33 @@
+"""The mutations the loop does not wait on (caching finished and aborted requests, prompts made visible at prefill,
+releases) ride ahead of its next cache call in one Cache.Batch, so they cost no round trip of their own: over
+requests that finish and are aborted, the loop sends no CacheRequests or ReleaseRequests RPC, the next request's
+Match still finds what the finished one cached, and the pool is settled when the loop idles."""
+
+from __future__ import annotations
+
+from tests.scheduler.test_liveness import TOKEN, assert_pool_clean, ending, frozen_loop, wait_until  # noqa: F401
+
+
+def test_finishes_and_aborts_send_no_cache_rpc_of_their_own(frozen_loop) -> None:
+    sched, worker, clock, liveness, submit, core = frozen_loop(overlap=True)
+    calls: list[str] = []
+    original = sched.cache._call
+
+    def counted(name, request, *args, **kwargs):
+        calls.append(name)
+        return original(name, request, *args, **kwargs)
+
+    sched.cache._call = counted
+    prompt = list(range(40, 80))
+    a = submit("a", 3, prompt)
+    tokens, end = ending(a)
+    assert tokens == [TOKEN] * 3 and end.code is None
+    b = submit("b", 100_000, prompt + [1, 2])  # shares a's prompt: cached by a's deferred finish
+    wait_until(lambda: b.kv_len > 0, "b prefilled")
+    assert b.cached_tokens >= len(prompt) - 1
+    sched.abort("b")
+    tokens, end = ending(b)
+    wait_until(lambda: sched.queue_lengths()[:2] == (0, 0), "idle")
+    assert "CacheRequests" not in calls and "ReleaseRequests" not in calls, calls
+    assert "Batch" in calls
+    assert_pool_clean(sched, core)
