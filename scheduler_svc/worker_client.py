@@ -7,6 +7,7 @@ from __future__ import annotations
 import grpc
 
 from codeserve.v1 import worker_pb2, worker_pb2_grpc
+from common.poller_keeper import PollerKeeper
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, WorkerEpochChanged
 from scheduler_svc.rpc import OUTAGE_CODES, RETRY_CODES, call, dependency_channel
 
@@ -62,9 +63,11 @@ class WorkerClient:
         self.target, self.timeout = target, timeout
         self._chan = dependency_channel(target)
         self._stub = worker_pb2_grpc.WorkerStub(self._chan)
+        self._keeper = PollerKeeper(self._chan)  # Forwards are sent with .future(): no thread started per call
         self.epoch = ""
 
     def close(self) -> None:
+        self._keeper.close()
         self._chan.close()
 
     def info(self) -> worker_pb2.WorkerInfo:
