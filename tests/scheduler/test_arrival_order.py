@@ -79,9 +79,6 @@ class RecordingWorker:
             self.sent.append((seq, after_seq, list(items)))
             self.changed.notify_all()
 
-    def forward_async(self, items, seq: int, after_seq: int = 0):
-        return self.send(self.prepare(items, seq, after_seq))
-
     def prepare(self, items, seq: int, after_seq: int = 0, before_seq: int = 0) -> worker_pb2.ForwardRequest:
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
                                          before_seq=before_seq)
@@ -91,6 +88,7 @@ class RecordingWorker:
         if request.before_seq:
             self.before[seq] = request.before_seq
         self._record(seq, after_seq, items)
+        self.released.extend(request.release_request_ids)  # released when it runs (its replies are in order)
         held = HeldReply(forward_response(items, TOKEN), hold=self.hold_decode and kind(items) == "decode")
         self.pending[seq] = held
         return held

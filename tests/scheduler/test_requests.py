@@ -75,7 +75,9 @@ def test_a_request_moves_through_the_table_and_is_released_once(parts):
     table.publish()
     assert table.snapshot == (1, 0, 0) and table.held() == 1
     table.finish([], set)  # the Forward that held it was applied
-    assert rec.calls == [("cache.cache", [("a", [5, 6, 7])]), ("worker.release", ["a"])]
+    assert rec.calls == [("cache.cache", [("a", [5, 6, 7])])] and table.releases.pending == ["a"]  # on the next Forward
+    assert table.flush_releases() == 1  # or, idle, with one Release RPC
+    assert rec.calls[-1] == ("worker.release", ["a"]) and table.releases.pending == [] and table.flush_releases() == 0
     assert table.where(a) is None and table.held() == 0 and not intake.busy()
     assert isinstance(ends(a)[-1], StreamEnd)
 
@@ -105,11 +107,11 @@ def test_retract_caches_the_written_prefix_and_puts_the_request_first(parts):
     a.kv_len, a.worker_knows = 2, True
     table.retract(a, cache_prefix=True)
     assert list(table.waiting) == [a, b] and a.state == State.WAITING and a.retractions == 1 and a.kv_len == 0
-    assert rec.calls == [("cache.cache", [("a", [5, 6])]), ("worker.release", ["a"])]
+    assert rec.calls == [("cache.cache", [("a", [5, 6])])] and table.releases.take(7) == ["a"]  # on Forward 7
     rec.calls = []
     table.admit(a, 0, [])  # the worker does not know it now: released at the cache only
     table.retract(a, cache_prefix=False)
-    assert rec.calls == [("cache.release", ["a"])]
+    assert rec.calls == [("cache.release", ["a"])] and table.releases.pending == []
 
 
 def test_aborts_end_waiting_requests_and_release_running_ones_without_caching(parts):
@@ -122,7 +124,7 @@ def test_aborts_end_waiting_requests_and_release_running_ones_without_caching(pa
     table.abort(running=False)  # a Forward in flight holds a
     assert table.where(a) == Stance.PREFILLING and table.where(b) is None and rec.calls == []
     table.abort()
-    assert table.where(a) is None and rec.calls == [("cache.release", ["a"]), ("worker.release", ["a"])]
+    assert table.where(a) is None and rec.calls == [("cache.release", ["a"])] and table.releases.pending == ["a"]
     assert a.finish == Finish.ABORT and b.finish == Finish.ABORT and not intake.busy()
 
 
@@ -151,5 +153,31 @@ def test_an_aborted_running_request_caches_what_was_written(parts):
     a.kv_len, a.worker_knows = 3, True  # one chunk of 3 tokens applied, 2 still to prefill
     assert intake.abort("a", "client disconnected") and intake.abort("b", "client disconnected")
     table.abort()
-    assert rec.calls == [("cache.cache", [("a", [5, 6, 7])]), ("cache.release", ["b"]), ("worker.release", ["a"])]
+    assert rec.calls == [("cache.cache", [("a", [5, 6, 7])]), ("cache.release", ["b"])]
+    assert table.releases.pending == ["a"]  # at the worker: on the next Forward
     assert table.where(a) is None and table.where(b) is None and a.finish == Finish.ABORT
+
+
+def test_the_resync_releases_what_no_forward_was_seen_to_release(parts):
+    """Worker releases pending (on no Forward yet) and carried by a Forward that never answered OK are not lost:
+    the resync releases them with the orphans and the running ones; one carried by a Forward that answered is
+    not sent again."""
+    table, rec, intake, new = parts
+    reqs = {rid: new(rid) for rid in "abcd"}
+    table.take_new()
+    for req in reqs.values():
+        table.admit(req, 0, [])
+        req.kv_len, req.worker_knows = 3, True
+        req.stream.finish_without_token(Finish.LENGTH)
+    table.finish([reqs["a"]], set)
+    assert table.releases.take(11) == ["a"]  # carried by Forward 11, which answers OK
+    table.releases.answered(11)
+    table.finish([reqs["b"]], set)
+    assert table.releases.take(12) == ["b"]  # carried by Forward 12, which fails
+    table.finish([reqs["c"]], set)  # pending
+    rec.calls = []
+    table.fail_all("UNAVAILABLE", "down")  # d was running: orphaned
+    assert sorted(table.worker_held_ids()) == ["b", "c", "d"]
+    table.resynced(table.worker_held_ids())
+    assert [(n, sorted(ids)) for n, ids in rec.calls] == [("worker.release", ["b", "c", "d"])]
+    assert table.releases.outstanding() == [] and table.worker_held_ids() == []
