@@ -117,6 +117,7 @@ def test_ended_requests_ride_on_the_next_forward_and_an_idle_worker_holds_none(s
         assert aborted.finish == Finish.ABORT and end.code is None, end
         done += [short.rid, aborted.rid]
     # every one ended while "long" kept decoding: not one Release RPC; their ids rode on the Forwards after
+    assert servicer.release_rpcs == [] and long.finish is None
     wait_until(lambda: set(done) <= set(servicer.carried), f"{done} carried by Forwards ({servicer.carried})")
     assert servicer.release_rpcs == [] and long.finish is None
     assert set(engine.requests) == {"long"}
