@@ -36,6 +36,13 @@ Chaining happens only in steady decode (``planner.can_chain``); otherwise the lo
 applies the in-flight replies, in order) and takes the synchronous path (extend, admission, retract, aborts).
 Requests that finish while N is applied but are in a Forward still in flight stream their end at once and
 are released after the last in-flight Forward that holds them was applied (FINISHING in the table).
+
+Releases at the worker cost no round trip of their own: the table queues the ids of requests that ended
+(``worker_releases.py``) and the next ForwardRequest built (``Pipeline.prepare``, on every path above) carries
+them; the worker drops them when that Forward starts running, after its after_seq wait, so never before a
+Forward that still uses them (those were all applied when the ids were queued). An id reused by a newer request
+whose extend runs ahead of that Forward keeps its new state: the worker drops no state that a Forward with a
+larger seq created. With nothing to run the loop sends the pending ids in one Release RPC (idle flush).
 """
 
 from __future__ import annotations
