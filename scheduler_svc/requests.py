@@ -225,10 +225,10 @@ class RequestTable:
     def finish(self, finished: list[Req], in_flight: Callable[[], set[str]]) -> None:
         """Running requests that ``finished`` in the Forward just applied, and the finishing ones: those in no
         Forward still in flight (``in_flight()``: their ids) are cached (their written tokens inserted in the tree)
-        and released (at the worker: on the next Forward, ``releases``); a finished one still in flight streams its end now and becomes FINISHING. When the cache or
-        the worker call fails, the error propagates (the loop resyncs), but the requests are answered and
-        forgotten all the same (their output is complete) and become ORPHANED: they are in no list the failure
-        path walks, so they would hang otherwise."""
+        and released (at the worker: queued in ``releases`` for the next Forward); a finished one still in flight
+        streams its end now and becomes FINISHING. When the cache call fails, the error propagates (the loop
+        resyncs), but the requests are answered and forgotten all the same (their output is complete) and become
+        ORPHANED: they are in no list the failure path walks, so they would hang otherwise."""
         if not finished and not self.finishing:
             return
         ids = in_flight()

@@ -1,4 +1,5 @@
-"""Thin client of the worker service. A Forward is sent without waiting (``prepare`` then ``send``) and answered through a ``PendingForward``, whose ``result`` raises WorkerEpochChanged on
+"""Thin client of the worker service. A Forward is sent without waiting (``prepare`` then ``send``) and
+answered through a ``PendingForward``, whose ``result`` raises WorkerEpochChanged on
 FAILED_PRECONDITION."""
 
 from __future__ import annotations
