@@ -35,6 +35,7 @@ class CountingServicer(WorkerServicer):
         super().__init__(engine)
         self.release_rpcs: list[list[str]] = []
         self.carried: list[str] = []
+        self.failed: list[str] = []  # Forwards the worker refused (recorded, then the refusal goes on)
 
     def Release(self, request, context):
         self.release_rpcs.append(list(request.request_ids))
@@ -42,7 +43,11 @@ class CountingServicer(WorkerServicer):
 
     def Forward(self, request, context):
         self.carried += request.release_request_ids
-        return super().Forward(request, context)
+        try:
+            return super().Forward(request, context)
+        except BaseException:  # context.abort raises: recorded, then raised on
+            self.failed.append(f"{context.code()}: {context.details()}")
+            raise
 
 
 def wait_until(pred, what: str) -> None:
@@ -110,6 +115,8 @@ def test_ended_requests_ride_on_the_next_forward_and_an_idle_worker_holds_none(s
         short = submit(f"s{i}", 3, [11 + i, 12, 13, 14, 15])
         tokens, end = ending(short)
         assert len(tokens) == 3 and end.code is None, (tokens, end)
+        again = submit(f"s{i}", 3, [11 + i, 12, 13, 14, 15])  # the id reused at once: its release may be in flight
+        assert ending(again) == (tokens, end)
         aborted = submit(f"a{i}", 3000, [21 + i, 22, 23])
         first_token(aborted)  # running (the worker knows it)
         assert sched.abort(aborted.rid)
@@ -120,7 +127,7 @@ def test_ended_requests_ride_on_the_next_forward_and_an_idle_worker_holds_none(s
     assert servicer.release_rpcs == [] and long.finish is None
     wait_until(lambda: set(done) <= set(servicer.carried), f"{done} carried by Forwards ({servicer.carried})")
     assert servicer.release_rpcs == [] and long.finish is None
-    assert set(engine.requests) == {"long"}
+    assert set(engine.requests) == {"long"} and servicer.failed == []
     assert sched.abort(long.rid)
     ending(long)
     wait_until(lambda: sched.queue_lengths()[:2] == (0, 0) and not engine.requests, "idle, the worker holding none")
