@@ -169,18 +169,15 @@ class Engine:
         self.order.done(seq)
         return result
 
-    def _drop_released(self, request_ids: Sequence[str], seq: int) -> int:
+    def _drop_released(self, request_ids: Sequence[str], seq: int) -> None:
         """Drops the state of ``request_ids`` (lock held) for Forward ``seq``; unknown ids are ignored. With seq > 0
         a state created by a Forward with a larger seq is kept: a newer request reused the id and its extend ran
         ahead of this Forward (the scheduler numbers Forwards in the order it builds them and releases an id on
-        a Forward built after its request ended). Returns how many were dropped."""
-        dropped = 0
+        a Forward built after its request ended)."""
         for rid in request_ids:
             state = self.requests.get(rid)
             if state is not None and not (seq > 0 and state.created_seq > seq):
                 del self.requests[rid]
-                dropped += 1
-        return dropped
 
     def _run_unskipped(self, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
         """Runs the items that are not skipped (continuations of stopped requests) and answers those skipped."""
