@@ -3,6 +3,8 @@
 The pipeline knows Forwards only (a batch, its pending reply, its seq); it numbers them (``next_seq``: unique per
 worker epoch across scheduler restarts, the worker orders Forwards by it), sends them to run after Forward
 ``after_seq`` and ahead of Forward ``before_seq`` (``worker_svc/ordering.py``), and hands them back in order.
+Every ForwardRequest it builds carries the pending worker releases (``release_request_ids``, taken from
+``releases``, a ``worker_releases.WorkerReleases``): the worker drops them when that Forward starts running.
 What is sent when, and what a reply does to the requests, is the loop's (``scheduler_svc/scheduler.py``).
 Loop thread only.
 """
@@ -28,10 +30,11 @@ class InFlight:
 
 
 class Pipeline:
-    """Forwards in flight on ``worker`` (a WorkerClient). ``len()`` is their number; true while any is in flight."""
+    """Forwards in flight on ``worker`` (a WorkerClient). ``len()`` is their number; true while any is in flight.
+    ``releases`` (WorkerReleases): the ids each ForwardRequest built here carries."""
 
-    def __init__(self, worker) -> None:
-        self.worker = worker
+    def __init__(self, worker, releases) -> None:
+        self.worker, self.releases = worker, releases
         self.inflight: deque[InFlight] = deque()
         self._seq = time.time_ns() // 1000
 
@@ -57,8 +60,12 @@ class Pipeline:
 
     def prepare(self, items: list[worker_pb2.ForwardItem], after_seq: int = 0,
                 before_seq: int = 0) -> worker_pb2.ForwardRequest:
-        """A numbered ForwardRequest of ``items``, built ahead of ``send`` (its ``after_seq`` may still be set)."""
-        return self.worker.prepare(items, self.next_seq(), after_seq, before_seq)
+        """A numbered ForwardRequest of ``items``, built ahead of ``send`` (its ``after_seq`` may still be set),
+        carrying every pending worker release (``WorkerReleases.take``). Also for a Forward the loop sends and
+        waits for at once (``worker.send``)."""
+        request = self.worker.prepare(items, self.next_seq(), after_seq, before_seq)
+        request.release_request_ids.extend(self.releases.take(request.seq))
+        return request
 
     def send(self, batch: Batch, request: worker_pb2.ForwardRequest) -> InFlight:
         """Sends the prepared ``request`` of ``batch`` without waiting and queues it: last, or (its

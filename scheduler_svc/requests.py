@@ -1,6 +1,12 @@
 """The request table: the one owner of where each request stands, the transitions between those places, and
 the only code that releases a request at the cache and at the worker.
 
+At the worker a request that ends or is retracted is not released by a Release round trip in the round: its id
+goes to ``releases`` (``worker_releases.WorkerReleases``) and rides on the next Forward the loop builds
+(``release_request_ids``, dropped when that Forward starts running at the worker, after the Forwards it
+follows). With no Forward to send the loop calls ``flush_releases`` (one Release RPC); a resync releases
+whatever is still outstanding (``worker_held_ids``, ``resynced``).
+
 Where a request stands (``Stance``), and the method that moves it:
 
     (intake inbox) --take_new--> WAITING --admit--> PREFILLING --prefill_done--> DECODING
@@ -35,6 +41,7 @@ import grpc
 from codeserve.v1 import cache_pb2
 from scheduler_svc.intake import Intake
 from scheduler_svc.request import Finish, Req, State
+from scheduler_svc.worker_releases import WorkerReleases
 
 _ADMISSIONS = itertools.count(1)  # admission order, across tables (larger = more recent)
 
@@ -52,8 +59,10 @@ class Stance(enum.Enum):
 class RequestTable:
     """Every request the loop holds: ``waiting`` (deque, queue order), ``running`` (admitted: prefilling or
     decoding), ``finishing`` (finished, inside a Forward in flight), ``orphans`` (request ids whose release
-    failed or was cut short). ``cache`` and ``worker`` are the clients releases go to; ``intake`` is told when a
-    request ends (``forget``). Methods that call the cache or the worker raise their clients' errors."""
+    failed or was cut short), ``releases`` (ids to release at the worker on the next Forward). ``cache`` and
+    ``worker`` are the clients releases go to (the worker's Release RPC only in ``flush_releases`` and
+    ``resynced``); ``intake`` is told when a request ends (``forget``). Methods that call the cache or the worker
+    raise their clients' errors."""
 
     def __init__(self, cache, worker, intake: Intake, log) -> None:
         self.cache, self.worker, self.intake, self.log = cache, worker, intake, log
@@ -61,6 +70,7 @@ class RequestTable:
         self.running: list[Req] = []
         self.finishing: list[Req] = []
         self.orphans: list[str] = []
+        self.releases = WorkerReleases()
         self.aborting: list[Req] = []  # flagged (``Intake.take_aborts``), not yet freed: running ones wait for ``abort()``
         self.prefilled: list[Req] = []  # prefill completed in the Forwards being applied: ``cache_prefilled`` inserts them
         self.snapshot = (0, 0, 0)  # (held, waiting, waiting tokens) as of the last ``publish``
@@ -88,8 +98,9 @@ class RequestTable:
         return None
 
     def worker_held_ids(self) -> list[str]:
-        """Ids the worker may hold a slot table for: orphans and running requests it knows."""
-        return self.orphans + [r.rid for r in self.running if r.worker_knows]
+        """Ids the worker may hold a slot table for: orphans, releases not known to be done (pending, or carried
+        by a Forward not answered OK) and running requests it knows."""
+        return self.orphans + self.releases.outstanding() + [r.rid for r in self.running if r.worker_knows]
 
     # ---- intake and admission -------------------------------------------------------------------------------
     def take_new(self) -> int:
@@ -162,7 +173,7 @@ class RequestTable:
         else:
             self.cache.release_requests([req.rid])
         if req.worker_knows:
-            self.worker.release([req.rid])
+            self.releases.add([req.rid])
         self.running.remove(req)
         self._requeue(req)
         self.waiting.appendleft(req)
@@ -171,7 +182,7 @@ class RequestTable:
         """Running -> gone: releases it (cache, worker) and fails its stream with RESOURCE_EXHAUSTED."""
         self.cache.release_requests([req.rid])
         if req.worker_knows:
-            self.worker.release([req.rid])
+            self.releases.add([req.rid])
         self.running.remove(req)
         req.stream.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
         self.intake.forget(req)
@@ -197,7 +208,7 @@ class RequestTable:
             self.cache.defer_cache([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
                                                         finished=True) for r in written])
             self.cache.defer_release([r.rid for r in running_aborted if r.kv_len == 0])
-            self.worker.release([r.rid for r in running_aborted if r.worker_knows])
+            self.releases.add([r.rid for r in running_aborted if r.worker_knows])
         gone = {id(r) for r in waiting_aborted + running_aborted}
         if waiting_aborted:
             kept = [r for r in self.waiting if id(r) not in gone]
@@ -214,10 +225,11 @@ class RequestTable:
     def finish(self, finished: list[Req], in_flight: Callable[[], set[str]]) -> None:
         """Running requests that ``finished`` in the Forward just applied, and the finishing ones: those in no
         Forward still in flight (``in_flight()``: their ids) are cached (their written tokens inserted in the tree)
-        and released; a finished one still in flight streams its end now and becomes FINISHING. When the cache or
-        the worker call fails, the error propagates (the loop resyncs), but the requests are answered and
-        forgotten all the same (their output is complete) and become ORPHANED: they are in no list the failure
-        path walks, so they would hang otherwise."""
+        and released, neither with a call of its own: at the cache deferred to the cache client's next call
+        (``defer_cache``), at the worker queued in ``releases`` for the next Forward; they are answered and
+        forgotten now. A finished one still in flight streams its end now and becomes FINISHING. A failure of the
+        call that carries the deferred cache insert raises there (the loop resyncs; the new session frees the
+        slots)."""
         if not finished and not self.finishing:
             return
         ids = in_flight()
@@ -230,15 +242,10 @@ class RequestTable:
                 self.finishing.append(req)
         if not release:
             return
-        try:
-            self.cache.defer_cache([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
-                                                        finished=True) for r in release])
-            self.worker.release([r.rid for r in release])
-        except Exception:
-            self.orphans += [r.rid for r in release]
-            raise
-        finally:
-            self._deliver(release)
+        self.cache.defer_cache([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
+                                                    finished=True) for r in release])
+        self.releases.add([r.rid for r in release])
+        self._deliver(release)
 
     def _deliver(self, finished: list[Req]) -> None:
         for req in finished:
@@ -274,12 +281,24 @@ class RequestTable:
         self.prefilled = []
         self.publish()
 
+    def flush_releases(self) -> int:
+        """The loop has no Forward to send (none in flight): releases the pending ``releases`` with one Release
+        RPC, so an idle worker holds no ended request's state. Returns how many ids were sent; raises the worker
+        client's errors (the ids stay pending; the resync releases them)."""
+        ids = list(self.releases.pending)
+        if ids:
+            self.worker.release(ids)
+            self.releases.flushed(ids)
+        return len(ids)
+
     def resynced(self, worker_ids: list[str]) -> int:
         """After a new session (which freed every slot and lock of the old one): releases ``worker_ids`` (from
-        ``worker_held_ids`` before the reconnect) at the worker, clears the orphans, and requeues every running
-        request first in line (recomputed; its output so far is kept), except one that finished before the
-        outage, which is answered now. Returns how many were running."""
+        ``worker_held_ids`` before the reconnect: the pending and carried ``releases`` among them) at the worker,
+        clears the orphans and the releases, and requeues every running request first in line (recomputed; its
+        output so far is kept), except one that finished before the outage, which is answered now. Returns how
+        many were running. A restarted worker (new epoch) never saw these ids: it ignores them."""
         self.worker.release(worker_ids)
+        self.releases.clear()
         self.orphans = []
         self.prefilled = []
         running = len(self.running)

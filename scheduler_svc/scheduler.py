@@ -36,6 +36,13 @@ Chaining happens only in steady decode (``planner.can_chain``); otherwise the lo
 applies the in-flight replies, in order) and takes the synchronous path (extend, admission, retract, aborts).
 Requests that finish while N is applied but are in a Forward still in flight stream their end at once and
 are released after the last in-flight Forward that holds them was applied (FINISHING in the table).
+
+Releases at the worker cost no round trip of their own: the table queues the ids of requests that ended
+(``worker_releases.py``) and the next ForwardRequest built (``Pipeline.prepare``, on every path above) carries
+them; the worker drops them when that Forward starts running, after its after_seq wait, so never before a
+Forward that still uses them (those were all applied when the ids were queued). An id reused by a newer request
+whose extend runs ahead of that Forward keeps its new state: the worker drops no state that a Forward with a
+larger seq created. With nothing to run the loop sends the pending ids in one Release RPC (idle flush).
 """
 
 from __future__ import annotations
@@ -100,7 +107,7 @@ class Scheduler:
         self._stats = Stats()
         self.ratio = NewTokenRatio()
         self.table = RequestTable(cache, worker, self.intake, log)
-        self.pipeline = Pipeline(worker)
+        self.pipeline = Pipeline(worker, self.table.releases)
         self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log)
         self.recovery = Recovery(cache, worker, cfg, log, liveness, self.table, self.pipeline, self._stop)
         self._cfg = cfg
@@ -264,28 +271,31 @@ class Scheduler:
         table.abort()
         t0 = time.perf_counter()
         batch = self.planner.extend() or self.planner.decode()
-        if batch is None:
-            self.cache.flush_deferred()  # no cache call to carry it: the pool settles before the loop idles
+        if batch is None:  # idle: no cache call and no Forward to carry what is deferred
+            self.cache.flush_deferred()  # the pool settles before the loop idles
+            table.publish()
+            return table.flush_releases() > 0 or drained
         table.publish()
-        if batch is None:
-            return drained
         if batch.kind == "decode" and self.cfg.overlap:
             self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))
             self._stats.decode_sent(time.perf_counter() - t0)
             return True
         t1 = time.perf_counter()
-        reply = self.recovery.reply(self.worker.forward_async(self._items(batch), self.pipeline.next_seq()))
+        request = self.pipeline.prepare(self._items(batch))
+        reply = self.recovery.reply(self.worker.send(request))
         t2 = time.perf_counter()
-        self._apply(batch, reply, t0, t1, t2)
+        self._apply(batch, reply, request.seq, t0, t1, t2)
         return True
 
     # ---- Forwards ----------------------------------------------------------------------------------------
     def _items(self, batch: Batch) -> list:
         return forward_items(batch, self.recovery.info.eos_token_id)
 
-    def _apply(self, batch: Batch, reply, t0: float, t1: float, t2: float) -> None:
-        """Applies ``reply`` to the table and releases what finished; a decode round's timing (``t0`` round
-        start, ``t1`` .. ``t2`` waiting for the reply) is recorded."""
+    def _apply(self, batch: Batch, reply, seq: int, t0: float, t1: float, t2: float) -> None:
+        """Applies ``reply`` (of Forward ``seq``, answered OK: the worker releases it carried are done) to the
+        table and releases what finished; a decode round's timing (``t0`` round start, ``t1`` .. ``t2`` waiting for
+        the reply) is recorded."""
+        self.table.releases.answered(seq)
         finished = results.apply(batch, reply, self.table, self._stats)
         self.table.finish(finished, self.pipeline.request_ids)
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
@@ -301,7 +311,7 @@ class Scheduler:
             reply = self.recovery.reply(self.pipeline.head().pending)
             cur = self.pipeline.pop()
             t1 = time.perf_counter()
-            self._apply(cur.batch, reply, t0, t0, t1)
+            self._apply(cur.batch, reply, cur.seq, t0, t0, t1)
 
     def _chain(self) -> None:
         """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, after N); until N's
@@ -336,7 +346,7 @@ class Scheduler:
             self.recovery.drop_in_flight()  # N failed: what follows it at the worker is aborted there (resync requeues)
             raise
         self.pipeline.pop()
-        self._apply(cur.batch, reply, t0, t1, time.perf_counter())
+        self._apply(cur.batch, reply, cur.seq, t0, t1, time.perf_counter())
 
     def _send_chained(self, batch: Batch, request) -> None:
         self.pipeline.send(batch, request)

@@ -1,5 +1,5 @@
-"""Thin client of the worker service. A Forward is sent without waiting (``forward_async``, or ``prepare``
-then ``send``) and answered through a ``PendingForward``, whose ``result`` raises WorkerEpochChanged on
+"""Thin client of the worker service. A Forward is sent without waiting (``prepare`` then ``send``) and
+answered through a ``PendingForward``, whose ``result`` raises WorkerEpochChanged on
 FAILED_PRECONDITION."""
 
 from __future__ import annotations
@@ -73,14 +73,11 @@ class WorkerClient:
     def info(self) -> worker_pb2.WorkerInfo:
         return call("worker", self.target, "Info", self._stub.Info, worker_pb2.InfoRequest(), 10.0)
 
-    def forward_async(self, items: list[worker_pb2.ForwardItem], seq: int, after_seq: int = 0) -> PendingForward:
-        """Sends one batch without waiting; the worker runs it after Forward ``after_seq`` (0: at once)."""
-        return self.send(self.prepare(items, seq, after_seq))
-
     def prepare(self, items: list[worker_pb2.ForwardItem], seq: int, after_seq: int = 0,
                 before_seq: int = 0) -> worker_pb2.ForwardRequest:
-        """The ForwardRequest of ``forward_async``, built ahead (its ``after_seq`` may be set before ``send``).
-        ``before_seq``: run ahead of that Forward if it has not started at the worker (see worker.proto)."""
+        """The ForwardRequest of one batch, built ahead (its ``after_seq`` may be set before ``send``); the worker
+        runs it after Forward ``after_seq`` (0: at once). ``before_seq``: run ahead of that Forward if it has not
+        started at the worker (see worker.proto). Its ``release_request_ids`` are added by ``Pipeline.prepare``."""
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
                                          before_seq=before_seq)
 
@@ -89,6 +86,8 @@ class WorkerClient:
         return PendingForward(self._stub.Forward.future(request, timeout=self.timeout), self.target)
 
     def release(self, request_ids: list[str]) -> int:
+        """The Release RPC: drops ``request_ids``' worker state now; returns how many the worker held. Raises what
+        ``rpc.call`` raises."""
         if not request_ids:
             return 0
         return call("worker", self.target, "Release", self._stub.Release,

@@ -20,7 +20,10 @@ Ordering: a Forward with ``after_seq`` waits (outside the lock, after the epoch 
 completed here (``ordering.ForwardOrder``), and for every Forward that asked to run before it
 (``before_seq``) while it had not started; each Forward with a ``seq`` records its outcome.
 
-``has_prefix=True`` replaces whatever the worker held for that id. Thread-safe: one forward at a time.
+Releases: ``release`` (the Release RPC) drops requests' state at once; a Forward's ``release_ids`` are dropped
+when it starts running (after its ordering wait, under the lock, before validation; ``_drop_released``), so a
+release riding on a Forward never overtakes a Forward queued before it. ``has_prefix=True`` replaces whatever the
+worker held for that id. Thread-safe: one forward at a time.
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ class RequestState:
     last_hidden: torch.Tensor | None = field(default=None, repr=False)  # [n_embd], for prompt logprobs
     last_token: int | None = None
     stopped: bool = False
+    created_seq: int = 0  # seq of the Forward whose has_prefix item created this state (0: none given)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ class Engine:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._lock = threading.Lock()
         self.order = ForwardOrder()
+        self._seq = 0  # seq of the Forward running under the lock (``commit`` stamps the states it creates)
 
     def info(self) -> EngineInfo:
         """Model facts, pool geometry, epoch."""
@@ -131,13 +136,15 @@ class Engine:
             return sum(self.requests.pop(rid, None) is not None for rid in request_ids)
 
     def forward(self, items: Sequence[ForwardItem], expected_epoch: str, seq: int = 0, after_seq: int = 0,
-                cancelled=None, before_seq: int = 0) -> ForwardResult:
+                cancelled=None, before_seq: int = 0, release_ids: Sequence[str] = ()) -> ForwardResult:
         """Runs one batch. ``seq`` > 0 records this Forward's outcome; ``after_seq`` > 0 waits until that
         Forward completed; ``before_seq`` > 0 makes Forward ``before_seq`` wait for this one if it has not
         started yet (``ForwardOrder.insert_before``); ``cancelled()`` (optional) is asked after the wait: True
-        (the caller gave up on the call meanwhile) -> ABORTED without running. Raises WorkerError
-        (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION, ABORTED when the Forward it follows failed or never
-        completed) before any work when the batch is invalid or may not run; then nothing has changed."""
+        (the caller gave up on the call meanwhile) -> ABORTED without running. ``release_ids``: requests whose
+        state is dropped once the Forward may run, before its items are validated (``_drop_released``; kept
+        when the batch then fails). Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION,
+        ABORTED when the Forward it follows failed or never completed) before any work when the batch is
+        invalid or may not run; then nothing else has changed."""
         try:
             if expected_epoch != self.epoch:  # before waiting: a restarted worker never saw after_seq
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
@@ -148,6 +155,8 @@ class Engine:
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
             with self._lock:
+                self._drop_released(release_ids, seq)
+                self._seq = seq
                 stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
                 validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
@@ -159,6 +168,16 @@ class Engine:
             raise
         self.order.done(seq)
         return result
+
+    def _drop_released(self, request_ids: Sequence[str], seq: int) -> None:
+        """Drops the state of ``request_ids`` (lock held) for Forward ``seq``; unknown ids are ignored. With seq > 0
+        a state created by a Forward with a larger seq is kept: a newer request reused the id and its extend ran
+        ahead of this Forward (the scheduler numbers Forwards in the order it builds them and releases an id on
+        a Forward built after its request ended)."""
+        for rid in request_ids:
+            state = self.requests.get(rid)
+            if state is not None and not (seq > 0 and state.created_seq > seq):
+                del self.requests[rid]
 
     def _run_unskipped(self, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
         """Runs the items that are not skipped (continuations of stopped requests) and answers those skipped."""
@@ -293,7 +312,7 @@ class Engine:
         needs it for prompt logprobs. The one commit of every Forward path (one step and multi-step)."""
         if it.has_prefix:
             state = RequestState(slots=SlotTable(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
-                                 prompt_len=self._prompt_len(it))
+                                 prompt_len=self._prompt_len(it), created_seq=self._seq)
             self.requests[it.request_id] = state
         else:
             state = self.requests[it.request_id]

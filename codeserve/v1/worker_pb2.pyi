@@ -90,18 +90,20 @@ class ForwardItem(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., position_start: _Optional[int] = ..., slot_ids: _Optional[_Iterable[int]] = ..., has_prefix: _Optional[bool] = ..., prefix_slot_ids: _Optional[_Iterable[int]] = ..., prefix_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., sample: _Optional[bool] = ..., return_logprob: _Optional[bool] = ..., top_logprobs_num: _Optional[int] = ..., return_prompt_logprobs: _Optional[bool] = ..., prompt_len: _Optional[int] = ..., decode_steps: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., input_from_last_sample: _Optional[bool] = ...) -> None: ...
 
 class ForwardRequest(_message.Message):
-    __slots__ = ("expected_epoch", "items", "seq", "after_seq", "before_seq")
+    __slots__ = ("expected_epoch", "items", "seq", "after_seq", "before_seq", "release_request_ids")
     EXPECTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
     expected_epoch: str
     items: _containers.RepeatedCompositeFieldContainer[ForwardItem]
     seq: int
     after_seq: int
     before_seq: int
-    def __init__(self, expected_epoch: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ForwardItem, _Mapping]]] = ..., seq: _Optional[int] = ..., after_seq: _Optional[int] = ..., before_seq: _Optional[int] = ...) -> None: ...
+    release_request_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, expected_epoch: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ForwardItem, _Mapping]]] = ..., seq: _Optional[int] = ..., after_seq: _Optional[int] = ..., before_seq: _Optional[int] = ..., release_request_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ForwardResult(_message.Message):
     __slots__ = ("request_id", "sampled", "next_token_id", "logprob", "top_logprobs", "prompt_logprobs", "prompt_top_logprobs", "next_token_ids", "logprobs", "skipped")

@@ -69,7 +69,9 @@ class WorkerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Release(self, request, context):
-        """Drops the worker-side state (slot table, token history) of requests.
+        """Drops the worker-side state (slot table, token history) of requests at once (unknown ids are ignored; no
+        epoch check). The scheduler sends most releases on its next Forward instead (release_request_ids); it
+        calls this when it has no Forward to send (idle) and after a resync.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

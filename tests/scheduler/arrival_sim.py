@@ -91,9 +91,6 @@ class SimWorker:
         threading.Thread(target=serve, daemon=True).start()
         return pending
 
-    def forward_async(self, items, seq: int, after_seq: int = 0) -> LaterReply:
-        return self.send(self.prepare(items, seq, after_seq))
-
     def release(self, request_ids) -> int:
         return len(request_ids)
 

@@ -87,7 +87,7 @@ class FreezableWorker:
     ``freeze()``: then Forwards are held (not answered) and ``health`` answers nothing (DEADLINE_EXCEEDED), as a
     SIGSTOPed worker. ``thaw()`` lets health answer again; ``answer_held()`` finishes the held Forwards (the
     stale ones a resumed worker completes). ``events`` records ("send", seq, rids), ("answer", seq), ("info",),
-    ("release", rids) in order."""
+    ("release", rids) in order (a Forward's release_request_ids as a "release" just before its "answer")."""
 
     def __init__(self, token: int) -> None:
         self.token, self.epoch = token, ""
@@ -111,9 +111,6 @@ class FreezableWorker:
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
                                          before_seq=before_seq)
 
-    def forward_async(self, items, seq: int, after_seq: int = 0) -> WatchedReply:
-        return self.send(self.prepare(items, seq, after_seq))
-
     def send(self, request: worker_pb2.ForwardRequest) -> WatchedReply:
         reply = WatchedReply()
         self._event("send", request.seq, tuple(it.request_id for it in request.items))
@@ -122,9 +119,14 @@ class FreezableWorker:
                 self.held.append((request, reply))
                 self.changed.notify_all()
                 return reply
+        self._answer(request, reply)
+        return reply
+
+    def _answer(self, request: worker_pb2.ForwardRequest, reply: WatchedReply) -> None:
+        if request.release_request_ids:  # the releases it carries are done when it runs
+            self._event("release", tuple(request.release_request_ids))
         self._event("answer", request.seq)
         reply.answer(forward_response(request.items, self.token))
-        return reply
 
     def release(self, request_ids) -> int:
         self._event("release", tuple(request_ids))
@@ -144,5 +146,4 @@ class FreezableWorker:
         with self.changed:
             held, self.held = self.held, []
         for request, reply in held:
-            self._event("answer", request.seq)
-            reply.answer(forward_response(request.items, self.token))
+            self._answer(request, reply)

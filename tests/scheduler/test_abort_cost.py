@@ -128,10 +128,10 @@ def test_many_aborts_are_freed_in_one_pass_each_once() -> None:
     assert list(sched.waiting) == [r for r in waiting if r not in doomed_w]
     assert sched.running == [r for r in running if r not in doomed_r]
     assert all(r.stream.finish == Finish.ABORT and r.stream.closed for r in doomed_w + doomed_r)
-    assert worker.released == [[r.rid for r in doomed_r]]
+    assert worker.released == [] and sched.table.releases.pending == [r.rid for r in doomed_r]  # on the next Forward
     assert not any(sched.intake._live.get(r.rid) for r in doomed_w + doomed_r)
     sched.apply_aborts()  # nothing left: nothing freed twice
-    assert worker.released == [[r.rid for r in doomed_r]]
+    assert sched.table.releases.pending == [r.rid for r in doomed_r]
 
 
 def test_running_aborts_wait_while_a_forward_is_in_flight() -> None:
@@ -140,9 +140,9 @@ def test_running_aborts_wait_while_a_forward_is_in_flight() -> None:
     sched.abort(waiting[0].rid)
     sched.apply_aborts(running=False)
     assert waiting[0] not in sched.waiting and running[0] in sched.running
-    assert worker.released == []
+    assert sched.table.releases.pending == []
     sched.apply_aborts()
-    assert running[0] not in sched.running and worker.released == [[running[0].rid]]
+    assert running[0] not in sched.running and sched.table.releases.pending == [running[0].rid]
 
 
 def test_an_abort_of_a_request_still_in_the_inbox_waits_until_it_is_queued() -> None:

@@ -68,6 +68,7 @@ class RecordingWorker:
         self.released: list[str] = []
         self.hold_decode = False
         self.before: dict[int, int] = {}  # seq -> before_seq, of the Forwards sent with one
+        self.carried: dict[int, list[str]] = {}  # seq -> release_request_ids, of the Forwards that carry some
         self.changed = threading.Condition()
 
     def info(self) -> worker_pb2.WorkerInfo:
@@ -79,9 +80,6 @@ class RecordingWorker:
             self.sent.append((seq, after_seq, list(items)))
             self.changed.notify_all()
 
-    def forward_async(self, items, seq: int, after_seq: int = 0):
-        return self.send(self.prepare(items, seq, after_seq))
-
     def prepare(self, items, seq: int, after_seq: int = 0, before_seq: int = 0) -> worker_pb2.ForwardRequest:
         return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
                                          before_seq=before_seq)
@@ -91,6 +89,9 @@ class RecordingWorker:
         if request.before_seq:
             self.before[seq] = request.before_seq
         self._record(seq, after_seq, items)
+        self.released.extend(request.release_request_ids)  # released when it runs (its replies are in order)
+        if request.release_request_ids:
+            self.carried[seq] = list(request.release_request_ids)
         held = HeldReply(forward_response(items, TOKEN), hold=self.hold_decode and kind(items) == "decode")
         self.pending[seq] = held
         return held
@@ -305,3 +306,42 @@ def test_an_abort_while_the_forward_that_stops_the_request_runs_only_aborts_it(l
     assert finish_reason(a) == "abort"
     assert tokens(b) == [TOKEN] * 40
     assert sorted(worker.released) == ["a", "b"] and not sched.running and not sched.waiting
+
+
+@pytest.mark.parametrize("loop", ["queued"], indirect=True)
+def test_a_reused_ids_extend_sent_ahead_is_numbered_after_the_forward_carrying_its_release(loop):
+    """x ends in decode N; its worker release rides on N+2 (the next Forward built), queued behind N+1. A new
+    request reusing the id x arrives while N+1 runs: its extend is sent to run ahead of N+2, so at the worker it
+    may run before the release. It is numbered after N+2, which is what lets the worker keep the new x's state
+    (a release drops no state that a Forward with a larger seq created: tests/worker/test_forward_release.py)."""
+    sched, worker, submit = loop
+    a = submit("a", list(range(10, 30)), 40)
+    x = submit("x", list(range(40, 52)), 9)  # 1 token from its extend, 8 from decode N
+    assert sched.step()  # extend of a and x
+    worker.hold_decode = True
+    assert sched.step()  # decode N of a and x, reply held
+    n_seq = worker.sent[-1][0]
+    round_n = threading.Thread(target=sched.step)  # N+1 (a only: x ends in N) sent at once; N applied
+    round_n.start()
+    worker.wait_sent(3)
+    n1_seq, _, n1_items = worker.sent[2]
+    assert [it.request_id for it in n1_items] == ["a"]
+    worker.pending[n_seq].release()
+    round_n.join(WAIT_S)
+    assert tokens(x) == [TOKEN] * 9 and worker.carried == {}  # x ended; its release waits for the next Forward
+    round_n1 = threading.Thread(target=sched.step)  # N+2 sent at once behind N+1, carrying x's release
+    round_n1.start()
+    worker.wait_sent(4)
+    n2_seq, n2_after, n2_items = worker.sent[3]
+    assert ([it.request_id for it in n2_items], n2_after, worker.carried) == (["a"], n1_seq, {n2_seq: ["x"]})
+    x2 = submit("x", list(range(60, 70)), 3)  # the id reused while N+1 runs
+    worker.wait_sent(5)
+    e_seq, e_after, e_items = worker.sent[4]
+    assert ([it.request_id for it in e_items], e_items[0].has_prefix, e_after) == (["x"], True, n1_seq)
+    assert worker.before[e_seq] == n2_seq and e_seq > n2_seq
+    worker.pending[n1_seq].release()
+    round_n1.join(WAIT_S)
+    assert not round_n1.is_alive()
+    let_go(sched, worker)
+    assert tokens(a) == [TOKEN] * 40 and tokens(x2) == [TOKEN] * 3
+    assert sorted(worker.released) == ["a", "x", "x"]
