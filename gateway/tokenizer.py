@@ -35,6 +35,11 @@ class GatewayTokenizer:
     """Wraps a ``tokenizers.Tokenizer``; ids are Python ints (the model's vocabulary ids)."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
+        # a text's own ids, whatever tokenizer.json was saved with: padding would put pad ids into the pieces of
+        # one encode_batch (the FIM prefix and suffix, a text's head and tail), truncation would cut a prompt
+        # silently (the context check then never sees its length)
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
         self._tok = tokenizer
         # A second instance that tokenizes special-token text ("<fim_prefix>") as ordinary text; a copy, as the
         # flag is per instance and encode_async runs in other threads.
