@@ -5,6 +5,7 @@ trip of their own (before, up to two of the four or five a keystroke's round mad
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Iterable
 
@@ -50,7 +51,10 @@ class CacheClient:
         self._chan = dependency_channel(target)
         self._stub = cache_pb2_grpc.CacheStub(self._chan)
         self.session_id = ""
-        self._deferred: list[cache_pb2.BatchOp] = []  # sent ahead of the next request operation (loop thread only)
+        self._deferred: list[cache_pb2.BatchOp] = []  # sent ahead of the next request operation
+        # held while deferred operations are queued or sent: a Flush from another thread (the FlushCache RPC) then
+        # goes after everything deferred before it, so it evicts what requests answered before it cached
+        self._order = threading.Lock()
 
     def _call(self, name: str, request, on_error=_session_or_pool_lost, timeout: float | None = None):
         return call("cache", self.target, name, getattr(self._stub, name), request,
@@ -63,7 +67,8 @@ class CacheClient:
         """A new session: the old one's requests are released there, so what was deferred for them is dropped."""
         reply = self._call("OpenSession", cache_pb2.OpenSessionRequest(owner=owner, lease_seconds=lease_seconds))
         self.session_id = reply.session_id
-        self._deferred = []
+        with self._order:
+            self._deferred = []
         return reply
 
     # ---- deferred mutations ------------------------------------------------------------------------------
@@ -71,12 +76,14 @@ class CacheClient:
         """``cache_requests(items)``, sent ahead of the next request operation (or ``flush_deferred``); its errors
         are raised by that call. For callers that use no field of the reply."""
         if items:
-            self._deferred.append(cache_pb2.BatchOp(cache=self._cache_request(items)))
+            with self._order:
+                self._deferred.append(cache_pb2.BatchOp(cache=self._cache_request(items)))
 
     def defer_release(self, request_ids: list[str]) -> None:
         """``release_requests(request_ids)``, deferred as ``defer_cache`` is."""
         if request_ids:
-            self._deferred.append(cache_pb2.BatchOp(release=self._release_request(request_ids)))
+            with self._order:
+                self._deferred.append(cache_pb2.BatchOp(release=self._release_request(request_ids)))
 
     @property
     def deferred_ends(self) -> int:
@@ -86,25 +93,30 @@ class CacheClient:
 
     def flush_deferred(self) -> None:
         """Sends what is deferred now (the loop has no other call to send it with: it goes idle)."""
+        with self._order:
+            self._send_deferred()
+
+    def _send_deferred(self) -> None:
         if self._deferred:
             self._call("Batch", cache_pb2.BatchRequest(ops=self._deferred))
             self._deferred = []
 
     def _mutate(self, kind: str, name: str, request, on_error=_session_or_pool_lost):
         """Request operation ``name`` (BatchOp field ``kind``), after the deferred ones in one Batch when there
-        are any. They are done once the call returns or fails with AllocationFailed (the Batch stops at the
+        are any (loop thread; under ``_order``, which a Flush from another thread waits for). They are done once the call returns or fails with AllocationFailed (the Batch stops at the
         first failure, and only Allocate fails so); other failures keep them: the resync's new session drops
         them."""
-        if not self._deferred:
-            return self._call(name, request, on_error)
-        ops = [*self._deferred, cache_pb2.BatchOp(**{kind: request})]
-        try:
-            reply = self._call("Batch", cache_pb2.BatchRequest(ops=ops), on_error)
-        except AllocationFailed:
+        with self._order:
+            if not self._deferred:
+                return self._call(name, request, on_error)
+            ops = [*self._deferred, cache_pb2.BatchOp(**{kind: request})]
+            try:
+                reply = self._call("Batch", cache_pb2.BatchRequest(ops=ops), on_error)
+            except AllocationFailed:
+                self._deferred = []
+                raise
             self._deferred = []
-            raise
-        self._deferred = []
-        return getattr(reply.results[-1], kind)
+            return getattr(reply.results[-1], kind)
 
     def renew_session(self) -> cache_pb2.RenewSessionResponse:
         return self._call("RenewSession", cache_pb2.RenewSessionRequest(session_id=self.session_id))
@@ -142,7 +154,11 @@ class CacheClient:
                                                 request_ids=request_ids)
 
     def flush(self) -> cache_pb2.FlushResponse:
-        return self._call("Flush", cache_pb2.FlushRequest(op_id=_op(), pool_id=self.pool_id))
+        """Evicts every unlocked prefix of the pool, after what is deferred (any thread: the FlushCache RPC's), so a
+        request answered before the flush has its insert flushed too."""
+        with self._order:
+            self._send_deferred()
+            return self._call("Flush", cache_pb2.FlushRequest(op_id=_op(), pool_id=self.pool_id))
 
     def get_pool(self, timeout: float | None = None) -> cache_pb2.PoolStatus:
         """Status of this client's pool (``timeout``: seconds, default the client's). Raises SessionLost when the

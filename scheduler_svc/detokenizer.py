@@ -16,11 +16,16 @@ REPLACEMENT = "\ufffd"
 
 
 def load_tokenizer(model_path: str | pathlib.Path) -> Tokenizer:
-    """Loads ``<model_path>/tokenizer.json``. Raises FileNotFoundError naming the path when it is missing."""
+    """Loads ``<model_path>/tokenizer.json``, with any padding or truncation it was saved with turned off (a text
+    prompt's own ids: truncation would cut it silently, before the context check sees its length). Raises
+    FileNotFoundError naming the path when it is missing."""
     path = pathlib.Path(model_path) / "tokenizer.json"
     if not path.exists():
         raise FileNotFoundError(f"tokenizer.json not found at {path}")
-    return Tokenizer.from_file(str(path))
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
 
 
 class IncrementalDetokenizer:

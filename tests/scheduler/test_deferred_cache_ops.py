@@ -31,3 +31,33 @@ def test_finishes_and_aborts_send_no_cache_rpc_of_their_own(frozen_loop) -> None
     assert "CacheRequests" not in calls and "ReleaseRequests" not in calls, calls
     assert "Batch" in calls
     assert_pool_clean(sched, core)
+
+
+def test_a_flush_goes_after_what_was_deferred_before_it() -> None:
+    """CacheClient.flush (the FlushCache RPC's, from a servicer thread) sends the deferred operations first: a
+    request answered before the flush (its finish insert deferred) is flushed with the rest, deterministically."""
+    from cache_svc.core import CacheCore
+    from cache_svc.service import SERVICE_NAME, CacheServicer
+    from codeserve.v1 import cache_pb2, cache_pb2_grpc
+    from common import grpc_server
+    from scheduler_svc.cache_client import CacheClient
+
+    core = CacheCore(lease_seconds=30.0)
+    server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
+                               [SERVICE_NAME], "127.0.0.1:0")
+    cache = CacheClient(f"127.0.0.1:{server.port}", "default")
+    try:
+        cache.open_session("scheduler-test", 30.0)
+        cache.register_pool(1, [cache_pb2.PoolMember(worker_id="w", epoch="e", capacity_tokens=64)])
+        tokens = list(range(5, 15))
+        cache.match([cache_pb2.MatchItem(request_id="a", token_ids=tokens, lock=True, max_match_tokens=9)])
+        cache.allocate([("a", len(tokens))])
+        cache.defer_cache([cache_pb2.CacheItem(request_id="a", token_ids=tokens, finished=True)])
+        assert cache.deferred_ends == 1
+        cache.flush()
+        counters = cache.get_pool().counters
+        assert counters.available == counters.capacity == 64, counters  # inserted, then flushed: nothing left
+        assert cache.deferred_ends == 0 and core.check_integrity("default") == []
+    finally:
+        cache.close()
+        server.server.stop(0)

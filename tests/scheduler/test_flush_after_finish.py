@@ -2,11 +2,14 @@
 (CacheRequests finished=true) is deferred to the loop's next cache call (scheduler_svc/cache_client.py); a FlushCache
 sent by the client right after the answer must not be overtaken by it (the tree would hold the answered request's
 prompt after the flush, and the next request with that prompt would find it cached), through the real cache, worker
-and scheduler."""
+and scheduler. The client's flush sends what is deferred first (CacheClient.flush, under the lock the loop holds
+while it sends deferred operations); tests/scheduler/test_deferred_cache_ops.py checks that part deterministically."""
 
 from __future__ import annotations
 
 import threading
+
+import grpc
 
 from codeserve.v1 import scheduler_pb2
 from tests.stack import generate, request
@@ -20,7 +23,14 @@ def test_a_flush_right_after_an_answer_flushes_what_that_request_cached(backend)
     # a long request decoding meanwhile: the finished one's insert then rides on the loop's next Allocate
     background = backend.scheduler.Generate(request(text="import os\n", max_new_tokens=400, ignore_eos=True),
                                             timeout=300)
-    reader = threading.Thread(target=lambda: list(background), daemon=True)
+    def drain() -> None:
+        try:
+            for _ in background:
+                pass
+        except grpc.RpcError as err:  # the test cancels it at the end
+            assert err.code() == grpc.StatusCode.CANCELLED, err
+
+    reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
         leftovers = []
