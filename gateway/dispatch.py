@@ -17,6 +17,8 @@ unless the cost says the holder is too loaded):
 
 from __future__ import annotations
 
+import itertools
+
 import grpc
 import structlog
 
@@ -31,6 +33,7 @@ from gateway.scheduler_client import SchedulerClient
 
 log = structlog.get_logger()
 RETRIED_CODES = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+_CALLS = itertools.count()  # numbers the routed calls of this process (their pending-table keys)
 
 
 class Dispatcher:
@@ -75,6 +78,9 @@ class RouteHooks:
         self._d = dispatcher
         self._request = request
         self._decision = decision
+        # its key in the pending table: a client may give two calls the same request id (they then run on two
+        # replicas, or the second is refused 409 on the same one), and each must count as a call of its own
+        self._key = f"{request.request_id}#{next(_CALLS)}"
         self._at = 0           # index in decision.ranking of the replica the call is on
         self._retried = False
         self._done = False
@@ -83,14 +89,14 @@ class RouteHooks:
         """Puts the call on ``decision.ranking[at]``: its pending entry and routed count; returns its client."""
         self._at = at
         c = self._decision.ranking[at]
-        self._d.pending.add(self._request.request_id, c.replica, self._request.namespace,
+        self._d.pending.add(self._key, c.replica, self._request.namespace,
                             self._request.input_ids.ids, c.uncached)
         self._d.metrics.count_routed(c.name, self._decision.policy.value)
         return self._d.replicas.replicas[c.replica].client
 
     def first_message(self, msg: scheduler_pb2.GenerateResponse) -> None:
         c = self._decision.ranking[self._at]
-        self._d.pending.started(self._request.request_id)
+        self._d.pending.started(self._key)
         log.info("route_realized", rid=self._request.request_id, replica=c.name, policy=self._decision.policy.value,
                  predicted_cached=c.predicted_cached, realized_cached=msg.cached_tokens,
                  exact=c.predicted_cached == msg.cached_tokens)
@@ -99,7 +105,7 @@ class RouteHooks:
     def failed(self, code: grpc.StatusCode, error: ApiError, before_first: bool) -> SchedulerClient | None:
         c = self._decision.ranking[self._at]
         replica = self._d.replicas.replicas[c.replica]
-        self._d.pending.end(self._request.request_id)
+        self._d.pending.end(self._key)
         if code == grpc.StatusCode.UNAVAILABLE:
             self._d.replicas.exclude(replica, f"a call to {c.name} failed UNAVAILABLE: {error.message}")
         self._done = True  # ended here; a retry (below) places it anew, to be ended by ``ended``
@@ -121,4 +127,4 @@ class RouteHooks:
     def ended(self) -> None:
         if not self._done:
             self._done = True
-            self._d.pending.end(self._request.request_id)
+            self._d.pending.end(self._key)

@@ -29,7 +29,7 @@ class PendingEntry:
     ids (namespace-salted caches never share: ``namespace`` is part of the match); ``created_at``: monotonic
     seconds."""
 
-    request_id: str
+    key: str  # the call's key: unique per routed call (a client may reuse a request id)
     replica: int
     namespace: str
     ids: tuple[int, ...]
@@ -66,25 +66,25 @@ class PendingTable:
         self.ttl_s = ttl_s
         self._clock = clock
         self._entries: dict[str, PendingEntry] = {}
-        self._calls: dict[str, OwnCall] = {}  # every call placed and not ended, by request id (no TTL)
+        self._calls: dict[str, OwnCall] = {}  # every call placed and not ended, by key (no TTL)
 
-    def add(self, request_id: str, replica: int, namespace: str, ids: Sequence[int], uncached_tokens: int) -> None:
-        """Records a routed request (replacing an entry of the same id: a retry on another replica)."""
-        self._entries[request_id] = PendingEntry(request_id, replica, namespace, tuple(ids), self._clock())
-        self._calls[request_id] = OwnCall(replica, uncached_tokens)
+    def add(self, key: str, replica: int, namespace: str, ids: Sequence[int], uncached_tokens: int) -> None:
+        """Records a routed call by its ``key`` (unique per call; a retry on another replica replaces its entry)."""
+        self._entries[key] = PendingEntry(key, replica, namespace, tuple(ids), self._clock())
+        self._calls[key] = OwnCall(replica, uncached_tokens)
 
-    def started(self, request_id: str) -> None:
+    def started(self, key: str) -> None:
         """The request's first message came: its prefill is in the pool's tree (the cache's probe sees it), so it
         is no longer pending; its call still counts until it ends."""
-        self._entries.pop(request_id, None)
-        call = self._calls.get(request_id)
+        self._entries.pop(key, None)
+        call = self._calls.get(key)
         if call is not None:
             call.started = True
 
-    def end(self, request_id: str) -> None:
-        """The request's call ended (finished or failed): drops its entry and its count."""
-        self._entries.pop(request_id, None)
-        self._calls.pop(request_id, None)
+    def end(self, key: str) -> None:
+        """The call ended (finished or failed): drops its entry and its count."""
+        self._entries.pop(key, None)
+        self._calls.pop(key, None)
 
     def in_flight(self, replica: int) -> int:
         """This gateway's calls on ``replica`` that were placed and have not ended (exact: no TTL)."""

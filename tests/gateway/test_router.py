@@ -87,7 +87,7 @@ def test_pending_entries_expire_at_ttl_or_when_removed():
     clock.now += 1.0
     table.add("b", 0, "", [1, 2, 4], 1)
     clock.now += 1.0  # "a" is 2 s old: no longer pending for prefix matching, but its call still counts
-    assert [e.request_id for e in table.entries()] == ["b"]
+    assert [e.key for e in table.entries()] == ["b"]
     assert (table.in_flight(0), table.unstarted_tokens(0)) == (2, 4)
     table.end("b")
     table.end("a")
@@ -340,3 +340,27 @@ def test_a_call_that_failed_and_was_then_cancelled_ends_once():
     assert pending.in_flight(target) == 1
     r = next(c for c in decide(router, ids).ranking if c.replica == target)
     assert r.requests == 1  # the other call
+
+
+def test_two_calls_with_one_request_id_count_as_two():
+    """A client may give two calls the same request id (a native batch with a repeated rid): routed to two replicas
+    both run, and each counts on its replica until it ends (keyed by call, not by request id)."""
+    from prometheus_client import CollectorRegistry
+
+    from codeserve.v1 import scheduler_pb2
+    from gateway.dispatch import Dispatcher, RouteHooks
+    from gateway.routing_metrics import RoutingMetrics
+
+    router, replicas, pending, probe, clock = make_router()
+    dispatcher = Dispatcher(replicas, router, pending, RoutingMetrics(CollectorRegistry(), "m"))
+    ids = list(range(50))
+    request = scheduler_pb2.GenerateRequest(request_id="dup", input_ids=scheduler_pb2.TokenIds(ids=ids))
+    first = RouteHooks(dispatcher, request, decide(router, ids))
+    first.place(0)
+    second = RouteHooks(dispatcher, request, decide(router, ids))
+    second.place(0)
+    assert pending.in_flight(0) == 2
+    first.ended()
+    assert pending.in_flight(0) == 1
+    second.ended()
+    assert pending.in_flight(0) == 0
