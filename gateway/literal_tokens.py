@@ -112,11 +112,14 @@ class LiteralTokens:
             out.append(list(ids))
         return out
 
+    def tokenize(self, pieces: list[str]) -> list[list[int]]:
+        """The ids of each of ``pieces`` (``plan``'s), in one ``encode_batch`` (it releases the GIL: any thread)."""
+        return [e.ids for e in self._tok.encode_batch(pieces, add_special_tokens=False)] if pieces else []
+
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """``plan``, the tokenizer on this thread, ``finish``: the ids of each text."""
+        """``plan``, ``tokenize`` on this thread, ``finish``: the ids of each text."""
         planned, pieces = self.plan(texts)
-        encoded = [e.ids for e in self._tok.encode_batch(pieces, add_special_tokens=False)] if pieces else []
-        return self.finish(texts, planned, pieces, encoded)
+        return self.finish(texts, planned, pieces, self.tokenize(pieces))
 
 
 @dataclass(frozen=True)

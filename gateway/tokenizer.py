@@ -43,9 +43,9 @@ class GatewayTokenizer:
         self._tok = tokenizer
         # A second instance that tokenizes special-token text ("<fim_prefix>") as ordinary text; a copy, as the
         # flag is per instance and encode_async runs in other threads.
-        self._literal = Tokenizer.from_str(tokenizer.to_str())
-        self._literal.encode_special_tokens = True
-        self._literal_tokens = LiteralTokens(self._literal)  # encode_literal_many_async's caches
+        literal = Tokenizer.from_str(tokenizer.to_str())
+        literal.encode_special_tokens = True
+        self._literal_tokens = LiteralTokens(literal)  # encode_literal_many_async's tokenizer and caches
         self._special_ids = frozenset(
             token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special
         )
@@ -100,15 +100,13 @@ class GatewayTokenizer:
         head (up to its last line break) was seen lately is tokenized from there on (the prefix, one character
         longer each keystroke). What is left is tokenized in one ``encode_batch``: in a worker thread, or here
         when it is at most ``INLINE_CHARS`` characters (a thread hop costs more than that)."""
-        planned, pieces = self._literal_tokens.plan(texts)
-        encoded: list = []
-        if pieces:
-            if sum(map(len, pieces)) <= INLINE_CHARS:
-                batch = self._literal.encode_batch(pieces, add_special_tokens=False)
-            else:
-                batch = await asyncio.to_thread(self._literal.encode_batch, pieces, add_special_tokens=False)
-            encoded = [e.ids for e in batch]
-        return self._literal_tokens.finish(texts, planned, pieces, encoded)
+        literal = self._literal_tokens
+        planned, pieces = literal.plan(texts)
+        if sum(map(len, pieces)) <= INLINE_CHARS:
+            encoded = literal.tokenize(pieces)
+        else:
+            encoded = await asyncio.to_thread(literal.tokenize, pieces)
+        return literal.finish(texts, planned, pieces, encoded)
 
     def special_token_id(self, content: str) -> int | None:
         """The id of the added special token whose text is ``content`` (e.g. ``"<fim_prefix>"``), else None."""

@@ -282,9 +282,11 @@ class RequestTable:
         self.publish()
 
     def flush_releases(self) -> int:
-        """The loop has no Forward to send (none in flight): releases the pending ``releases`` with one Release
-        RPC, so an idle worker holds no ended request's state. Returns how many ids were sent; raises the worker
-        client's errors (the ids stay pending; the resync releases them)."""
+        """The loop has nothing to run (no cache call and no Forward to carry what waits): sends the cache
+        client's deferred operations (``flush_deferred``: the pool settles) and releases the pending ``releases``
+        with one Release RPC (an idle worker holds no ended request's state). Returns how many worker ids were
+        sent; raises the clients' errors (what was not sent stays; the resync releases it)."""
+        self.cache.flush_deferred()
         ids = list(self.releases.pending)
         if ids:
             self.worker.release(ids)

@@ -272,9 +272,9 @@ class Scheduler:
         t0 = time.perf_counter()
         batch = self.planner.extend() or self.planner.decode()
         if batch is None:  # idle: no cache call and no Forward to carry what is deferred
-            self.cache.flush_deferred()  # the pool settles before the loop idles
-            table.publish()
-            return table.flush_releases() > 0 or drained
+            flushed = table.flush_releases()
+            table.publish()  # after the cache's deferred releases: an idle scheduler's pool is settled
+            return flushed > 0 or drained
         table.publish()
         if batch.kind == "decode" and self.cfg.overlap:
             self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))

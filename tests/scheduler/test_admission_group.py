@@ -39,7 +39,10 @@ class Cache:
     def defer_cache(self, items):
         pass
 
-    deferred_ends = 0
+    deferred_ends = 0  # its defer_* send at once
+
+    def flush_deferred(self) -> None:
+        pass
 
     def release_requests(self, rids):
         self.releases.append(list(rids))

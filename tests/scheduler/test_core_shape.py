@@ -57,7 +57,8 @@ def test_the_pipeline_imports_nothing_of_the_scheduler():
 
 
 def test_only_the_request_table_releases_requests_at_the_cache_and_the_worker():
-    for call in (".release_requests(", ".cache_requests(", ".defer_cache(", ".defer_release(", "worker.release("):
+    for call in (".release_requests(", ".cache_requests(", ".defer_cache(", ".defer_release(", ".flush_deferred(",
+                 "worker.release("):
         callers = sorted(p.name for p in PKG.glob("*.py") if call in p.read_text())
         assert (call, callers) == (call, ["requests.py"])
 

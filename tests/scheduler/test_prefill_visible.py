@@ -40,7 +40,10 @@ class Recorder:
     def defer_release(self, rids):
         pass
 
-    deferred_ends = 0
+    deferred_ends = 0  # its defer_* send at once
+
+    def flush_deferred(self) -> None:
+        pass
 
     def release_requests(self, rids):
         pass

@@ -34,7 +34,10 @@ class Recorder:
         if items:
             self.cache_requests(items)
 
-    deferred_ends = 0
+    deferred_ends = 0  # its defer_* send at once
+
+    def flush_deferred(self) -> None:
+        pass
 
     def release_requests(self, rids):
         self._call("cache.release", list(rids))
