@@ -7,7 +7,6 @@ and the loop idles the worker holds no request's state (the idle flush)."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import structlog
@@ -22,6 +21,7 @@ from scheduler_svc.request import Finish, StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
 from scheduler_svc.worker_client import WorkerClient
+from tests.scheduler.test_liveness import ending, wait_until
 from tests.worker.helpers import make_engine
 from worker_svc.service import SERVICE_NAME as WORKER_SERVICE, WorkerServicer
 
@@ -48,14 +48,6 @@ class CountingServicer(WorkerServicer):
         except BaseException:  # context.abort raises: recorded, then raised on
             self.failed.append(f"{context.code()}: {context.details()}")
             raise
-
-
-def wait_until(pred, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {WAIT_S} s")
-        time.sleep(0.005)
 
 
 @pytest.fixture(params=[True, False], ids=["overlap", "sync"])
@@ -95,15 +87,6 @@ def stack(request, model_path, tokenizer):
 def first_token(req) -> None:
     item = req.out.get(timeout=WAIT_S)
     assert not isinstance(item, StreamEnd) and item.token_ids, item
-
-
-def ending(req) -> tuple[list[int], StreamEnd]:
-    out = []
-    while True:
-        item = req.out.get(timeout=WAIT_S)
-        if isinstance(item, StreamEnd):
-            return out, item
-        out.extend(item.token_ids)
 
 
 def test_ended_requests_ride_on_the_next_forward_and_an_idle_worker_holds_none(stack):
