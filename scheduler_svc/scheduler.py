@@ -55,6 +55,7 @@ import grpc
 from scheduler_svc.admission import NewTokenRatio
 from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
+from scheduler_svc.chunk_ahead import can_send_ahead
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.errors import DependencyUnavailable, PoolHeld, SessionLost, WorkerEpochChanged, WorkerStalled
 from scheduler_svc.intake import Intake
@@ -266,6 +267,11 @@ class Scheduler:
                 table.abort(running=False)  # a Forward in flight holds the running ones
                 table.publish()
                 return True
+            if self.cfg.chunk_pipeline and len(self.pipeline) == 1 and self._ahead(self.pipeline.head().batch):
+                self._chunk_ahead()
+                table.abort(running=False)
+                table.publish()
+                return True
             self._drain()
             drained = True
         table.abort()
@@ -279,6 +285,9 @@ class Scheduler:
         if batch.kind == "decode" and self.cfg.overlap:
             self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))
             self._stats.decode_sent(time.perf_counter() - t0)
+            return True
+        if self.cfg.chunk_pipeline and self._ahead(batch):  # the next round sends the extend behind it
+            self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))
             return True
         t1 = time.perf_counter()
         request = self.pipeline.prepare(self._items(batch))
@@ -347,6 +356,29 @@ class Scheduler:
             raise
         self.pipeline.pop()
         self._apply(cur.batch, reply, cur.seq, t0, t1, time.perf_counter())
+
+    def _ahead(self, inflight: Batch) -> bool:
+        return can_send_ahead(inflight, self.table.running, len(self.table.waiting), self.cfg.max_running_requests)
+
+    def _chunk_ahead(self) -> None:
+        """Chunked prefill pipelined (``chunk_ahead.py``): while extend k runs, plans and allocates the extend
+        behind it (the chunks that follow at their predicted starts, admissions in the budget left) and sends it
+        with ``after_seq = k``; then waits for k's reply and applies it. A failure of k, or of a cache call
+        meanwhile, drops what is in flight (the worker aborts what follows k; the resync requeues)."""
+        cur = self.pipeline.head()
+        try:
+            nxt = self.planner.extend_ahead(cur.batch)
+            self.table.publish()
+            if nxt is not None:
+                self.pipeline.send(nxt, self.pipeline.prepare(self._items(nxt), after_seq=cur.seq))
+                self._stats.add("chunks_ahead")
+            reply = self.recovery.reply(cur.pending)
+        except BaseException:
+            self.recovery.drop_in_flight()
+            raise
+        self.pipeline.pop()
+        now = time.perf_counter()
+        self._apply(cur.batch, reply, cur.seq, now, now, now)
 
     def _send_chained(self, batch: Batch, request) -> None:
         self.pipeline.send(batch, request)

@@ -7,6 +7,7 @@ timing (no test here measures time).
 
 - Chunk k+1 reaches the worker before chunk k's reply was applied, at the predicted position, without the
   prefix (the worker knows the request from chunk k), and never more than two Forwards are in flight.
+- The same for the extend of an arrival waiting with room behind an extend of whole prompts.
 - Chunk k fails (the worker unreachable) after chunk k+1 was allocated and sent (the worker answers it ABORTED,
   as ``worker_svc/ordering.py`` does): after the resync and the recompute nothing is held at the cache
   (available == capacity after a flush, integrity clean) and the output is complete.
@@ -192,6 +193,27 @@ def test_the_next_chunk_is_sent_while_the_previous_one_runs(loop):
     assert worker.in_flight_max == 2 and sched.stats["chunks_ahead"] == len(chunks) - 1
     settled(sched, core)
     assert worker.released == ["a"]
+
+
+def test_an_arrivals_extend_is_sent_while_the_extend_before_it_runs(loop):
+    """Prompts of one chunk each (a burst of arrivals: the H200's c64 phase, 8 whole prompts per 8,192-token
+    extend): the extend admitting b is sent behind a's before a's reply is applied; decode follows them."""
+    sched, worker, submit, core = loop
+    a, b, c = (submit(rid, list(range(base, base + CHUNK)), 2) for rid, base in (("a", 100), ("b", 200), ("c", 300)))
+    rounds = threading.Thread(target=lambda: [sched.step() for _ in range(2)], daemon=True)
+    rounds.start()
+    sent = worker.wait_sent(2)
+    assert [[it.request_id for it in r.items] for r in sent[:2]] == [["a"], ["b"]]
+    assert sent[1].after_seq == sent[0].seq and a.kv_len == 0 and sent[0].seq not in worker.answered
+    worker.hold = False
+    for seq in list(worker.replies):
+        worker.answer(seq)
+    rounds.join(WAIT_S)
+    threading.Thread(target=sched.run, daemon=True).start()
+    assert [ended(r) for r in (a, b, c)] == [([TOKEN] * 2, "length")] * 3
+    assert [[it.request_id for it in r.items] for r in worker.sent[:3]] == [["a"], ["b"], ["c"]]
+    assert worker.in_flight_max == 2
+    settled(sched, core)
 
 
 def test_a_failed_chunk_leaves_no_slot_held(loop):
