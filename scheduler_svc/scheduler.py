@@ -37,6 +37,10 @@ applies the in-flight replies, in order) and takes the synchronous path (extend,
 Requests that finish while N is applied but are in a Forward still in flight stream their end at once and
 are released after the last in-flight Forward that holds them was applied (FINISHING in the table).
 
+Chunked prefill pipelined (``chunk_pipeline``, default; ``chunk_ahead.py``): an extend whose prefill continues (or
+with requests waiting) is sent without waiting; the next round sends the extend behind it (``after_seq``), then
+applies the one in flight (``_chunk_ahead``): at most two in flight; a failure drops both, as in overlapped decode.
+
 Releases at the worker cost no round trip of their own: the table queues the ids of requests that ended
 (``worker_releases.py``) and the next ForwardRequest built (``Pipeline.prepare``, on every path above) carries
 them; the worker drops them when that Forward starts running, after its after_seq wait, so never before a
@@ -253,9 +257,10 @@ class Scheduler:
         rec.fail_all(grpc.StatusCode.UNAVAILABLE, f"scheduler stopped: {self.stopped_reason}")
 
     def step(self) -> bool:
-        """One round: intake; with a Forward in flight, chain the next one in steady decode or drain; aborts;
-        plan a batch; send it (overlapped decode) or run it and apply its reply. Returns False when there was
-        nothing to run."""
+        """One round: intake; with a Forward in flight, chain the next one in steady decode, send the extend
+        behind an extend (chunked prefill pipelined), or drain; aborts; plan a batch; send it (overlapped decode,
+        an extend with more behind it) or run it and apply its reply. Returns False when there was nothing to
+        run."""
         table = self.table
         table.take_new()
         self.recovery.renew_session()
