@@ -1,7 +1,7 @@
 """End-to-end serving benchmark: the whole stack (cache, worker, scheduler, gateway as real processes)
 driven over HTTP with streaming, side by side with transformers' static-batch ``generate``.
 
-    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,mixed,jit]
+    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,mixed,nopipe,jit]
 
 ``--gpu``: random-weight starcoderbase-1b checkpoint in bfloat16 (``worker_svc.model.default --shape``),
 CUDA worker (flashinfer, CUDA-graph decode), 1,024 prompt tokens and 256 output tokens (ignore_eos). Without
@@ -309,6 +309,8 @@ class Bench:
                 self.guard(ph, lambda: self.variant(["--no-overlap"], "nooverlap", (64,)))
             elif ph == "mixed":  # same K, decoding requests ride in extend batches (mixed chunks); then back
                 self.guard(ph, lambda: self.variant(["--mixed-chunk"], "mixed", (64, 256)))
+            elif ph == "nopipe":  # same K, each extend waits for the reply of the one before (chunk pipeline off)
+                self.guard(ph, lambda: self.variant(["--no-chunk-pipeline"], "nopipe", (64, 256)))
             elif ph == "jit":  # same K, N+1 sent when N's reply is in (the default queues it behind N); then back
                 self.guard(ph, lambda: self.variant(["--overlap-mode", "just-in-time"], "jit", (64, 256)))
             self.derive()

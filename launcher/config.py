@@ -209,6 +209,9 @@ ROUTER_TUNING = ("a weight or period of the router's cost (gateway.router; its d
 MIXED_CHUNK = ("mixed chunks stay off (they cost throughput on the H200, run 6); bench/serve_bench's mixed phase "
                "runs the scheduler with them for the A/B")
 
+CHUNK_PIPELINE = ("chunked prefill pipelined stays on (the next extend sent while one runs: bench/README.md); "
+                  "bench/serve_bench's nopipe phase runs the scheduler without it for the A/B")
+
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -221,6 +224,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",
         "--mixed-chunk": MIXED_CHUNK,
         "--no-mixed-chunk": MIXED_CHUNK,
+        "--chunk-pipeline": CHUNK_PIPELINE,
+        "--no-chunk-pipeline": CHUNK_PIPELINE,
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",

@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=False,
                    help="decoding requests ride in extend batches, one step each, so no decode stalls for a prefill "
                         "(lower ITL p99, less throughput: bench/README.md run 6)")
+    p.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
+                   help="chunked prefill pipelined: send a long prompt's next chunk while the one before it runs, "
+                        "so the worker does not idle between chunks")
     p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE,
                    help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
                         "(an arrival's extend that reaches the worker before N+1 started still goes first); "
@@ -100,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                           progress_timeout=args.progress_timeout,
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
                           decode_steps=max(args.decode_steps, 1), overlap=args.overlap,
-                          overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk)
+                          overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
+                          chunk_pipeline=args.chunk_pipeline)
     from scheduler_svc.worker_client import WorkerClient
 
     liveness = None
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
              decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
-             worker_stall_timeout=args.worker_stall_timeout)
+             chunk_pipeline=cfg.chunk_pipeline, worker_stall_timeout=args.worker_stall_timeout)
 
     serving = True
     logged_stats, next_stats = None, 0.0

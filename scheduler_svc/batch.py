@@ -14,7 +14,10 @@ class Entry:
     ``sample``: a next token is sampled (False for a non-final prefill chunk). ``steps`` > 1: a multi-step
     decode entry (n = 1 input token, ``steps`` slots; the worker writes K/V for as many tokens as it returns).
     ``from_last``: an overlapped decode entry sent before the previous Forward's reply: its input is the token
-    the worker sampled last (not known here yet) and ``start`` is the predicted position."""
+    the worker sampled last (not known here yet) and ``start`` is the predicted position. ``behind``: a prefill
+    chunk sent behind the request's previous chunk, still in flight (``scheduler_svc/chunk_ahead.py``): the
+    worker knows the request by the time it runs, so it carries no prefix though ``req.worker_knows`` is not set
+    yet, and ``start`` is where that chunk ends."""
 
     req: Req
     start: int
@@ -23,14 +26,15 @@ class Entry:
     sample: bool
     steps: int = 1
     from_last: bool = False
+    behind: bool = False
 
     def __init__(self, req: Req, *, start: int, n: int, slot_ids: tuple[int, ...], sample: bool, steps: int = 1,
-                 from_last: bool = False) -> None:
+                 from_last: bool = False, behind: bool = False) -> None:
         # keyword-only: start, n and steps are all ints, a swap must not pass silently. The dataclass __init__
         # of a frozen class sets each field through object.__setattr__ (a decode batch builds one Entry per
         # running request per Forward); fields are set once, here
         self.__dict__.update(req=req, start=start, n=n, slot_ids=slot_ids, sample=sample, steps=steps,
-                             from_last=from_last)
+                             from_last=from_last, behind=behind)
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Batch:
 
 def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
     """The worker's view of an entry. When the worker does not know the request yet (first chunk of an
-    admission), the item carries the locked prefix (slots and token ids, length ``start``). ``stop_token_ids``:
+    admission, not ``behind`` one in flight), the item carries the locked prefix (slots and token ids, length ``start``). ``stop_token_ids``:
     where the worker ends a multi-step entry early and marks the request stopped.
     Raises ValueError when the entry is inconsistent (slots vs tokens, prefix vs position)."""
     req = e.req
@@ -70,7 +74,7 @@ def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
         item.stop_token_ids.extend(stop_token_ids)
     if e.steps > 1:
         item.decode_steps = e.steps
-    if not req.worker_knows:
+    if not req.worker_knows and not e.behind:
         if len(req.prefix_slot_ids) != e.start:
             raise ValueError(f"{req.rid}: prefix of {len(req.prefix_slot_ids)} slots for position {e.start}")
         item.has_prefix = True

@@ -28,6 +28,9 @@ class SchedulerConfig:
     # a decode never stalls for a whole prefill (scheduler_svc/planner.py: Planner.extend). Off by default: on the
     # H200 it cut ITL p99 4-10x but cost 5% (c64) and 20% (c256) of throughput (bench/README.md, run 6)
     mixed_chunk: bool = False
+    # chunked prefill pipelined: the next chunk of a long prompt is allocated and sent while the one before it runs
+    # (scheduler_svc/chunk_ahead.py), so the worker does not idle between the chunks of one prompt
+    chunk_pipeline: bool = True
 
     def __post_init__(self) -> None:
         if self.overlap_mode not in OVERLAP_MODES:

@@ -6,7 +6,8 @@ chunk budget, ``max_running_requests`` and the KV budget (the cache's receipts m
 still need, charged through a per-round ``Ledger``) allow. A decode batch allocates 1 slot (or K for multi-step
 decode) per decoding request in one ``Cache.Allocate``; when the pool cannot fund it, multi-step falls back to
 one step, then the request that loses least is retracted (its written prefix cached, the request put first in
-line) until the rest fit. A continuation is the decode batch chained behind one in flight (overlap: its
+line) until the rest fit. The extend ahead is the one sent behind an extend in flight whose prefill continues
+(``extend_ahead``, ``scheduler_svc/chunk_ahead.py``). A continuation is the decode batch chained behind one in flight (overlap: its
 entries start where the in-flight ones end). Every decision is taken on the cache's receipts
 (``AllocationFailed`` carries the shortfall), never on what was asked for.
 
@@ -21,6 +22,7 @@ from typing import Sequence
 from codeserve.v1 import cache_pb2
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
 from scheduler_svc.batch import Batch, Entry, slots_by_request
+from scheduler_svc.chunk_ahead import chunks_ahead, riders_ahead
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.errors import AllocationFailed
 from scheduler_svc.multistep import multistep_eligible, steps_for
@@ -118,6 +120,58 @@ class Planner:
         extend = tuple(Entry(r, start=r.kv_len, n=n, slot_ids=slots[r.rid],
                              sample=n == r.pending_tokens and r.remaining_new_tokens > 0) for r, n in plan)
         return Batch("extend", extend + (self._riders() if self.cfg.mixed_chunk and not new_only else ()))
+
+    def extend_ahead(self, inflight: Batch) -> Batch | None:
+        """The extend to send behind ``inflight`` (chunked prefill pipelined, ``scheduler_svc/chunk_ahead.py``):
+        the prefill chunks that follow, at their predicted starts, then admissions, within the chunk budget, in
+        one Allocate; with ``cfg.mixed_chunk`` the decoding requests ride (``chunk_ahead.riders_ahead``, their own
+        Allocate). None when the pool cannot fund the chunks (new admissions requeued first): nothing running is
+        retracted here (a chunk of it is in flight); the loop waits for ``inflight`` and the synchronous path
+        plans the next round."""
+        chunks = chunks_ahead(inflight, self.table.running, self.cfg.chunk_size)
+        budget = self.cfg.chunk_size - sum(n for _, _, n, _ in chunks)
+        admitted = self._admit(budget) if budget > 0 and self.table.waiting else []
+        plan = [(r, n) for r, _, n, _ in chunks] + admitted
+        if not plan:
+            return None
+        try:
+            reply = self.cache.allocate([(r.rid, n) for r, n in plan])
+        except AllocationFailed as exc:  # new admissions go back (nothing of theirs written); the chunks alone?
+            self.log.info("ahead_allocation_failed", error=str(exc), requests=len(plan), continuing=len(chunks))
+            for req, _ in reversed(admitted):
+                self._retract(req, cache_prefix=False)
+            plan = plan[:len(chunks)]
+            try:
+                reply = self.cache.allocate([(r.rid, n) for r, n in plan]) if admitted and plan else None
+            except AllocationFailed as again:
+                self.log.info("ahead_allocation_failed", error=str(again), requests=len(plan), continuing=len(plan))
+                reply = None
+            if reply is None:
+                return None
+        slots = slots_by_request(reply, plan)
+        starts = {r.rid: (s, behind) for r, s, _, behind in chunks}
+        entries = []
+        for req, n in plan:
+            start, behind = starts.get(req.rid, (req.kv_len, False))
+            total = len(req.prompt_ids) + len(req.output_ids)
+            entries.append(Entry(req, start=start, n=n, slot_ids=slots[req.rid], behind=behind,
+                                 sample=start + n == total and req.remaining_new_tokens > 0))
+        riders = self._riders_ahead(inflight) if self.cfg.mixed_chunk else ()
+        return Batch("extend", tuple(entries) + riders)
+
+    def _riders_ahead(self, inflight: Batch) -> tuple[Entry, ...]:
+        """The decode riders of the extend behind ``inflight`` (``chunk_ahead.riders_ahead``), their slots
+        allocated now; none when the pool cannot fund them."""
+        plan = riders_ahead(inflight, self.table.running)
+        if not plan:
+            return ()
+        try:
+            reply = self.cache.allocate([(r.rid, 1) for r, _, _ in plan])
+        except AllocationFailed as exc:
+            self.log.info("mixed_decode_allocation_failed", error=str(exc), decoding=len(plan))
+            return ()
+        slots = slots_by_request(reply, [(r, 1) for r, _, _ in plan])
+        return tuple(Entry(r, start=s, n=1, slot_ids=slots[r.rid], sample=True, from_last=last) for r, s, last in plan)
 
     def _riders(self) -> tuple[Entry, ...]:
         """One-step decode entries for the decoding requests (their slots allocated now), to ride in an extend

@@ -37,6 +37,10 @@ applies the in-flight replies, in order) and takes the synchronous path (extend,
 Requests that finish while N is applied but are in a Forward still in flight stream their end at once and
 are released after the last in-flight Forward that holds them was applied (FINISHING in the table).
 
+Chunked prefill pipelined (``chunk_pipeline``, default; ``chunk_ahead.py``): an extend whose prefill continues (or
+with requests waiting) is sent without waiting; the next round sends the extend behind it (``after_seq``), then
+applies the one in flight (``_chunk_ahead``): at most two in flight; a failure drops both, as in overlapped decode.
+
 Releases at the worker cost no round trip of their own: the table queues the ids of requests that ended
 (``worker_releases.py``) and the next ForwardRequest built (``Pipeline.prepare``, on every path above) carries
 them; the worker drops them when that Forward starts running, after its after_seq wait, so never before a
@@ -55,6 +59,7 @@ import grpc
 from scheduler_svc.admission import NewTokenRatio
 from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
+from scheduler_svc.chunk_ahead import can_send_ahead
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.errors import DependencyUnavailable, PoolHeld, SessionLost, WorkerEpochChanged, WorkerStalled
 from scheduler_svc.intake import Intake
@@ -252,9 +257,10 @@ class Scheduler:
         rec.fail_all(grpc.StatusCode.UNAVAILABLE, f"scheduler stopped: {self.stopped_reason}")
 
     def step(self) -> bool:
-        """One round: intake; with a Forward in flight, chain the next one in steady decode or drain; aborts;
-        plan a batch; send it (overlapped decode) or run it and apply its reply. Returns False when there was
-        nothing to run."""
+        """One round: intake; with a Forward in flight, chain the next one in steady decode, send the extend
+        behind an extend (chunked prefill pipelined), or drain; aborts; plan a batch; send it (overlapped decode,
+        an extend with more behind it) or run it and apply its reply. Returns False when there was nothing to
+        run."""
         table = self.table
         table.take_new()
         self.recovery.renew_session()
@@ -264,6 +270,11 @@ class Scheduler:
                                                      self.cfg.max_running_requests):
                 self._chain()
                 table.abort(running=False)  # a Forward in flight holds the running ones
+                table.publish()
+                return True
+            if self.cfg.chunk_pipeline and len(self.pipeline) == 1 and self._ahead(self.pipeline.head().batch):
+                self._chunk_ahead()
+                table.abort(running=False)
                 table.publish()
                 return True
             self._drain()
@@ -279,6 +290,9 @@ class Scheduler:
         if batch.kind == "decode" and self.cfg.overlap:
             self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))
             self._stats.decode_sent(time.perf_counter() - t0)
+            return True
+        if self.cfg.chunk_pipeline and self._ahead(batch):  # the next round sends the extend behind it
+            self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))
             return True
         t1 = time.perf_counter()
         request = self.pipeline.prepare(self._items(batch))
@@ -347,6 +361,29 @@ class Scheduler:
             raise
         self.pipeline.pop()
         self._apply(cur.batch, reply, cur.seq, t0, t1, time.perf_counter())
+
+    def _ahead(self, inflight: Batch) -> bool:
+        return can_send_ahead(inflight, self.table.running, len(self.table.waiting), self.cfg.max_running_requests)
+
+    def _chunk_ahead(self) -> None:
+        """Chunked prefill pipelined (``chunk_ahead.py``): while extend k runs, plans and allocates the extend
+        behind it (the chunks that follow at their predicted starts, admissions in the budget left) and sends it
+        with ``after_seq = k``; then waits for k's reply and applies it. A failure of k, or of a cache call
+        meanwhile, drops what is in flight (the worker aborts what follows k; the resync requeues)."""
+        cur = self.pipeline.head()
+        try:
+            nxt = self.planner.extend_ahead(cur.batch)
+            self.table.publish()
+            if nxt is not None:
+                self.pipeline.send(nxt, self.pipeline.prepare(self._items(nxt), after_seq=cur.seq))
+                self._stats.add("chunks_ahead")
+            reply = self.recovery.reply(cur.pending)
+        except BaseException:
+            self.recovery.drop_in_flight()
+            raise
+        self.pipeline.pop()
+        now = time.perf_counter()
+        self._apply(cur.batch, reply, cur.seq, now, now, now)
 
     def _send_chained(self, batch: Batch, request) -> None:
         self.pipeline.send(batch, request)

@@ -7,7 +7,8 @@ waiting for its reply (with overlap: only the wait left after the loop's own wor
 ``decode_process_seconds`` applying the results; ``decode_forward_seconds`` the worker's own forward time.
 Counts: ``decode_chained`` Forwards sent before the previous reply was processed; ``decode_dropped`` results
 of requests that had finished in the previous Forward (sent ahead for them, then dropped); ``extends_ahead``
-extends of requests that arrived while a decode Forward ran, sent to run right after it;
+extends of requests that arrived while a decode Forward ran, sent to run right after it; ``chunks_ahead``
+extends sent behind an extend in flight whose prefill continues (chunked prefill pipelined, ``chunk_ahead.py``);
 ``prompts_cached_at_prefill`` running requests whose written prompt was inserted in the tree when their prefill
 completed (``RequestTable.cache_prefilled``).
 """
@@ -28,7 +29,7 @@ class Stats:
                            retractions=0, decode_batches=0, decode_steps=0, decode_wall_seconds=0.0,
                            decode_forward_seconds=0.0, decode_alloc_seconds=0.0, decode_rpc_seconds=0.0,
                            decode_process_seconds=0.0, decode_chained=0, decode_dropped=0, extends_ahead=0,
-                           prompts_cached_at_prefill=0)
+                           chunks_ahead=0, prompts_cached_at_prefill=0)
         self.last_batch_at = time.monotonic()
         self._last_alloc_s = 0.0
 

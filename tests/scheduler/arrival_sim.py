@@ -4,6 +4,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
     python -m tests.scheduler.arrival_sim [--step-ms 2.3] [--extend-us-per-token 4] [--decode-steps 8]
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
+        [--chunk-size 8192] [--chunk-pipeline | --no-chunk-pipeline] [--long N] [--json PATH]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -12,11 +13,18 @@ Forward), answering a fixed token. Defaults are the H200 prefix workload of benc
 prompts of which a share f is one of 4 common prefixes, 16 output tokens, concurrency 8, K = 8); requests
 go straight to the scheduler (no gateway, no HTTP); ``think-ms`` spreads the arrivals (closed-loop clients
 otherwise stay in lockstep). Prints TTFT p50/p99 per shared fraction.
+
+``--long N`` (chunked prefill pipelined, ``scheduler_svc/chunk_ahead.py``): N prompts of ``prompt-len`` tokens
+(several chunks of ``chunk-size``), 1 output token, first one at a time (TTFT, prefill tokens/s = prompt tokens /
+TTFT), then ``concurrency`` clients at once (prefill tokens/s = all prompt tokens / wall); each phase also
+reports the simulated worker's busy share (time inside its runs / wall: the rest is the worker idle between
+Forwards). ``--json PATH`` writes the settings and the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import threading
@@ -53,6 +61,7 @@ class SimWorker:
         self.epoch = ""
         self._engine = threading.Lock()
         self.order = ForwardOrder()
+        self.busy_s = 0.0  # seconds inside runs (the simulated GPU busy), cumulative
 
     def info(self) -> worker_pb2.WorkerInfo:
         return worker_pb2.WorkerInfo(worker_id="sim", epoch="e1", model_name="sim", n_positions=4096, vocab_size=1000,
@@ -69,6 +78,7 @@ class SimWorker:
             t0 = time.perf_counter()
             time.sleep(3e-4 + tokens * self.token_s if extend else steps * self.step_s)
             reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0)
+            self.busy_s += reply.forward_seconds
         self.order.done(request.seq)
         return reply
 
@@ -113,6 +123,12 @@ def main() -> None:
     ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE)
     ap.add_argument("--rtt-ms", type=float, default=0.0, help="worker-side cost of an asynchronous Forward outside "
                     "its run, half before and half after (transfer, parsing, reply)")
+    ap.add_argument("--chunk-size", type=int, default=8192)
+    ap.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
+                    help="send a prompt's next chunk (or the next admissions) while the extend before it runs")
+    ap.add_argument("--long", type=int, default=0, help="long-prompt mode: this many prompts of prompt-len tokens, "
+                    "one at a time, then concurrency at once (TTFT, prefill tokens/s, worker busy share)")
+    ap.add_argument("--json", default="", help="write the settings and figures to this file")
     a = ap.parse_args()
     tok = load_tokenizer(str(ensure_default_model()))
     core = CacheCore(lease_seconds=30.0)
@@ -121,7 +137,8 @@ def main() -> None:
     worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=400_000, rtt_s=a.rtt_ms / 1e3)
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
                       SchedulerConfig(decode_steps=a.decode_steps, overlap=a.overlap, overlap_mode=a.overlap_mode,
-                                      chunk_size=8192, max_running_requests=256), structlog.get_logger())
+                                      chunk_size=a.chunk_size, max_running_requests=256,
+                                      chunk_pipeline=a.chunk_pipeline), structlog.get_logger())
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
     threading.Thread(target=sched.run, daemon=True).start()
@@ -141,7 +158,7 @@ def main() -> None:
                 first = time.perf_counter() - t0
         return first
 
-    def drive(prompts: list[list[int]], conc: int) -> list[float]:
+    def drive(prompts: list[list[int]], conc: int, new: int = a.new) -> list[float]:
         out: list[float] = []
         todo = list(prompts)
         lock = threading.Lock()
@@ -154,7 +171,7 @@ def main() -> None:
                     p = todo.pop(0)
                     pause = rng.uniform(0, a.think_ms / 1e3)
                 time.sleep(pause)
-                ttft = one(p)
+                ttft = one(p, new)
                 with lock:
                     out.append(ttft)
 
@@ -166,7 +183,12 @@ def main() -> None:
         return out
 
     print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
-          f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency}")
+          f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency} chunk={a.chunk_size} "
+          f"chunk_pipeline={a.chunk_pipeline}")
+    figures: dict = {}
+    if a.long:
+        figures = long_prompts(a, one, drive, rng, worker, sched)
+        a.fractions = ""
     if a.background:
         bg = [threading.Thread(target=one, args=([rng.randrange(100, 1000) for _ in range(64)], 3000), daemon=True)
               for _ in range(a.background)]
@@ -198,6 +220,34 @@ def main() -> None:
               f"  extends_ahead {sched.stats['extends_ahead'] if 'extends_ahead' in sched.stats else '-'}")
     sched.stop("done")
     server.server.stop(0)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"settings": vars(a), "figures": figures}, f, indent=1)
+
+
+def long_prompts(a, one, drive, rng, worker: SimWorker, sched) -> dict:
+    """The ``--long`` figures: one at a time, then ``a.concurrency`` clients at once (see the module doc)."""
+    prompt = lambda: [rng.randrange(100, 1000) for _ in range(a.prompt_len)]  # noqa: E731
+    one(prompt(), 1)  # warm-up (gRPC channel, first Allocate)
+    busy0, t0, ahead0 = worker.busy_s, time.perf_counter(), sched.stats["chunks_ahead"]
+    ttft = [one(prompt(), 1) * 1e3 for _ in range(a.long)]
+    wall = time.perf_counter() - t0
+    solo = dict(ttft_ms_p50=statistics.median(ttft), ttft_ms_max=max(ttft), ttft_ms=ttft,
+                prefill_tokens_per_s=a.prompt_len * len(ttft) / (sum(ttft) / 1e3),
+                worker_busy_share=(worker.busy_s - busy0) / wall, chunks_ahead=sched.stats["chunks_ahead"] - ahead0)
+    busy0, t0, ahead0 = worker.busy_s, time.perf_counter(), sched.stats["chunks_ahead"]
+    ttft = sorted(x * 1e3 for x in drive([prompt() for _ in range(a.long)], a.concurrency, 1))
+    wall = time.perf_counter() - t0
+    burst = dict(ttft_ms_p50=statistics.median(ttft), ttft_ms_max=max(ttft), wall_s=wall,
+                 prefill_tokens_per_s=a.prompt_len * len(ttft) / wall,
+                 worker_busy_share=(worker.busy_s - busy0) / wall, chunks_ahead=sched.stats["chunks_ahead"] - ahead0)
+    chunks = -(-a.prompt_len // a.chunk_size)
+    bound = a.prompt_len * a.extend_us_per_token / 1e3 + chunks * 0.3
+    print(f"long prompts ({a.prompt_len} tokens, {chunks} chunks; simulated compute {bound:.1f} ms each), one at a "
+          f"time: TTFT p50 {solo['ttft_ms_p50']:.1f} ms, prefill {solo['prefill_tokens_per_s']:,.0f} tokens/s, worker "
+          f"busy {solo['worker_busy_share']:.1%}; {a.concurrency} at once: TTFT p50 {burst['ttft_ms_p50']:.1f} ms, "
+          f"prefill {burst['prefill_tokens_per_s']:,.0f} tokens/s, worker busy {burst['worker_busy_share']:.1%}")
+    return {"one_at_a_time": solo, "concurrent": burst, "simulated_compute_ms_per_prompt": bound}
 
 
 if __name__ == "__main__":

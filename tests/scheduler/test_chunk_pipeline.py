@@ -1,0 +1,281 @@
+"""Chunked prefill pipelined (issue 15, technique 4): chunk k+1 of a long prompt is allocated and sent while
+chunk k runs (``after_seq`` = chunk k), so the worker never idles between the chunks of one prompt.
+
+The scheduler runs in this process against the real cache service (in-process gRPC server) and a worker that
+records each Forward and holds its reply until the test lets it go: "while chunk k runs" is a state, not a
+timing (no test here measures time).
+
+- Chunk k+1 reaches the worker before chunk k's reply was applied, at the predicted position, without the
+  prefix (the worker knows the request from chunk k), and never more than two Forwards are in flight.
+- The same for the extend of an arrival waiting with room behind an extend of whole prompts.
+- Chunk k fails (the worker unreachable) after chunk k+1 was allocated and sent (the worker answers it ABORTED,
+  as ``worker_svc/ordering.py`` does): after the resync and the recompute nothing is held at the cache
+  (available == capacity after a flush, integrity clean) and the output is complete.
+- An abort while chunks are in flight: no chunk is sent after the abort is seen, the request ends "abort",
+  and the cache and the worker hold nothing of it.
+- With ``mixed_chunk`` a decoding request rides in the pipelined chunk as an ``input_from_last_sample`` entry at
+  its predicted position (its token of chunk k is not known when chunk k+1 is sent).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+import structlog
+
+from cache_svc.core import CacheCore
+from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
+from codeserve.v1 import cache_pb2_grpc, scheduler_pb2, worker_pb2
+from common import grpc_server
+from scheduler_svc.cache_client import CacheClient
+from scheduler_svc.output import OutputStream
+from scheduler_svc.request import StreamEnd
+from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+from scheduler_svc.validate import build_request
+from tests.scheduler.fake_worker import LaterReply, RpcFailure, forward_response
+
+TOKEN = 77
+WAIT_S = 30.0  # upper bound for a condition that holds at once in a correct scheduler (not a measured time)
+CHUNK = 16
+CAPACITY = 4096
+
+
+class ChunkWorker:
+    """Stands in for WorkerClient: records every ForwardRequest, answers TOKEN for each sampled position, and
+    (``hold``) keeps each reply until ``answer(seq)``. ``fail(seq)`` answers Forward ``seq`` UNAVAILABLE and
+    every Forward sent after it with ``after_seq`` on it ABORTED (the real worker's ordering). ``in_flight_max``:
+    the most Forwards sent and not yet answered at once."""
+
+    def __init__(self) -> None:
+        self.epoch = ""
+        self.hold = True
+        self.sent: list[worker_pb2.ForwardRequest] = []
+        self.replies: dict[int, LaterReply] = {}
+        self.answered: set[int] = set()
+        self.failed: set[int] = set()
+        self.released: list[str] = []
+        self.in_flight_max = 0
+        self.changed = threading.Condition()
+
+    def info(self) -> worker_pb2.WorkerInfo:
+        return worker_pb2.WorkerInfo(worker_id="w0", epoch="e1", model_name="chunks", n_positions=2048,
+                                     vocab_size=1000, eos_token_id=0, capacity_tokens=CAPACITY, page_size=1,
+                                     pool_slots=CAPACITY + 1)
+
+    def prepare(self, items, seq: int, after_seq: int = 0, before_seq: int = 0) -> worker_pb2.ForwardRequest:
+        return worker_pb2.ForwardRequest(expected_epoch=self.epoch, items=items, seq=seq, after_seq=after_seq,
+                                         before_seq=before_seq)
+
+    def send(self, request: worker_pb2.ForwardRequest) -> LaterReply:
+        reply = LaterReply()
+        with self.changed:
+            self.sent.append(request)
+            self.replies[request.seq] = reply
+            self.in_flight_max = max(self.in_flight_max, len(self.replies) - len(self.answered))
+            self.changed.notify_all()
+            hold = self.hold
+        if request.after_seq in self.failed:
+            self._fail(request.seq, grpc.StatusCode.ABORTED, f"runs after seq {request.after_seq}, which failed")
+        elif not hold:
+            self.answer(request.seq)
+        return reply
+
+    def answer(self, seq: int) -> None:
+        request = next(r for r in self.sent if r.seq == seq)
+        with self.changed:
+            self.answered.add(seq)
+            self.released.extend(request.release_request_ids)
+        self.replies[seq].answer(forward_response(request.items, TOKEN))
+
+    def fail(self, seq: int) -> None:
+        self._fail(seq, grpc.StatusCode.UNAVAILABLE, "worker went away")
+        for r in list(self.sent):  # sent after it, behind it: aborted at the worker
+            if r.after_seq == seq:
+                self._fail(r.seq, grpc.StatusCode.ABORTED, f"runs after seq {seq}, which failed")
+
+    def _fail(self, seq: int, code: grpc.StatusCode, details: str) -> None:
+        with self.changed:
+            self.answered.add(seq)
+            self.failed.add(seq)
+        self.replies[seq].future.set_exception(RpcFailure(code, details))
+
+    def release(self, request_ids) -> int:
+        with self.changed:
+            self.released.extend(request_ids)
+        return len(request_ids)
+
+    def wait_sent(self, n: int) -> list[worker_pb2.ForwardRequest]:
+        with self.changed:
+            if not self.changed.wait_for(lambda: len(self.sent) >= n, WAIT_S):
+                raise AssertionError(f"the scheduler sent {len(self.sent)} Forwards, expected at least {n}")
+            return list(self.sent)
+
+
+@pytest.fixture
+def loop(tokenizer, request):
+    mixed = getattr(request, "param", False)
+    core = CacheCore(lease_seconds=30.0)
+    running = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
+                                [CACHE_SERVICE], "127.0.0.1:0")
+    cache = CacheClient(f"127.0.0.1:{running.port}", "default")
+    worker = ChunkWorker()
+    sched = Scheduler(cache, worker, SchedulerConfig(chunk_size=CHUNK, decode_steps=1, mixed_chunk=mixed),
+                      structlog.get_logger())
+    sched.connect()
+
+    def submit(rid: str, prompt: list[int], max_new: int):
+        req = build_request(scheduler_pb2.GenerateRequest(request_id=rid, input_ids=scheduler_pb2.TokenIds(ids=prompt),
+                                                          max_new_tokens=max_new, ignore_eos=True),
+                            tokenizer, sched.info, sched.capacity)
+        req.stream = OutputStream(req, tokenizer, sched.info.eos_token_id)
+        sched.submit(req)
+        return req
+
+    yield sched, worker, submit, core
+    sched.stop("test over")
+    cache.close()
+    running.server.stop(0)
+
+
+def ended(req) -> tuple[list[int], str]:
+    """(token ids streamed, finish reason) once the request's stream ended successfully."""
+    out, reason = [], ""
+    while not isinstance(item := req.out.get(timeout=WAIT_S), StreamEnd):
+        out.extend(item.token_ids)
+        reason = item.finish_reason or reason
+    assert item.code is None, item.message
+    return out, reason
+
+
+def settled(sched: Scheduler, core: CacheCore) -> None:
+    """The loop holds nothing and, after a flush of the tree, every slot of the pool is available again."""
+    deadline = time.monotonic() + WAIT_S
+    while (sched.running or sched.waiting or sched.table.held()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not sched.running and not sched.waiting and sched.table.held() == 0
+    core.flush("test-flush", "default")
+    status = core.pool_status("default")[0]
+    assert core.check_integrity("default") == []
+    assert status.counters.available == status.counters.capacity, f"leaked slots: {status.counters}"
+
+
+def extends_of(sent, rid: str) -> list[tuple[int, int, int, bool]]:
+    """(seq, after_seq, position_start, has_prefix) of each item of ``rid`` that brings prompt tokens."""
+    return [(r.seq, r.after_seq, it.position_start, it.has_prefix) for r in sent for it in r.items
+            if it.request_id == rid and len(it.input_ids) > 1]
+
+
+def test_the_next_chunk_is_sent_while_the_previous_one_runs(loop):
+    sched, worker, submit, core = loop
+    prompt = list(range(100, 200))  # 100 tokens: 6 chunks of 16, then 4
+    a = submit("a", prompt, 3)
+    rounds = threading.Thread(target=lambda: [sched.step() for _ in range(2)], daemon=True)
+    rounds.start()  # round 1 sends chunk 1; round 2 sends chunk 2 and waits for chunk 1
+    sent = worker.wait_sent(2)
+    (s1, after1, pos1, prefix1), (s2, after2, pos2, prefix2) = extends_of(sent, "a")
+    assert (after1, pos1, prefix1) == (0, 0, True)
+    assert (after2, pos2, prefix2) == (s1, CHUNK, False), "chunk 2 runs after chunk 1, where chunk 1 ends"
+    assert list(sent[1].items[0].input_ids) == prompt[CHUNK:2 * CHUNK]
+    assert a.kv_len == 0 and s1 not in worker.answered, "chunk 2 was sent before chunk 1's reply was applied"
+    worker.hold = False
+    for seq in list(worker.replies):
+        worker.answer(seq)
+    rounds.join(WAIT_S)
+    threading.Thread(target=sched.run, daemon=True).start()
+    assert ended(a) == ([TOKEN] * 3, "length")
+    sent = list(worker.sent)
+    chunks = extends_of(sent, "a")
+    assert [pos for _, _, pos, _ in chunks] == list(range(0, 100, CHUNK))
+    assert all(after == prev for (prev, _, _, _), (_, after, _, _) in zip(chunks, chunks[1:]))
+    assert worker.in_flight_max == 2 and sched.stats["chunks_ahead"] == len(chunks) - 1
+    settled(sched, core)
+    assert worker.released == ["a"]
+
+
+def test_an_arrivals_extend_is_sent_while_the_extend_before_it_runs(loop):
+    """Prompts of one chunk each (a burst of arrivals: the H200's c64 phase, 8 whole prompts per 8,192-token
+    extend): the extend admitting b is sent behind a's before a's reply is applied; decode follows them."""
+    sched, worker, submit, core = loop
+    a, b, c = (submit(rid, list(range(base, base + CHUNK)), 2) for rid, base in (("a", 100), ("b", 200), ("c", 300)))
+    rounds = threading.Thread(target=lambda: [sched.step() for _ in range(2)], daemon=True)
+    rounds.start()
+    sent = worker.wait_sent(2)
+    assert [[it.request_id for it in r.items] for r in sent[:2]] == [["a"], ["b"]]
+    assert sent[1].after_seq == sent[0].seq and a.kv_len == 0 and sent[0].seq not in worker.answered
+    worker.hold = False
+    for seq in list(worker.replies):
+        worker.answer(seq)
+    rounds.join(WAIT_S)
+    threading.Thread(target=sched.run, daemon=True).start()
+    assert [ended(r) for r in (a, b, c)] == [([TOKEN] * 2, "length")] * 3
+    assert [[it.request_id for it in r.items] for r in worker.sent[:3]] == [["a"], ["b"], ["c"]]
+    assert worker.in_flight_max == 2
+    settled(sched, core)
+
+
+def test_a_failed_chunk_leaves_no_slot_held(loop):
+    sched, worker, submit, core = loop
+    a = submit("a", list(range(100, 200)), 3)
+    threading.Thread(target=sched.run, daemon=True).start()
+    worker.wait_sent(2)  # chunk 2 sent behind chunk 1
+    worker.answer(worker.sent[0].seq)
+    sent = worker.wait_sent(3)  # chunk 3 allocated and sent behind chunk 2, which is still running
+    assert [pos for _, _, pos, _ in extends_of(sent, "a")] == [0, CHUNK, 2 * CHUNK]
+    with worker.changed:
+        worker.hold = False
+    worker.fail(sent[1].seq)  # chunk 2 fails; chunk 3 (after it) is aborted at the worker
+    assert ended(a) == ([TOKEN] * 3, "length")  # recomputed from its first token after the resync
+    settled(sched, core)
+    assert a.retractions == 1 and "a" in worker.released
+
+
+def test_an_abort_mid_pipeline_releases_everything(loop):
+    sched, worker, submit, core = loop
+    a = submit("a", list(range(100, 200)), 3)
+    threading.Thread(target=sched.run, daemon=True).start()
+    worker.wait_sent(2)
+    worker.answer(worker.sent[0].seq)
+    worker.wait_sent(3)  # chunks 2 and 3 in flight
+    assert sched.abort("a")
+    with worker.changed:
+        worker.hold = False
+        pending = [s for s in worker.replies if s not in worker.answered]
+    for seq in pending:
+        worker.answer(seq)
+    assert ended(a)[1] == "abort"
+    settled(sched, core)
+    assert len(extends_of(worker.sent, "a")) <= 4  # at most the one planned while the abort came in
+    assert worker.released == ["a"]
+
+
+@pytest.mark.parametrize("loop", [True], indirect=True)
+def test_a_decoding_request_rides_in_a_pipelined_chunk_from_its_last_sample(loop):
+    sched, worker, submit, core = loop
+    worker.hold = False
+    d = submit("d", list(range(300, 305)), 20)
+    assert sched.step() and not sched.pipeline  # d's extend, alone (5 tokens: its first token sampled)
+    assert d.kv_len == 5 and len(d.output_ids) == 1
+    worker.hold = True
+    a = submit("a", list(range(100, 200)), 3)
+    before = len(worker.sent)
+    rounds = threading.Thread(target=lambda: [sched.step() for _ in range(2)], daemon=True)
+    rounds.start()  # chunk 1 of a with d riding; then chunk 2 with d from its last sample
+    sent = worker.wait_sent(before + 2)
+    first, second = sent[-2], sent[-1]
+    riders = [it for it in first.items if it.request_id == "d"]
+    assert len(riders) == 1 and not riders[0].input_from_last_sample
+    ahead = [it for it in second.items if it.request_id == "d"]
+    assert second.after_seq == first.seq
+    assert len(ahead) == 1 and ahead[0].input_from_last_sample and ahead[0].sample
+    assert ahead[0].position_start == riders[0].position_start + 1 and not ahead[0].input_ids
+    worker.hold = False
+    for seq in [s for s in worker.replies if s not in worker.answered]:
+        worker.answer(seq)
+    rounds.join(WAIT_S)
+    threading.Thread(target=sched.run, daemon=True).start()
+    assert ended(a) == ([TOKEN] * 3, "length")
+    assert ended(d) == ([TOKEN] * 20, "length")
+    settled(sched, core)
