@@ -172,7 +172,10 @@ class CacheCore:
     # ---- request operations --------------------------------------------------------------------
     def match(self, op_id: str, session_id: str, pool_id: str, items: Sequence[MatchItem]) -> MatchOutcome:
         """Matches and (lock=true) locks and registers requests. Request ids are unique in a session:
-        registering a live id again is FailedPrecondition; lock=true with an empty id is InvalidArgument."""
+        registering a live id again is FailedPrecondition; lock=true with an empty id is InvalidArgument, as is
+        allocate_up_to without lock or below 0. Then, for items with ``allocate_up_to`` (admission in one round
+        trip), ``Pool.allocate_free``: their first chunk's slots, paid from free pages only, with a receipt of
+        their own (``allocation``: before = the match receipt's after)."""
         def run() -> MatchOutcome:
             session, pool = self._session_pool(session_id, pool_id)
             ids = [i.request_id for i in items if i.lock]
@@ -183,14 +186,30 @@ class CacheCore:
             for rid in ids:
                 if rid in session.requests:
                     raise FailedPrecondition(f"request {rid!r} is already registered in this session")
+            for i in items:
+                if i.allocate_up_to < 0 or (i.allocate_up_to and not i.lock):
+                    raise InvalidArgument(f"request {i.request_id!r}: allocate_up_to must be >= 0 and needs lock, "
+                                          f"got {i.allocate_up_to} (lock={i.lock})")
             before = pool.counters()
             results = pool.match(session_id, items)
             for rid in ids:
                 session.requests[rid] = pool_id
                 self.dropped.pop((session_id, rid), None)
+            locked = pool.counters()
             receipt = Receipt(pool_id, op_id, "match", sum(len(i.token_ids) for i in items),
-                              sum(r.cached_tokens for r in results), before, pool.counters())
-            return MatchOutcome(receipt, tuple(results))
+                              sum(r.cached_tokens for r in results), before, locked)
+            wanted = [(i, r) for i, r in zip(items, results) if i.allocate_up_to > 0]
+            if not wanted:
+                return MatchOutcome(receipt, tuple(results))
+            asked = delivered = 0
+            by_id = {}
+            for item, result in wanted:
+                n = max(0, min(item.compute_tokens - result.cached_tokens, item.allocate_up_to))
+                slots = pool.allocate_free(session_id, item.request_id, n)
+                asked, delivered = asked + n, delivered + len(slots)
+                by_id[item.request_id] = dataclasses.replace(result, allocated_slot_ids=slots)
+            allocation = Receipt(pool_id, op_id, "allocate", asked, delivered, locked, pool.counters())
+            return MatchOutcome(receipt, tuple(by_id.get(r.request_id, r) for r in results), allocation)
 
         return self._recorded(op_id, ("match", session_id, pool_id, tuple(items)), run)
 

@@ -25,6 +25,8 @@ class MatchItem:
     token_ids: tuple[int, ...]
     lock: bool
     max_match_tokens: int = 0
+    allocate_up_to: int = 0  # lock only: allocate min(compute_tokens - cached, this) slots when free (0: none)
+    compute_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class MatchResult:
     request_id: str
     cached_tokens: int
     slot_ids: tuple[int, ...]
+    allocated_slot_ids: tuple[int, ...] = ()  # MatchItem.allocate_up_to: the new slots (empty: none allocated)
 
 
 class AllocResult(NamedTuple):
@@ -104,6 +107,7 @@ class SessionOutcome:
 class MatchOutcome:
     receipt: Receipt
     results: tuple[MatchResult, ...]
+    allocation: Receipt | None = None  # items with allocate_up_to; before = the match receipt's after
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,19 @@ class Pool:
             results.append(AllocResult(req.request_id, slots))
         return results, relief
 
+    def allocate_free(self, session_id: str, request_id: str, n: int) -> tuple[int, ...]:
+        """``n`` new positions for one registered request when the free pages pay them (no eviction: the caller
+        may still decide not to admit it); their slot ids, or () when ``n`` is 0 or the free pages are short."""
+        if n <= 0:
+            return ()
+        req = self.request(session_id, request_id)
+        need = n if self.page_size == 1 else self.pages_needed(req, n)
+        if need > self.allocator.free_pages:
+            return ()
+        results, relief = self.allocate(session_id, [(request_id, n)])
+        assert relief is None, "free pages paid it: no relief"
+        return results[0].slot_ids
+
     def _relieve(self, need_pages: int) -> tuple[EvictionReceipt, int]:
         """Relief ladder: evict what is short and check what became allocatable. Returns (receipt, tokens
         eviction made allocatable)."""

@@ -102,12 +102,15 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
 
     @_rpc
     def Match(self, request, context):
-        items = [MatchItem(i.request_id, i.namespace, tuple(i.token_ids), i.lock, i.max_match_tokens)
-                 for i in request.items]
+        items = [MatchItem(i.request_id, i.namespace, tuple(i.token_ids), i.lock, i.max_match_tokens,
+                           i.allocate_up_to, i.compute_tokens) for i in request.items]
         out = self.core.match(request.op_id, request.session_id, request.pool_id, items)
-        return cache_pb2.MatchResponse(receipt=receipt_pb(out.receipt), results=[
-            cache_pb2.MatchResult(request_id=r.request_id, cached_tokens=r.cached_tokens, slot_ids=r.slot_ids)
-            for r in out.results])
+        return cache_pb2.MatchResponse(
+            receipt=receipt_pb(out.receipt),
+            allocation=receipt_pb(out.allocation) if out.allocation is not None else None,
+            results=[cache_pb2.MatchResult(request_id=r.request_id, cached_tokens=r.cached_tokens,
+                                           slot_ids=r.slot_ids, allocated_slot_ids=r.allocated_slot_ids)
+                     for r in out.results])
 
     @_rpc
     def Allocate(self, request, context):

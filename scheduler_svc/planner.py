@@ -79,6 +79,7 @@ class Planner:
     def __init__(self, table: RequestTable, cache, cfg: SchedulerConfig, ratio: NewTokenRatio, stats: Stats,
                  log) -> None:
         self.table, self.cache, self.cfg, self.ratio, self.stats, self.log = table, cache, cfg, ratio, stats, log
+        self._preallocated: dict[str, tuple[int, ...]] = {}  # admitted this round, slots from their Match
 
     # ---- extend --------------------------------------------------------------------------------------------
     def extend(self, new_only: bool = False) -> Batch | None:
@@ -100,7 +101,7 @@ class Planner:
         if not plan:
             return None
         try:
-            reply = self.cache.allocate([(r.rid, n) for r, n in plan])
+            slots = self._allocate(plan)
         except AllocationFailed as exc:
             # New admissions go back first (released: nothing of theirs was written); continuing chunks retry.
             self.log.warning("extend_allocation_failed", error=str(exc), requests=len(plan), continuing=len(continuing))
@@ -108,15 +109,14 @@ class Planner:
                 self._retract(req, cache_prefix=False)
             plan = continuing
             try:
-                reply = self.cache.allocate([(r.rid, n) for r, n in plan]) if plan else None
+                slots = self._allocate(plan) if plan else None
             except AllocationFailed as again:
                 self.log.warning("extend_allocation_failed", error=str(again), requests=len(plan), continuing=len(plan))
                 for req, _ in reversed(plan):
                     self._retract(req, cache_prefix=True)
-                reply = None
-            if reply is None:
+                slots = None
+            if slots is None:
                 return None
-        slots = slots_by_request(reply, plan)
         extend = tuple(Entry(r, start=r.kv_len, n=n, slot_ids=slots[r.rid],
                              sample=n == r.pending_tokens and r.remaining_new_tokens > 0) for r, n in plan)
         return Batch("extend", extend + (self._riders() if self.cfg.mixed_chunk and not new_only else ()))
@@ -135,20 +135,19 @@ class Planner:
         if not plan:
             return None
         try:
-            reply = self.cache.allocate([(r.rid, n) for r, n in plan])
+            slots = self._allocate(plan)
         except AllocationFailed as exc:  # new admissions go back (nothing of theirs written); the chunks alone?
             self.log.info("ahead_allocation_failed", error=str(exc), requests=len(plan), continuing=len(chunks))
             for req, _ in reversed(admitted):
                 self._retract(req, cache_prefix=False)
             plan = plan[:len(chunks)]
             try:
-                reply = self.cache.allocate([(r.rid, n) for r, n in plan]) if admitted and plan else None
+                slots = self._allocate(plan) if admitted and plan else None
             except AllocationFailed as again:
                 self.log.info("ahead_allocation_failed", error=str(again), requests=len(plan), continuing=len(plan))
-                reply = None
-            if reply is None:
+                slots = None
+            if slots is None:
                 return None
-        slots = slots_by_request(reply, plan)
         starts = {r.rid: (s, behind) for r, s, _, behind in chunks}
         entries = []
         for req, n in plan:
@@ -158,6 +157,17 @@ class Planner:
                                  sample=start + n == total and req.remaining_new_tokens > 0))
         riders = self._riders_ahead(inflight) if self.cfg.mixed_chunk else ()
         return Batch("extend", tuple(entries) + riders)
+
+    def _allocate(self, plan: list[tuple[Req, int]]) -> dict[str, tuple[int, ...]]:
+        """Slots per request id for ``plan`` (request, tokens): an admission whose slots its Match allocated
+        (``_lock_prefixes``) takes those, the rest come from one Allocate (none when nothing is left). Raises
+        AllocationFailed (the preallocated stay with their requests: a retract releases them) or RuntimeError for
+        a receipt that delivered other counts."""
+        pre = {r.rid: self._preallocated.pop(r.rid) for r, _ in plan if r.rid in self._preallocated}
+        rest = [(r, n) for r, n in plan if r.rid not in pre]
+        slots = slots_by_request(self.cache.allocate([(r.rid, n) for r, n in rest]), rest) if rest else {}
+        self.stats.add("admissions_allocated_by_match", len(pre))
+        return {**slots, **pre}
 
     def _riders_ahead(self, inflight: Batch) -> tuple[Entry, ...]:
         """The decode riders of the extend behind ``inflight`` (``chunk_ahead.riders_ahead``), their slots
@@ -195,8 +205,14 @@ class Planner:
         counters after that lock. When one does not fit while later candidates of its group are locked, their
         locks (which keep their prefixes from being evictable) are let go first and it is judged again on the
         release's counters, so a group never keeps its own head out. Candidates left locked when the round
-        stops (budget, room, a deferral) are unlocked in one ReleaseRequests."""
+        stops (budget, room, a deferral) are unlocked in one ReleaseRequests.
+
+        A group of one (one arrival waits, the common case at keystroke rate) is admitted in one round trip: its
+        Match also allocates its first chunk from free pages (``MatchItem.allocate_up_to`` = the budget; the
+        decision is still made on the counters after the lock, before that allocation); a deferred or refused
+        request's release frees them, an admitted one's are used by ``_allocate``."""
         table, cfg = self.table, self.cfg
+        self._preallocated = {}
         ledger = Ledger(reserved_for_running(table.running, self.ratio.value))
         pool_idle = not table.running
         out: list[tuple[Req, int]] = []
@@ -208,7 +224,7 @@ class Planner:
             req = queue[at]
             if req.rid not in locked:
                 room = cfg.max_running_requests - len(table.running)
-                locked, counters = self._lock_prefixes(queue[at:at + min(ADMIT_GROUP, room)])
+                locked, counters, allocated = self._lock_prefixes(queue[at:at + min(ADMIT_GROUP, room)], budget)
             cached, slot_ids = locked.pop(req.rid)
             extend = len(req.all_ids) - cached
             decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
@@ -230,6 +246,11 @@ class Planner:
             count_admission(self.stats, req, cached)  # prefix-cache counters: the first admission only
             table.admit(req, cached, slot_ids)
             n = min(extend, budget)
+            if allocated.get(req.rid):
+                if len(allocated[req.rid]) != n:
+                    raise RuntimeError(f"Match receipt allocated {len(allocated[req.rid])} slots to {req.rid}, "
+                                       f"its first chunk is {n} tokens")
+                self._preallocated[req.rid] = allocated[req.rid]
             budget -= n
             out.append((req, n))
             self.log.info("admitted", rid=req.rid, tokens=len(req.all_ids), cached=cached, chunk=n,
@@ -238,14 +259,18 @@ class Planner:
             table.unlock(queue[at:at + len(locked)])
         return out
 
-    def _lock_prefixes(self, reqs: list[Req]) -> tuple[dict[str, tuple[int, list[int]]], cache_pb2.Counters]:
+    def _lock_prefixes(self, reqs: list[Req], budget: int) -> tuple[dict[str, tuple[int, list[int]]],
+                                                                   cache_pb2.Counters, dict[str, tuple[int, ...]]]:
         """One Match with lock for ``reqs``, which also registers them at the cache (a full hit still recomputes
-        >= 1 token: max_match_tokens = len - 1). Returns ({rid: (cached tokens, their slots)}, the counters
-        after the locks). Requests collecting prompt logprobs, and 1-token prompts, match nothing (empty key).
-        Raises RuntimeError for a receipt without counters or a result that contradicts its item."""
+        >= 1 token: max_match_tokens = len - 1); a lone request's Match also allocates its first chunk (up to
+        ``budget`` tokens) from free pages. Returns ({rid: (cached tokens, their slots)}, the counters after the
+        locks, {rid: slots allocated}). Requests collecting prompt logprobs, and 1-token prompts, match nothing
+        (empty key). Raises RuntimeError for a receipt without counters or a result that contradicts its item."""
         keys = [[] if r.wants_prompt_logprobs or len(r.all_ids) < 2 else r.all_ids for r in reqs]
+        up_to = budget if len(reqs) == 1 else 0
         reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace, token_ids=key,
-                                                      lock=True, max_match_tokens=max(len(key) - 1, 0))
+                                                      lock=True, max_match_tokens=max(len(key) - 1, 0),
+                                                      allocate_up_to=up_to, compute_tokens=len(r.all_ids))
                                   for r, key in zip(reqs, keys)])
         if not reply.receipt.HasField("after"):
             raise RuntimeError(f"Match receipt without counters for {[r.rid for r in reqs]}: no budget is not a "
@@ -258,7 +283,8 @@ class Planner:
                 raise RuntimeError(f"Match receipt for {r.rid}: {res and res.cached_tokens} cached tokens, "
                                    f"{res and len(res.slot_ids)} slots, key of {len(key)} tokens")
             locked[r.rid] = (res.cached_tokens, list(res.slot_ids))
-        return locked, reply.receipt.after
+        allocated = {r.request_id: tuple(r.allocated_slot_ids) for r in reply.results if r.allocated_slot_ids}
+        return locked, reply.receipt.after, allocated
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
         reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace,

@@ -29,7 +29,7 @@ class Stats:
                            retractions=0, decode_batches=0, decode_steps=0, decode_wall_seconds=0.0,
                            decode_forward_seconds=0.0, decode_alloc_seconds=0.0, decode_rpc_seconds=0.0,
                            decode_process_seconds=0.0, decode_chained=0, decode_dropped=0, extends_ahead=0,
-                           chunks_ahead=0, prompts_cached_at_prefill=0)
+                           chunks_ahead=0, prompts_cached_at_prefill=0, admissions_allocated_by_match=0)
         self.last_batch_at = time.monotonic()
         self._last_alloc_s = 0.0
 

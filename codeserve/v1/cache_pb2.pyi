@@ -147,18 +147,22 @@ class Receipt(_message.Message):
     def __init__(self, pool_id: _Optional[str] = ..., op_id: _Optional[str] = ..., operation: _Optional[str] = ..., asked_tokens: _Optional[int] = ..., delivered_tokens: _Optional[int] = ..., before: _Optional[_Union[Counters, _Mapping]] = ..., after: _Optional[_Union[Counters, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class MatchItem(_message.Message):
-    __slots__ = ("request_id", "namespace", "token_ids", "lock", "max_match_tokens")
+    __slots__ = ("request_id", "namespace", "token_ids", "lock", "max_match_tokens", "allocate_up_to", "compute_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOCK_FIELD_NUMBER: _ClassVar[int]
     MAX_MATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATE_UP_TO_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     namespace: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     lock: bool
     max_match_tokens: int
-    def __init__(self, request_id: _Optional[str] = ..., namespace: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., lock: _Optional[bool] = ..., max_match_tokens: _Optional[int] = ...) -> None: ...
+    allocate_up_to: int
+    compute_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., namespace: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., lock: _Optional[bool] = ..., max_match_tokens: _Optional[int] = ..., allocate_up_to: _Optional[int] = ..., compute_tokens: _Optional[int] = ...) -> None: ...
 
 class MatchRequest(_message.Message):
     __slots__ = ("op_id", "session_id", "pool_id", "items")
@@ -173,22 +177,26 @@ class MatchRequest(_message.Message):
     def __init__(self, op_id: _Optional[str] = ..., session_id: _Optional[str] = ..., pool_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[MatchItem, _Mapping]]] = ...) -> None: ...
 
 class MatchResult(_message.Message):
-    __slots__ = ("request_id", "cached_tokens", "slot_ids")
+    __slots__ = ("request_id", "cached_tokens", "slot_ids", "allocated_slot_ids")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SLOT_IDS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_SLOT_IDS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     cached_tokens: int
     slot_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., cached_tokens: _Optional[int] = ..., slot_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    allocated_slot_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., cached_tokens: _Optional[int] = ..., slot_ids: _Optional[_Iterable[int]] = ..., allocated_slot_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MatchResponse(_message.Message):
-    __slots__ = ("receipt", "results")
+    __slots__ = ("receipt", "results", "allocation")
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
     receipt: Receipt
     results: _containers.RepeatedCompositeFieldContainer[MatchResult]
-    def __init__(self, receipt: _Optional[_Union[Receipt, _Mapping]] = ..., results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ...) -> None: ...
+    allocation: Receipt
+    def __init__(self, receipt: _Optional[_Union[Receipt, _Mapping]] = ..., results: _Optional[_Iterable[_Union[MatchResult, _Mapping]]] = ..., allocation: _Optional[_Union[Receipt, _Mapping]] = ...) -> None: ...
 
 class AllocItem(_message.Message):
     __slots__ = ("request_id", "num_tokens")

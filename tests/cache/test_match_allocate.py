@@ -1,0 +1,70 @@
+"""Admission in one round trip: a locking Match item with ``allocate_up_to`` also allocates its first chunk's slots
+from free pages, with a receipt of its own; a release frees them (real server, generated stubs)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from codeserve.v1 import cache_pb2
+from tests.cache.conftest import op, register
+from tests.cache.test_service import P, allocate, cache, code_of, counters, match, release, session
+
+
+def match_alloc(stub, sid, rid, tokens, up_to, compute=None, lock=True):
+    return stub.Match(cache_pb2.MatchRequest(op_id=op(), session_id=sid, pool_id=P, items=[cache_pb2.MatchItem(
+        request_id=rid, token_ids=tokens, lock=lock, max_match_tokens=max(len(tokens) - 1, 0),
+        allocate_up_to=up_to, compute_tokens=len(tokens) if compute is None else compute)]))
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_a_match_allocates_the_rest_of_the_prompt_up_to_the_cap(stub, page_size) -> None:
+    register(stub, capacity=64, page_size=page_size)
+    sid = session(stub)
+    match(stub, sid, "w", list(range(1, 9)))
+    allocate(stub, sid, [("w", 8)])
+    cache(stub, sid, "w", list(range(1, 9)))  # 8 tokens cached
+    got = match_alloc(stub, sid, "a", list(range(1, 14)), up_to=100)  # 13 tokens, 8 cached
+    res = got.results[0]
+    assert res.cached_tokens == 8 and len(res.allocated_slot_ids) == 5
+    assert not set(res.allocated_slot_ids) & set(res.slot_ids)
+    assert got.allocation.operation == "allocate"
+    assert (got.allocation.asked_tokens, got.allocation.delivered_tokens) == (5, 5)
+    assert got.allocation.before == got.receipt.after  # the match's receipt is the locks alone
+    assert got.allocation.after.owned - got.receipt.after.owned == -(-5 // page_size) * page_size
+    capped = match_alloc(stub, sid, "b", list(range(1, 14)), up_to=3)
+    assert len(capped.results[0].allocated_slot_ids) == 3
+    before = counters(stub)
+    release(stub, sid, ["a", "b"])
+    assert counters(stub).available > before.available and counters(stub).owned == 0
+
+
+def test_an_allocation_the_free_pages_cannot_pay_is_not_made_and_evicts_nothing(stub) -> None:
+    register(stub, capacity=16)
+    sid = session(stub)
+    match(stub, sid, "w", list(range(1, 11)))
+    allocate(stub, sid, [("w", 10)])
+    cache(stub, sid, "w", list(range(1, 11)))  # 10 cached (evictable), 6 free
+    got = match_alloc(stub, sid, "a", list(range(100, 108)), up_to=8)  # 8 new tokens > 6 free
+    assert got.results[0].allocated_slot_ids == []
+    assert (got.allocation.asked_tokens, got.allocation.delivered_tokens) == (8, 0)
+    assert got.allocation.after == got.allocation.before and got.allocation.after.evictable == 10
+    # the caller's Allocate may still evict for it
+    allocate(stub, sid, [("a", 8)])
+
+
+def test_without_allocate_up_to_there_is_no_allocation_receipt(stub) -> None:
+    register(stub, capacity=16)
+    sid = session(stub)
+    got = match(stub, sid, "a", [1, 2, 3])
+    assert not got.HasField("allocation") and got.results[0].allocated_slot_ids == []
+
+
+def test_allocate_up_to_needs_a_lock_and_a_count_of_zero_or_more(stub) -> None:
+    register(stub, capacity=16)
+    sid = session(stub)
+    code, details = code_of(lambda: match_alloc(stub, sid, "a", [1, 2, 3], up_to=2, lock=False))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "allocate_up_to" in details
+    code, details = code_of(lambda: match_alloc(stub, sid, "b", [1, 2, 3], up_to=-1))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "allocate_up_to" in details
+    assert counters(stub).owned == 0 and counters(stub).protected == 0  # nothing registered or locked
