@@ -56,8 +56,6 @@ import time
 
 import grpc
 
-from common import hop_trace
-
 from scheduler_svc.admission import NewTokenRatio
 from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
@@ -312,9 +310,6 @@ class Scheduler:
         table and releases what finished; a decode round's timing (``t0`` round start, ``t1`` .. ``t2`` waiting for
         the reply) is recorded."""
         self.table.releases.answered(seq)
-        if batch.kind == "extend" and hop_trace.enabled():
-            for e in batch.entries:
-                hop_trace.mark(e.req.rid, "extend_reply")
         finished = results.apply(batch, reply, self.table, self._stats)
         self.table.finish(finished, self.pipeline.request_ids)
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
