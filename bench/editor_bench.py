@@ -18,6 +18,10 @@ request: the host cost that queues requests behind each other at 20 typists.
     python -m bench.editor_bench --gpu --model-path DIR --out OUT            # on a GPU
     python -m bench.editor_bench --gpu --model-path DIR --context-files 4 --out OUT  # ~1,500-token prompts
 
+``--hop-trace DIR`` traces every request's hops through the stack it starts (``common/hop_trace.py``: the
+client's send and first text, the gateway, the scheduler, the worker) and adds the time between consecutive
+hops (``bench/hop_report.py``) of the answered requests to the JSON (``hops``): where a keystroke's TTFT goes.
+
 ``--context-files K`` puts K other HumanEval problems (prompt + canonical solution) above each file's prefix,
 as the rest of a source file an editor sends with the cursor's function: HumanEval files alone are ~300
 tokens (median, the embedded tokenizer), four more make the ~1,500-token prompts of issue 13's H200 target.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import pathlib
 import random
 import re
@@ -36,7 +41,8 @@ import time
 
 import httpx
 
-from bench import proc_cpu
+from bench import hop_report, proc_cpu
+from common import hop_trace
 from bench.humaneval_fim import FimCut, cuts, problems
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -52,7 +58,7 @@ def pct(values: list[float], q: float) -> float | None:
 
 async def completion(client: httpx.AsyncClient, body: dict, rec: dict) -> None:
     """One streamed FIM completion; fills ``rec`` (status, ttft, usage) as it goes."""
-    sent = time.monotonic()
+    sent, sent_ns = time.monotonic(), time.monotonic_ns()
     async with client.stream("POST", "/v1/completions", json=body) as reply:
         rec["status"] = reply.status_code
         if reply.status_code != 200:
@@ -62,11 +68,14 @@ async def completion(client: httpx.AsyncClient, body: dict, rec: dict) -> None:
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            if hop_trace.enabled():  # the scheduler's request id of choice 0 (the gateway's, as it sent it)
+                hop_trace.mark(f"{chunk['id']}-0", "client_sent", sent_ns)
             if chunk.get("usage"):
                 rec["prompt_tokens"] = chunk["usage"]["prompt_tokens"]
                 rec["cached_tokens"] = chunk["usage"]["prompt_tokens_details"]["cached_tokens"]
             if any(c["text"] for c in chunk["choices"]) and "ttft" not in rec:
                 rec["ttft"] = time.monotonic() - sent
+                hop_trace.mark(f"{chunk['id']}-0", "client_text")
     rec["done"] = True
 
 
@@ -204,9 +213,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--context-files", type=int, default=0,
                     help="other HumanEval files put above each prefix (longer prompts; see the module doc)")
+    ap.add_argument("--hop-trace", default=None, help="trace each request's hops into this directory (module doc)")
     args = ap.parse_args(argv)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.hop_trace:
+        if args.url:
+            ap.error("--hop-trace needs the stack started here (without --url)")
+        os.environ[hop_trace.ENV] = args.hop_trace  # the services it starts inherit it
+        hop_trace.configure("client", args.hop_trace)
     stack = None if args.url else start_stack(args, out)
     url = args.url or stack.url
     try:
@@ -222,6 +237,8 @@ def main(argv: list[str] | None = None) -> None:
             result["context_files"] = args.context_files
             result["extend_graph_max_tokens"] = args.extend_graph_max_tokens
             result["decode_steps"] = args.decode_steps
+            if args.hop_trace:  # cumulative over the modes run so far
+                result["hops"] = hop_report.segments(hop_report.load(args.hop_trace), "client_text")
             (out / f"editor_{mode}.json").write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result), flush=True)
     finally:

@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     from gateway.tokenizer import GatewayTokenizer
 
     log = configure("gateway", args.log_level)
+    from common import hop_trace
+    if (trace := hop_trace.configure("gateway")) is not None:  # CODESERVE_HOP_TRACE=DIR
+        log.info("hop_trace", path=trace)
     model_dir = args.model_path.resolve()
     settings = GatewaySettings(
         model_name=args.model_name or model_dir.name,

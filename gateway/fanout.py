@@ -10,11 +10,13 @@ from typing import AsyncIterator
 from fastapi import Request
 
 from codeserve.v1 import scheduler_pb2
+from common import hop_trace
 from gateway.context import GatewayContext
 from gateway.disconnect import GuardedStreamingResponse, error_event, sse, until_disconnect
 from gateway.errors import ApiError
 from gateway.generation import GenerationResult, GenerationStream, abort_siblings, gather_all
 from gateway.metrics import GatewayMetrics
+from gateway.middleware import HTTP_IN
 
 
 async def _start(ctx: GatewayContext, request: scheduler_pb2.GenerateRequest) -> GenerationStream:
@@ -50,6 +52,9 @@ async def open_streams(
     streams: list[GenerationStream] = []
     try:
         for r in requests:  # a refusal part-way (scheduler known down) cancels those already started
+            if HTTP_IN in http_request.scope:
+                hop_trace.mark(r.request_id, "http_in", http_request.scope[HTTP_IN])
+            hop_trace.mark(r.request_id, "call")
             streams.append(await _start(ctx, r))
         firsts = await until_disconnect(http_request, gather_all((s.next() for s in streams),
                                                                   lambda: abort_siblings(streams)))
@@ -71,6 +76,9 @@ def stream_response(metrics: GatewayMetrics, streams: list[GenerationStream],
     async def events() -> AsyncIterator[str]:
         try:
             async for payload in payloads:
+                if hop_trace.enabled():
+                    for stream in streams:
+                        hop_trace.mark(stream.request_id, "first_chunk")
                 yield sse(payload)
         except Exception as exc:  # reported to the client as an error event, then the stream ends
             body = error_event(exc)

@@ -18,6 +18,7 @@ import structlog
 
 from codeserve.v1 import common_pb2, scheduler_pb2
 from common.counted import counted_by_scheduler
+from common import hop_trace
 from gateway.errors import ApiError
 from gateway.scheduler_client import SchedulerClient
 from gateway.stream_hooks import StreamHooks
@@ -256,6 +257,7 @@ class GenerationStream:
                            "internal_error")
         if self._first:
             self._first = False
+            hop_trace.mark(self.request_id, "first_message")
             self._prompt_tokens, self._cached_tokens = msg.prompt_tokens, msg.cached_tokens
             if self._hooks is not None:
                 self._hooks.first_message(msg)

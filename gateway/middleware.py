@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import hmac
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import ApiError
+from common import hop_trace
 
 # Paths that never need the API key: probes and metrics scraping.
 OPEN_PATHS = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
+
+
+HTTP_IN = "codeserve.http_in_ns"  # scope key: when the body was read (hop tracing, common/hop_trace.py)
 
 
 class LimitsAndAuth:
@@ -57,6 +62,8 @@ class LimitsAndAuth:
             chunks.append(chunk)
             more = message.get("more_body", False)
         replayed = False
+        if hop_trace.enabled():  # the request's id is known at its route: marked there (gateway/fanout.py)
+            scope[HTTP_IN] = time.monotonic_ns()
 
         async def replay_receive() -> Message:
             nonlocal replayed

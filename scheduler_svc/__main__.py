@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
 
     log = logs.configure("scheduler")
+    from common import hop_trace
+    if (trace := hop_trace.configure("scheduler")) is not None:  # CODESERVE_HOP_TRACE=DIR
+        log.info("hop_trace", path=trace)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: every thread's stack to stderr
     tokenizer = load_tokenizer(args.model_path)
     cfg = SchedulerConfig(pool_id=args.pool_id, max_running_requests=args.max_running_requests,

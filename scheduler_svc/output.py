@@ -5,6 +5,7 @@ from __future__ import annotations
 from tokenizers import Tokenizer
 
 from codeserve.v1 import common_pb2, scheduler_pb2
+from common import hop_trace
 from scheduler_svc.detokenizer import IncrementalDetokenizer
 from scheduler_svc.held_tokens import HeldTokens
 from scheduler_svc.request import Finish, Req, State, StreamEnd, stop_ids
@@ -44,6 +45,8 @@ class OutputStream:
         FINISHED (it has a finish reason) and its last message waits for ``close``. ``defer``: the message is merged with the
         following ones until ``flush`` (multi-step decode: one message per request per Forward)."""
         req, p = self.req, self.req.params
+        if not req.output_ids:
+            hop_trace.mark(req.rid, "first_token")
         req.output_ids.append(token_id)
         if p.return_logprob:
             req.output_logprobs.append(logprob)

@@ -20,6 +20,7 @@ import time
 from typing import Sequence
 
 from codeserve.v1 import cache_pb2
+from common import hop_trace
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
 from scheduler_svc.batch import Batch, Entry, slots_by_request
 from scheduler_svc.chunk_ahead import chunks_ahead, riders_ahead
@@ -245,6 +246,7 @@ class Planner:
             ledger.charge(decision)
             count_admission(self.stats, req, cached)  # prefix-cache counters: the first admission only
             table.admit(req, cached, slot_ids)
+            hop_trace.mark(req.rid, "admitted")
             n = min(extend, budget)
             if allocated.get(req.rid):
                 if len(allocated[req.rid]) != n:

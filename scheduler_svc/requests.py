@@ -38,6 +38,8 @@ from typing import Callable
 
 import grpc
 
+from common import hop_trace
+
 from codeserve.v1 import cache_pb2
 from scheduler_svc.intake import Intake
 from scheduler_svc.request import Finish, Req, State
@@ -109,6 +111,9 @@ class RequestTable:
         taken = self.intake.take()
         if taken:
             self.waiting.extend(taken)
+            if hop_trace.enabled():
+                for req in taken:
+                    hop_trace.mark(req.rid, "taken")
             self.publish()
         return len(taken)
 

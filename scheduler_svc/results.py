@@ -17,6 +17,7 @@ pending gets its ``kv_len`` and prompt logprobs, and nothing else (the table end
 
 from __future__ import annotations
 
+from common import hop_trace
 from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
@@ -35,6 +36,8 @@ def apply(batch, reply, table: RequestTable, stats: Stats) -> list[Req]:
     generated = dropped = 0
     for e in batch.entries:
         req, res = e.req, results[e.req.rid]
+        if batch.kind == "extend":
+            hop_trace.mark(req.rid, "extend_reply")
         if req.state == State.FINISHED:  # finishing: it ended in the previous Forward
             dropped += 1
             continue

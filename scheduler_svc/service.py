@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
 from common.counted import COUNTED_MARK
+from common import hop_trace
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost, WorkerStalled
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import SIBLING_FAILED, Finish, StreamEnd
@@ -62,6 +63,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         context.abort(code, message)
 
     def _generate(self, request, context, call):
+        hop_trace.mark(request.request_id, "generate")
         info = self.sched.info
         if self.draining.is_set():
             self._abort(context, call, grpc.StatusCode.UNAVAILABLE, "scheduler is shutting down")
@@ -96,6 +98,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     self._abort(context, call, item.code, item.message)
                 return
             call.on_message(item)
+            hop_trace.mark(req.rid, "first_yield")
             yield item
 
     def _check_queued_tokens(self, req, context, call) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import grpc
 
 from codeserve.v1 import worker_pb2, worker_pb2_grpc
+from common import hop_trace
 from common.poller_keeper import PollerKeeper
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, WorkerEpochChanged
 from scheduler_svc.rpc import OUTAGE_CODES, RETRY_CODES, call, dependency_channel
@@ -83,6 +84,10 @@ class WorkerClient:
 
     def send(self, request: worker_pb2.ForwardRequest) -> PendingForward:
         """Sends a prepared ForwardRequest without waiting."""
+        if hop_trace.enabled():  # an admission's first chunk (common/hop_trace.py)
+            for item in request.items:
+                if item.has_prefix:
+                    hop_trace.mark(item.request_id, "extend_sent")
         return PendingForward(self._stub.Forward.future(request, timeout=self.timeout), self.target)
 
     def release(self, request_ids: list[str]) -> int:

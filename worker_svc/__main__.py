@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     from worker_svc.service import SERVICE_NAME, add_to_server
 
     log = logs.configure("worker")
+    from common import hop_trace
+    if (trace := hop_trace.configure("worker")) is not None:  # CODESERVE_HOP_TRACE=DIR
+        log.info("hop_trace", path=trace)
     opts = WorkerOptions(model_path=args.model_path, device=args.device, dtype=args.dtype, kv_tokens=args.kv_tokens,
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from codeserve.v1 import common_pb2, worker_pb2, worker_pb2_grpc
+from common import hop_trace
 from worker_svc.engine import Engine
 from worker_svc.sampler import SamplingParams
 from worker_svc.types import ForwardItem, ForwardOutput, WorkerError
@@ -108,6 +109,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         return worker_pb2.WorkerInfo(**self.engine.info().__dict__)
 
     def Forward(self, request, context):
+        firsts = [m.request_id for m in request.items if m.has_prefix] if hop_trace.enabled() else ()
+        for rid in firsts:  # an admission's first chunk (hop tracing: common/hop_trace.py)
+            hop_trace.mark(rid, "forward_in")
         try:
             res = self.engine.forward([item_from_proto(m) for m in request.items], request.expected_epoch,
                                       seq=request.seq, after_seq=request.after_seq,
@@ -121,6 +125,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             if self.log is not None:
                 self.log.exception("forward_failed", error=repr(e))
             context.abort(grpc.StatusCode.INTERNAL, f"forward failed: {type(e).__name__}: {e}")
+        for rid in firsts:
+            hop_trace.mark(rid, "forward_out")
         return response_to_proto(res.outputs, res.forward_seconds)
 
     def Release(self, request, context):

@@ -1,0 +1,67 @@
+"""Per-request hop timestamps for a latency breakdown across the services (opt-in, off by default).
+
+With ``CODESERVE_HOP_TRACE=DIR`` in a service's environment, ``configure(service)`` opens
+``DIR/<service>.<pid>.tsv`` and every ``mark(request_id, hop)`` appends ``request_id \\t hop \\t t`` to it, ``t``
+being ``time.monotonic_ns()`` (CLOCK_MONOTONIC on Linux: one clock for every process of a machine, so marks of
+different services compare). The request id is the gateway's (``GenerateRequest.request_id``: ``cmpl-...-0``),
+so one request's marks join across the gateway, the scheduler and the worker. ``bench/hop_report.py`` turns a
+directory of them into the time between consecutive hops (p50, mean); ``bench/editor_bench.py --hop-trace DIR``
+runs the editor workload with it. Without the variable ``mark`` returns at once (one attribute test).
+
+Hops marked (the first time each happens for a request, in the order a request meets them):
+gateway ``http_in`` (the middleware read the body), ``call`` (the Generate call is started),
+``first_message`` (its first message arrived), ``first_chunk`` (the first event is handed to the HTTP server);
+scheduler ``generate`` (the servicer took the call), ``taken`` (the loop took it), ``admitted`` (its Match
+answered and it was admitted), ``extend_sent`` (its first extend Forward was sent), ``extend_reply`` (that
+Forward's reply is being applied), ``first_token`` (its first token is on its stream), ``first_yield`` (the
+servicer hands the first message to gRPC); worker ``forward_in`` / ``forward_out`` (the Forward carrying its
+first chunk arrived at the servicer / its reply is returned).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TextIO
+
+ENV = "CODESERVE_HOP_TRACE"
+
+_out: TextIO | None = None
+_seen: set[tuple[str, str]] = set()  # (request id, hop) marked already: the first time counts
+_lock = threading.Lock()  # marks come from several threads of a service
+
+
+def configure(service: str, directory: str | None = None) -> str | None:
+    """Starts tracing this process as ``service`` into ``directory`` (default: the ``CODESERVE_HOP_TRACE``
+    variable; neither: tracing stays off). Returns the file's path, or None when off. Raises OSError when the
+    directory cannot be written."""
+    global _out
+    directory = directory if directory is not None else os.environ.get(ENV) or None
+    if directory is None:
+        return None
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{service}.{os.getpid()}.tsv")
+    _out = open(path, "a", buffering=1, encoding="utf-8")  # a line per write: marks survive a killed process
+    return path
+
+
+def enabled() -> bool:
+    """True when this process traces."""
+    return _out is not None
+
+
+def mark(request_id: str, hop: str, t_ns: int | None = None) -> None:
+    """Records that ``request_id`` reached ``hop`` now (or at ``t_ns``, a ``time.monotonic_ns()`` taken
+    earlier); a hop already marked for that request is not marked again. No-op when tracing is off."""
+    if _out is None:
+        return
+    t = time.monotonic_ns() if t_ns is None else t_ns
+    key = (request_id, hop)
+    with _lock:
+        if key in _seen:
+            return
+        if len(_seen) > 1_000_000:  # a long run: forget the keys written so far (a request's later hops are new)
+            _seen.clear()
+        _seen.add(key)
+        _out.write(f"{request_id}\t{hop}\t{t}\n")

@@ -1,0 +1,60 @@
+"""Hop tracing (common/hop_trace.py, bench/hop_report.py): off by default, first marks only, and through a real
+stack a streamed completion's hops in the order a request meets them."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from bench import hop_report
+from common import hop_trace
+from tests.stack import Backend
+
+HOPS = ["http_in", "call", "generate", "taken", "admitted", "extend_sent", "forward_in", "forward_out",
+        "extend_reply", "first_token", "first_yield", "first_message", "first_chunk"]
+
+
+@pytest.fixture
+def fresh_trace(monkeypatch):
+    monkeypatch.setattr(hop_trace, "_out", None)
+    monkeypatch.setattr(hop_trace, "_seen", set())
+    yield
+    if hop_trace._out is not None:
+        hop_trace._out.close()
+
+
+def test_off_without_the_variable_and_first_marks_only_when_on(tmp_path, monkeypatch, fresh_trace) -> None:
+    monkeypatch.delenv(hop_trace.ENV, raising=False)
+    assert hop_trace.configure("svc") is None and not hop_trace.enabled()
+    hop_trace.mark("r", "a")  # a no-op
+    path = hop_trace.configure("svc", str(tmp_path))
+    hop_trace.mark("r", "a", 100)
+    hop_trace.mark("r", "a", 50)  # marked already: ignored
+    hop_trace.mark("r", "b", 350)
+    hop_trace.mark("s", "a", 1_000)
+    hop_trace._out.flush()
+    assert open(path).read().splitlines() == ["r\ta\t100", "r\tb\t350", "s\ta\t1000"]
+    table = hop_report.segments(hop_report.load(str(tmp_path)), "b")  # s never reached b: left out
+    assert table == {"a -> b": {"n": 1, "p50_ms": 250e-6, "mean_ms": 250e-6},
+                     "total": {"n": 1, "p50_ms": 250e-6, "mean_ms": 250e-6}}
+
+
+def test_a_streamed_completion_meets_every_hop_in_order(tmp_path, monkeypatch) -> None:
+    trace = tmp_path / "hops"
+    monkeypatch.setenv(hop_trace.ENV, str(trace))  # the services inherit it
+    be = Backend.start(tmp_path / "logs")
+    try:
+        be.stack.start_one("gateway")
+        with httpx.Client(base_url=be.stack.url, timeout=60) as http:
+            with http.stream("POST", "/v1/completions", json={"prompt": "def add(a, b):", "max_tokens": 3,
+                                                               "stream": True}) as reply:
+                assert reply.status_code == 200
+                first = next(json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {"))
+    finally:
+        be.stop()
+    marks = hop_report.load(str(trace))[f"{first['id']}-0"]
+    assert sorted(marks, key=marks.get) == HOPS, marks
+    table = hop_report.segments({"r": marks}, "first_chunk")
+    assert list(table) == [f"{a} -> {b}" for a, b in zip(HOPS, HOPS[1:])] + ["total"]
