@@ -1,8 +1,8 @@
 #!/bin/bash
-# H200 run 8, call 1 (prepared in session 4, which had no device time): everything since run 7 measured at once.
-# GPU tests (no worker code changed since run 7's call 3, but the scheduler and gateway did); serve_bench hf,c1,c64
-# (c64 not measured since the piecewise extend graphs); the editor workload at 1 and 20 typists, PSM and SPM,
-# with each service's CPU ms per request (cpu_ms_per_request) and the scheduler's own TTFT share.
+# H200 run 8, call 1 (prepared in sessions 4 and 5, which had no device time): GPU tests first (worker_svc/engine.py
+# changed in session 4: releases carried by a Forward); the editor workload at 1 and 20 typists, PSM and SPM, with
+# each service's CPU ms per request and the hop-by-hop table of a keystroke's TTFT (--hop-trace, "hops" in the
+# JSON). serve_bench (c64 with and without the chunk pipeline) is call2.sh.
 # Carry [".whl", ".jit"]; run: pip install ... && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MAX_JOBS=16;
 #   bash bench/results/h200-run8/call1.sh > $OUT/log.txt 2>&1
 set -x
@@ -17,14 +17,10 @@ python3 -m worker_svc.model.default --shape tiny_starcoder_py --dtype bfloat16 -
 wait; echo "warm after $(( $(date +%s) - T0 )) s"
 timeout 200 python3 -m pytest -o addopts="" -q -x tests/worker/test_gpu.py tests/worker/test_gpu_fused.py 2>&1 | grep -v "Warning\|warnings.warn" | tail -25 > $OUT/tests.txt
 echo "tests after $(( $(date +%s) - T0 )) s"
-E() { timeout 130 python3 -m bench.editor_bench --gpu --model-path /tmp/mtiny --context-files 4 --modes psm,spm --duration 20 --typists $1 --out /tmp/ed$1 > $OUT/editor$1.txt 2>&1
+E() { timeout 130 python3 -m bench.editor_bench --gpu --model-path /tmp/mtiny --context-files 4 --modes psm,spm --duration 20 --typists $1 --hop-trace /tmp/hops$1 --out /tmp/ed$1 > $OUT/editor$1.txt 2>&1
       pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; mkdir -p /tmp/r/ed$1; cp /tmp/ed$1/editor_*.json /tmp/r/ed$1/
       tail -c 30000 /tmp/ed$1/logs/scheduler.log > /tmp/r/ed$1/scheduler.log; }
 E 1
 E 20
 echo "editor after $(( $(date +%s) - T0 )) s"
-timeout 240 python3 -m bench.serve_bench --gpu --shape starcoderbase-1b --model-dir /tmp/codeserve-bench-model --phases hf,c1,c64 --hf-baselines static_compiled --out /tmp/sb > $OUT/serve.txt 2>&1
-pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"
-cp /tmp/sb/serve_bench*.json /tmp/sb/serve_bench*table* /tmp/r/ 2>/dev/null
-echo "serve after $(( $(date +%s) - T0 )) s"
 tar czf $OUT/json.tgz -C /tmp/r .
