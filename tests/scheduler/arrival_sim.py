@@ -4,6 +4,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
     python -m tests.scheduler.arrival_sim [--step-ms 2.3] [--extend-us-per-token 4] [--decode-steps 8]
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
+        [--background N --rate R --seconds S] [--json PATH]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -12,11 +13,18 @@ Forward), answering a fixed token. Defaults are the H200 prefix workload of benc
 prompts of which a share f is one of 4 common prefixes, 16 output tokens, concurrency 8, K = 8); requests
 go straight to the scheduler (no gateway, no HTTP); ``think-ms`` spreads the arrivals (closed-loop clients
 otherwise stay in lockstep). Prints TTFT p50/p99 per shared fraction.
+
+Probe mode (``--background N``): N long requests decode; steady decode tokens/s is measured over 2 s with no
+arrivals, then probes (``prompt-len`` tokens, 1 output token) arrive one at a time (``--probes``, 5-50 ms
+apart, closed loop) or, with ``--rate R``, open loop: a Poisson stream of R probes a second for ``--seconds``
+(each in its own thread, whatever the others' state: the editor's keystrokes do not wait for answers), with
+the background's decode tokens/s measured over the same time. ``--json PATH`` writes the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import threading
@@ -55,7 +63,7 @@ class SimWorker:
         self.order = ForwardOrder()
 
     def info(self) -> worker_pb2.WorkerInfo:
-        return worker_pb2.WorkerInfo(worker_id="sim", epoch="e1", model_name="sim", n_positions=4096, vocab_size=1000,
+        return worker_pb2.WorkerInfo(worker_id="sim", epoch="e1", model_name="sim", n_positions=1 << 16, vocab_size=1000,
                                      eos_token_id=0, capacity_tokens=self.capacity, page_size=1,
                                      pool_slots=self.capacity + 1)
 
@@ -109,6 +117,10 @@ def main() -> None:
     ap.add_argument("--background", type=int, default=0, help="probe mode: this many long requests keep decode "
                     "steady while single probes (prompt-len tokens, 1 output token) arrive one at a time")
     ap.add_argument("--probes", type=int, default=40)
+    ap.add_argument("--rate", type=float, default=0.0, help="probe mode: open-loop Poisson arrivals, probes a second "
+                    "(0: closed loop, --probes one at a time)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="how long the open-loop arrivals (--rate) last")
+    ap.add_argument("--json", default="", help="write the figures (and the settings) to this file")
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE)
     ap.add_argument("--rtt-ms", type=float, default=0.0, help="worker-side cost of an asynchronous Forward outside "
@@ -118,7 +130,7 @@ def main() -> None:
     core = CacheCore(lease_seconds=30.0)
     server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
                                [CACHE_SERVICE], "127.0.0.1:0")
-    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=400_000, rtt_s=a.rtt_ms / 1e3)
+    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=1_000_000, rtt_s=a.rtt_ms / 1e3)
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
                       SchedulerConfig(decode_steps=a.decode_steps, overlap=a.overlap, overlap_mode=a.overlap_mode,
                                       chunk_size=8192, max_running_requests=256), structlog.get_logger())
@@ -168,7 +180,8 @@ def main() -> None:
     print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
           f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency}")
     if a.background:
-        bg = [threading.Thread(target=one, args=([rng.randrange(100, 1000) for _ in range(64)], 3000), daemon=True)
+        bg_new = max(3000, int((3.0 + a.seconds) / (a.step_ms / 1e3)))  # decoding until the arrivals end
+        bg = [threading.Thread(target=one, args=([rng.randrange(100, 1000) for _ in range(64)], bg_new), daemon=True)
               for _ in range(a.background)]
         for t in bg:
             t.start()
@@ -178,13 +191,25 @@ def main() -> None:
         rate = (sched.stats["generation_tokens"] - g0) / (time.perf_counter() - t0)
         print(f"steady decode of {a.background}: {rate:.0f} tokens/s (simulated bound "
               f"{a.background / (a.step_ms / 1e3):.0f})")
-        ttft = []
-        for _ in range(a.probes):
-            time.sleep(rng.uniform(0.005, 0.05))
-            ttft.append(one([rng.randrange(100, 1000) for _ in range(a.prompt_len)], 1) * 1e3)
+        out = dict(vars(a), steady_decode_tokens_per_s=rate, bound_tokens_per_s=a.background / (a.step_ms / 1e3))
+        if a.rate > 0:
+            ttft, busy = open_loop(one, a.rate, a.seconds, a.prompt_len, rng, sched)
+            out["decode_tokens_per_s_during_arrivals"] = busy
+            print(f"decode of {a.background} during {a.rate:g} arrivals/s: {busy:.0f} tokens/s")
+        else:
+            ttft = []
+            for _ in range(a.probes):
+                time.sleep(rng.uniform(0.005, 0.05))
+                ttft.append(one([rng.randrange(100, 1000) for _ in range(a.prompt_len)], 1) * 1e3)
         ttft.sort()
-        print(f"probes behind {a.background} decoding: TTFT p50 {statistics.median(ttft):6.1f} ms  "
-              f"p90 {ttft[int(0.9 * (len(ttft) - 1))]:6.1f} ms  extends_ahead {sched.stats.get('extends_ahead', '-')}")
+        p50, p90, p99 = (ttft[int(q * (len(ttft) - 1))] for q in (0.5, 0.9, 0.99))
+        print(f"{len(ttft)} probes behind {a.background} decoding: TTFT p50 {statistics.median(ttft):6.1f} ms  "
+              f"p90 {p90:6.1f} ms  p99 {p99:6.1f} ms  extends_ahead {sched.stats.get('extends_ahead', '-')}")
+        out.update(probes_answered=len(ttft), ttft_ms_p50=statistics.median(ttft), ttft_ms_p90=p90, ttft_ms_p99=p99,
+                   ttft_ms_mean=statistics.fmean(ttft), stats=dict(sched.stats))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1, sort_keys=True)
         a.fractions = ""
     for frac in (float(x) for x in a.fractions.split(",") if x):
         shared = int(a.prompt_len * frac)
@@ -198,6 +223,31 @@ def main() -> None:
               f"  extends_ahead {sched.stats['extends_ahead'] if 'extends_ahead' in sched.stats else '-'}")
     sched.stop("done")
     server.server.stop(0)
+
+
+def open_loop(one, rate: float, seconds: float, prompt_len: int, rng: random.Random, sched) -> tuple[list[float], float]:
+    """Poisson arrivals of 1-token probes at ``rate`` a second for ``seconds``, each in its own thread. Returns
+    (the probes' TTFT in ms, the background's generated tokens/s over the arrivals' time, probes excluded)."""
+    ttft: list[float] = []
+    lock = threading.Lock()
+
+    def probe(prompt: list[int]) -> None:
+        t = one(prompt, 1) * 1e3
+        with lock:
+            ttft.append(t)
+
+    threads = []
+    g0, t0 = sched.stats["generation_tokens"], time.perf_counter()
+    at = t0
+    while (at := at + rng.expovariate(rate)) < t0 + seconds:
+        prompt = [rng.randrange(100, 1000) for _ in range(prompt_len)]
+        time.sleep(max(0.0, at - time.perf_counter()))
+        threads.append(threading.Thread(target=probe, args=(prompt,), daemon=True))
+        threads[-1].start()
+    generated, elapsed = sched.stats["generation_tokens"] - g0, time.perf_counter() - t0
+    for t in threads:
+        t.join()
+    return ttft, (generated - len(threads)) / elapsed
 
 
 if __name__ == "__main__":
