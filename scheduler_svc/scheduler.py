@@ -66,6 +66,7 @@ from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
+from scheduler_svc.step_budget import StepBudget
 from scheduler_svc.worker_client import PendingForward, WorkerClient
 
 __all__ = ["Scheduler", "SchedulerConfig"]
@@ -108,7 +109,8 @@ class Scheduler:
         self.ratio = NewTokenRatio()
         self.table = RequestTable(cache, worker, self.intake, log)
         self.pipeline = Pipeline(worker, self.table.releases)
-        self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log)
+        self.budget = StepBudget()  # decode steps under arrivals (used with cfg.adaptive_steps)
+        self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log, self.budget)
         self.recovery = Recovery(cache, worker, cfg, log, liveness, self.table, self.pipeline, self._stop)
         self._cfg = cfg
 
@@ -137,6 +139,10 @@ class Scheduler:
     def stats(self) -> dict:
         """The loop's counters (``scheduler_svc/stats.py``), cumulative."""
         return self._stats.counts
+
+    def metrics_text(self) -> str:
+        """The loop's Prometheus metrics as text (``Stats.render_metrics``: decode steps per Forward)."""
+        return self._stats.render_metrics()
 
     @property
     def last_batch_at(self) -> float:
@@ -256,7 +262,7 @@ class Scheduler:
         plan a batch; send it (overlapped decode) or run it and apply its reply. Returns False when there was
         nothing to run."""
         table = self.table
-        table.take_new()
+        self._take_new()
         self.recovery.renew_session()
         drained = False
         if self.pipeline:
@@ -288,6 +294,13 @@ class Scheduler:
         return True
 
     # ---- Forwards ----------------------------------------------------------------------------------------
+    def _take_new(self) -> int:
+        """Takes new requests from the intake (``RequestTable.take_new``), noting their arrival for the step
+        budget; returns how many."""
+        n = self.table.take_new()
+        self.budget.arrived(self.budget.clock(), n)
+        return n
+
     def _items(self, batch: Batch) -> list:
         return forward_items(batch, self.recovery.info.eos_token_id)
 
@@ -301,6 +314,7 @@ class Scheduler:
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()
         if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
+            self.budget.measured(max(e.steps for e in batch.entries), reply.forward_seconds)
             now = time.perf_counter()
             self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
 
@@ -358,4 +372,4 @@ class Scheduler:
         when the worker has stopped answering health checks."""
         if self.recovery.worker_stalled():
             raise self.recovery.stall_error()
-        return bool(self.table.take_new()) and len(self.table.running) < self.cfg.max_running_requests
+        return bool(self._take_new()) and len(self.table.running) < self.cfg.max_running_requests

@@ -4,11 +4,11 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
     python -m tests.scheduler.arrival_sim [--step-ms 2.3] [--extend-us-per-token 4] [--decode-steps 8]
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
-        [--background N --rate R --seconds S] [--json PATH]
+        [--background N --rate R --seconds S] [--json PATH] [--no-adaptive-steps] [--decode-forward-ms 0]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
-duration: ``step-ms`` per decode step, ``extend-us-per-token`` per computed prompt token (plus 0.3 ms a
+duration: ``step-ms`` per decode step (plus ``decode-forward-ms`` a decode Forward), ``extend-us-per-token`` per computed prompt token (plus 0.3 ms a
 Forward), answering a fixed token. Defaults are the H200 prefix workload of bench/serve_bench.py (2,048-token
 prompts of which a share f is one of 4 common prefixes, 16 output tokens, concurrency 8, K = 8); requests
 go straight to the scheduler (no gateway, no HTTP); ``think-ms`` spreads the arrivals (closed-loop clients
@@ -56,8 +56,10 @@ class SimWorker:
     duration. ``rtt_s``: the worker-side cost of one asynchronous Forward outside the GPU (half before it can
     run: transfer and parsing, half after: the reply), so hiding it shows."""
 
-    def __init__(self, step_s: float, token_s: float, capacity: int, rtt_s: float = 0.0) -> None:
+    def __init__(self, step_s: float, token_s: float, capacity: int, rtt_s: float = 0.0,
+                 decode_forward_s: float = 0.0) -> None:
         self.step_s, self.token_s, self.capacity, self.rtt_s = step_s, token_s, capacity, rtt_s
+        self.decode_forward_s = decode_forward_s
         self.epoch = ""
         self._engine = threading.Lock()
         self.order = ForwardOrder()
@@ -75,7 +77,7 @@ class SimWorker:
             tokens = sum(len(it.input_ids) for it in request.items if not it.input_from_last_sample)
             extend = any(it.has_prefix or len(it.input_ids) > 1 for it in request.items)
             t0 = time.perf_counter()
-            time.sleep(3e-4 + tokens * self.token_s if extend else steps * self.step_s)
+            time.sleep(3e-4 + tokens * self.token_s if extend else self.decode_forward_s + steps * self.step_s)
             reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0)
         self.order.done(request.seq)
         return reply
@@ -122,6 +124,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="how long the open-loop arrivals (--rate) last")
     ap.add_argument("--json", default="", help="write the figures (and the settings) to this file")
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--adaptive-steps", action=argparse.BooleanOptionalAction, default=True,
+                    help="fewer decode steps per Forward while arrivals come (scheduler_svc/step_budget.py)")
+    ap.add_argument("--decode-forward-ms", type=float, default=0.0, help="fixed cost of a decode Forward at the "
+                    "worker on top of its steps (host work, read-back), serial with the GPU time")
     ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE)
     ap.add_argument("--rtt-ms", type=float, default=0.0, help="worker-side cost of an asynchronous Forward outside "
                     "its run, half before and half after (transfer, parsing, reply)")
@@ -130,9 +136,10 @@ def main() -> None:
     core = CacheCore(lease_seconds=30.0)
     server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
                                [CACHE_SERVICE], "127.0.0.1:0")
-    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=1_000_000, rtt_s=a.rtt_ms / 1e3)
+    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=1_000_000, rtt_s=a.rtt_ms / 1e3,
+                       decode_forward_s=a.decode_forward_ms / 1e3)
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
-                      SchedulerConfig(decode_steps=a.decode_steps, overlap=a.overlap, overlap_mode=a.overlap_mode,
+                      SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap, overlap_mode=a.overlap_mode,
                                       chunk_size=8192, max_running_requests=256), structlog.get_logger())
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
@@ -177,7 +184,7 @@ def main() -> None:
             t.join()
         return out
 
-    print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
+    print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} adaptive={a.adaptive_steps} fwd+={a.decode_forward_ms} ms step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
           f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency}")
     if a.background:
         bg_new = max(3000, int((3.0 + a.seconds) / (a.step_ms / 1e3)))  # decoding until the arrivals end
@@ -193,9 +200,14 @@ def main() -> None:
               f"{a.background / (a.step_ms / 1e3):.0f})")
         out = dict(vars(a), steady_decode_tokens_per_s=rate, bound_tokens_per_s=a.background / (a.step_ms / 1e3))
         if a.rate > 0:
+            before = dict(sched.stats)
             ttft, busy = open_loop(one, a.rate, a.seconds, a.prompt_len, rng, sched)
-            out["decode_tokens_per_s_during_arrivals"] = busy
-            print(f"decode of {a.background} during {a.rate:g} arrivals/s: {busy:.0f} tokens/s")
+            delta = {k: sched.stats[k] - before[k] for k in ("decode_batches", "decode_steps", "decode_steps_cut")}
+            mean_steps = delta["decode_steps"] / max(delta["decode_batches"], 1)
+            out.update(decode_tokens_per_s_during_arrivals=busy, mean_steps_during_arrivals=mean_steps,
+                       during_arrivals=delta)
+            print(f"decode of {a.background} during {a.rate:g} arrivals/s: {busy:.0f} tokens/s, {mean_steps:.2f} steps "
+                  f"a decode Forward ({delta['decode_steps_cut']} of {delta['decode_batches']} cut)")
         else:
             ttft = []
             for _ in range(a.probes):
