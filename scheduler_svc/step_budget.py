@@ -62,10 +62,10 @@ def budget_steps(arrivals: int, window_s: float, step_s: float, batch: int, max_
 class StepBudget:
     """The loop's measurements for ``budget_steps``: arrival times (a window of the last K² steps) and the
     step time. Times are ``clock()`` seconds (``time.monotonic`` unless a test gives another), passed in by
-    the caller."""
+    the caller; ``wait_share``: the rule's WAIT_SHARE (arrival_sim's ``--wait-share`` sweeps it)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+        self.clock, self.wait_share = clock, WAIT_SHARE
         self.step_s = 0.0  # measured seconds per decode step (0: none measured yet)
         self._arrivals: deque[tuple[float, int]] = deque()  # (time, how many arrived then), oldest first
         self._in_window = 0  # sum of the counts in _arrivals
@@ -89,4 +89,4 @@ class StepBudget:
         window_s = max_steps * max_steps * self.step_s
         while self._arrivals and self._arrivals[0][0] <= now - window_s:
             self._in_window -= self._arrivals.popleft()[1]
-        return budget_steps(self._in_window, window_s, self.step_s, batch, max_steps)
+        return budget_steps(self._in_window, window_s, self.step_s, batch, max_steps, self.wait_share)

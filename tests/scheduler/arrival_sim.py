@@ -4,7 +4,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
     python -m tests.scheduler.arrival_sim [--step-ms 2.3] [--extend-us-per-token 4] [--decode-steps 8]
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
-        [--background N --rate R --seconds S] [--json PATH] [--no-adaptive-steps] [--decode-forward-ms 0]
+        [--background N --rate R --seconds S] [--json PATH] [--no-adaptive-steps] [--wait-share 0.0625] [--decode-forward-ms 0]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -42,6 +42,7 @@ from scheduler_svc.output import OutputStream
 from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+from scheduler_svc.step_budget import WAIT_SHARE
 from scheduler_svc.validate import build_request
 from tests.scheduler.fake_worker import LaterReply, forward_response
 from worker_svc.model.default import ensure_default_model
@@ -126,6 +127,8 @@ def main() -> None:
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--adaptive-steps", action=argparse.BooleanOptionalAction, default=True,
                     help="fewer decode steps per Forward while arrivals come (scheduler_svc/step_budget.py)")
+    ap.add_argument("--wait-share", type=float, default=WAIT_SHARE, help="the step budget's WAIT_SHARE "
+                    "(scheduler_svc/step_budget.py), to sweep it")
     ap.add_argument("--decode-forward-ms", type=float, default=0.0, help="fixed cost of a decode Forward at the "
                     "worker on top of its steps (host work, read-back), serial with the GPU time")
     ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE)
@@ -141,6 +144,7 @@ def main() -> None:
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
                       SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap, overlap_mode=a.overlap_mode,
                                       chunk_size=8192, max_running_requests=256), structlog.get_logger())
+    sched.budget.wait_share = a.wait_share
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
     threading.Thread(target=sched.run, daemon=True).start()
