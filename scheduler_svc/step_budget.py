@@ -25,7 +25,11 @@ for the decode throughput it kept.
 
 λ is counted over a sliding window of the last K² steps (``window_s = K² · s``): n arrivals in it give
 G = window_s / (n - 1) (a lone arrival says nothing of a stream: a request alone keeps K; two arrivals give
-k = K·sqrt(B/8), so a batch of 8 or more keeps K too), and K returns within K² steps of the last arrival. s is an exponentially weighted mean of the decode replies'
+k = K·sqrt(B/8), so a batch of 8 or more keeps K too), or the time since the last arrival when that is longer:
+a burst (64 closed-loop clients answered in one Forward come back together) says nothing of what follows it,
+so steps grow back as soon as the silence after it outlasts the burst's gap (for B = 64 and s = 2.3 ms, K after
+~20 ms), and K within K² steps of the last arrival at the latest. In a steady Poisson stream the time since the
+last arrival passes G a third of the time, which lengthens G by ~1.4x on average (k by ~1.2x). s is an exponentially weighted mean of the decode replies'
 ``forward_seconds / steps`` (the worker's own time, waits excluded); before any reply, K.
 
 ``budget_steps`` is the pure rule; ``StepBudget`` keeps the window and the step time (loop thread only) and
@@ -44,18 +48,20 @@ WAIT_SHARE = 1 / 16  # arrivals' expected wait behind one Forward, as a share of
 STEP_EWMA = 0.25  # weight of the newest decode reply in the measured step time
 
 
-def budget_steps(arrivals: int, window_s: float, step_s: float, batch: int, max_steps: int,
+def budget_steps(arrivals: int, window_s: float, since_last_s: float, step_s: float, batch: int, max_steps: int,
                  wait_share: float = WAIT_SHARE) -> int:
     """Decode steps (1..``max_steps``) for the next Forward of ``batch`` decoding requests, after ``arrivals``
-    arrivals in the last ``window_s`` seconds, at ``step_s`` seconds a step: ``max_steps`` when fewer than two
-    arrived, nothing was measured (``step_s`` <= 0) or nothing decodes; otherwise
-    clamp(round(sqrt(2 · wait_share · batch · G / step_s)), 1, max_steps) with G = window_s / (arrivals - 1)
-    (the module's docstring derives it; halves round up). Raises ValueError for a negative count or window."""
-    if arrivals < 0 or window_s < 0 or batch < 0:
-        raise ValueError(f"arrivals, window and batch must be >= 0 (got {arrivals}, {window_s}, {batch})")
+    arrivals in the last ``window_s`` seconds, the last of them ``since_last_s`` seconds ago, at ``step_s``
+    seconds a step: ``max_steps`` when fewer than two arrived, nothing was measured (``step_s`` <= 0) or
+    nothing decodes; otherwise clamp(round(sqrt(2 · wait_share · batch · G / step_s)), 1, max_steps) with
+    G = max(window_s / (arrivals - 1), since_last_s) (the module's docstring derives it; halves round up).
+    Raises ValueError for a negative count, window, time or batch."""
+    if arrivals < 0 or window_s < 0 or since_last_s < 0 or batch < 0:
+        raise ValueError(f"arrivals, window, time since the last and batch must be >= 0 (got {arrivals}, {window_s}, "
+                         f"{since_last_s}, {batch})")
     if max_steps <= 1 or arrivals < 2 or step_s <= 0 or batch == 0:
         return max(max_steps, 1)
-    gap = window_s / (arrivals - 1)
+    gap = max(window_s / (arrivals - 1), since_last_s)
     return max(1, min(max_steps, math.floor(math.sqrt(2.0 * wait_share * batch * gap / step_s) + 0.5)))
 
 
@@ -89,4 +95,6 @@ class StepBudget:
         window_s = max_steps * max_steps * self.step_s
         while self._arrivals and self._arrivals[0][0] <= now - window_s:
             self._in_window -= self._arrivals.popleft()[1]
-        return budget_steps(self._in_window, window_s, self.step_s, batch, max_steps, self.wait_share)
+        since_last = now - self._arrivals[-1][0] if self._arrivals else window_s
+        return budget_steps(self._in_window, window_s, max(since_last, 0.0), self.step_s, batch, max_steps,
+                            self.wait_share)
