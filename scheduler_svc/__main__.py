@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                           chunk_size=args.chunk_size, policy=args.policy, max_queued_requests=args.max_queued_requests,
                           progress_timeout=args.progress_timeout,
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
-                          decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps, overlap=args.overlap,
+                          decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps,
+                          overlap=args.overlap,
                           overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk)
     from scheduler_svc.worker_client import WorkerClient
 
@@ -143,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     names = ["", SERVICE_NAME]
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
-             decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps, overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
+             decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
+             overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
              worker_stall_timeout=args.worker_stall_timeout)
 
     serving = True

@@ -249,7 +249,8 @@ class Planner:
                 continue
             slots = slots_by_request(reply, plan)
             self._funded(max(k for _, k in plan), time.perf_counter() - t0)
-            self.stats.decode_planned(max(k for _, k in plan), cut=budget is not None and budget < self.cfg.decode_steps)
+            cut = budget is not None and budget < self.cfg.decode_steps
+            self.stats.decode_planned(max(k for _, k in plan), cut=cut)
             return Batch("decode", tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True, steps=k)
                                          for r, k in plan))
         return None

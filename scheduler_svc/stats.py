@@ -9,8 +9,8 @@ Counts: ``decode_chained`` Forwards sent before the previous reply was processed
 of requests that had finished in the previous Forward (sent ahead for them, then dropped); ``extends_ahead``
 extends of requests that arrived while a decode Forward ran, sent to run right after it;
 ``decode_steps_cut`` decode Forwards planned with fewer steps than ``--decode-steps`` because arrivals came
-(``step_budget.py``); ``prompts_cached_at_prefill`` running requests whose written prompt was inserted in the tree when their prefill
-completed (``RequestTable.cache_prefilled``).
+(``step_budget.py``); ``prompts_cached_at_prefill`` running requests whose written prompt was inserted in the
+tree when their prefill completed (``RequestTable.cache_prefilled``).
 
 Prometheus (``render_metrics``, served on the gateway's /metrics through GetLoad):
 ``codeserve:decode_forward_steps`` a histogram of the steps of each decode Forward planned (its longest entry),

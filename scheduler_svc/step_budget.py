@@ -17,7 +17,7 @@ request-seconds):
 so k = clamp(round(sqrt(2 · WAIT_SHARE · B · G / s)), 1, K). By Little's law B·G is the mean time L a
 request stays in the running set: with WAIT_SHARE = 1/16, k = round(sqrt(L / (8 s))). Frequent arrivals among
 few short-lived requests get few steps (an editor's 20 typists, each aborting its last completion: ~200
-arrivals/s, L ~ 0.1 s, s = 1.75 ms: 3 steps; 16 requests and 200 probes/s on the simulated worker: 2); a batch
+arrivals/s, L ~ 0.1 s, s = 1.75 ms: 3 steps; 16 requests and 200 probes/s on the simulated worker: 2-3); a batch
 of long requests whose arrivals only replace the ones that finish keeps K (c64 on the H200: B = 64, ~47
 arrivals/s, L ~ 1.4 s, s = 2.8 ms: 8); no arrival in the window, K. WAIT_SHARE was chosen on the simulated
 worker (bench/results/cpu-adaptive-steps), where fixed K = 2-4 under 50-200 arrivals/s gave the best TTFT
@@ -28,9 +28,10 @@ G = window_s / (n - 1) (a lone arrival says nothing of a stream: a request alone
 k = K·sqrt(B/8), so a batch of 8 or more keeps K too), or the time since the last arrival when that is longer:
 a burst (64 closed-loop clients answered in one Forward come back together) says nothing of what follows it,
 so steps grow back as soon as the silence after it outlasts the burst's gap (for B = 64 and s = 2.3 ms, K after
-~20 ms), and K within K² steps of the last arrival at the latest. In a steady Poisson stream the time since the
-last arrival passes G a third of the time, which lengthens G by ~1.4x on average (k by ~1.2x). s is an exponentially weighted mean of the decode replies'
-``forward_seconds / steps`` (the worker's own time, waits excluded); before any reply, K.
+~16 ms), and K within K² steps of the last arrival at the latest. In a steady Poisson stream the time since the
+last arrival passes G a third of the time, which lengthens G by ~1.4x on average (k by ~1.2x). s is an
+exponentially weighted mean of the decode replies' ``forward_seconds / steps`` (the worker's own time, waits
+excluded); before any reply, K.
 
 ``budget_steps`` is the pure rule; ``StepBudget`` keeps the window and the step time (loop thread only) and
 takes the time as an argument (``clock`` is only where the loop reads it), so both are deterministic given

@@ -4,12 +4,13 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
     python -m tests.scheduler.arrival_sim [--step-ms 2.3] [--extend-us-per-token 4] [--decode-steps 8]
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
-        [--background N --rate R --seconds S] [--json PATH] [--no-adaptive-steps] [--wait-share 0.0625] [--decode-forward-ms 0]
+        [--background N --rate R --seconds S] [--json PATH] [--no-adaptive-steps] [--wait-share 0.0625]
+        [--decode-forward-ms 0]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
-duration: ``step-ms`` per decode step (plus ``decode-forward-ms`` a decode Forward), ``extend-us-per-token`` per computed prompt token (plus 0.3 ms a
-Forward), answering a fixed token. Defaults are the H200 prefix workload of bench/serve_bench.py (2,048-token
+duration: ``step-ms`` per decode step (plus ``decode-forward-ms`` a decode Forward), ``extend-us-per-token``
+per computed prompt token (plus 0.3 ms a Forward), answering a fixed token. Defaults are the H200 prefix workload of bench/serve_bench.py (2,048-token
 prompts of which a share f is one of 4 common prefixes, 16 output tokens, concurrency 8, K = 8); requests
 go straight to the scheduler (no gateway, no HTTP); ``think-ms`` spreads the arrivals (closed-loop clients
 otherwise stay in lockstep). Prints TTFT p50/p99 per shared fraction.
@@ -142,7 +143,8 @@ def main() -> None:
     worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=1_000_000, rtt_s=a.rtt_ms / 1e3,
                        decode_forward_s=a.decode_forward_ms / 1e3)
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
-                      SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap, overlap_mode=a.overlap_mode,
+                      SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap,
+                                      overlap_mode=a.overlap_mode,
                                       chunk_size=8192, max_running_requests=256), structlog.get_logger())
     sched.budget.wait_share = a.wait_share
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
@@ -188,7 +190,8 @@ def main() -> None:
             t.join()
         return out
 
-    print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} adaptive={a.adaptive_steps} fwd+={a.decode_forward_ms} ms step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
+    print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} adaptive={a.adaptive_steps} "
+          f"fwd+={a.decode_forward_ms} ms step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
           f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency}")
     if a.background:
         bg_new = max(3000, int((3.0 + a.seconds) / (a.step_ms / 1e3)))  # decoding until the arrivals end
