@@ -206,6 +206,9 @@ PLACED: dict[str, tuple[str, ...]] = {
 ROUTER_TUNING = ("a weight or period of the router's cost (gateway.router; its defaults are what the routing "
                  "benchmark, bench/router_bench.py, ran with); one replica is not routed")
 
+ADAPTIVE_STEPS = ("adaptive decode steps stay on (scheduler_svc/step_budget.py); tests/scheduler/arrival_sim.py "
+                  "--no-adaptive-steps runs the loop without them for the A/B")
+
 MIXED_CHUNK = ("mixed chunks stay off (they cost throughput on the H200, run 6); bench/serve_bench's mixed phase "
                "runs the scheduler with them for the A/B")
 
@@ -226,6 +229,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-mixed-chunk": MIXED_CHUNK,
         "--chunk-pipeline": CHUNK_PIPELINE,
         "--no-chunk-pipeline": CHUNK_PIPELINE,
+        "--adaptive-steps": ADAPTIVE_STEPS,
+        "--no-adaptive-steps": ADAPTIVE_STEPS,
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",

@@ -50,6 +50,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--drain-seconds", type=float, default=5.0)
     p.add_argument("--decode-steps", type=int, default=0,
                    help="decode steps per Forward (multi-step decode); 0 = auto: 8 on a CUDA worker, 1 otherwise")
+    p.add_argument("--adaptive-steps", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --decode-steps > 1: fewer steps per decode Forward while requests arrive often (their "
+                        "first token waits less behind the Forward in flight), --decode-steps when none came "
+                        "recently (scheduler_svc/step_budget.py)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlapped decode: in steady decode send Forward N+1 before processing N's reply")
     p.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=False,
@@ -105,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                           chunk_size=args.chunk_size, policy=args.policy, max_queued_requests=args.max_queued_requests,
                           progress_timeout=args.progress_timeout,
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
-                          decode_steps=max(args.decode_steps, 1), overlap=args.overlap,
-                          overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
+                          decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps,
+                          overlap=args.overlap, overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
                           chunk_pipeline=args.chunk_pipeline)
     from scheduler_svc.worker_client import WorkerClient
 
@@ -146,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     names = ["", SERVICE_NAME]
     log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
-             decode_steps=sched.cfg.decode_steps, overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
+             decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
+             overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
              chunk_pipeline=cfg.chunk_pipeline, worker_stall_timeout=args.worker_stall_timeout)
 
     serving = True

@@ -21,6 +21,9 @@ class SchedulerConfig:
     owner: str = "scheduler-0"
     lease_seconds: float = 30.0
     decode_steps: int = 1  # > 1: multi-step decode, up to this many steps per Forward (scheduler_svc/multistep.py)
+    # fewer decode steps per Forward while arrivals come, so their first token waits less behind the Forward in
+    # flight; decode_steps when none came recently (scheduler_svc/step_budget.py)
+    adaptive_steps: bool = True
     overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/scheduler.py)
     # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
     overlap_mode: str = DEFAULT_OVERLAP_MODE

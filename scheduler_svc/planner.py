@@ -6,8 +6,10 @@ chunk budget, ``max_running_requests`` and the KV budget (the cache's receipts m
 still need, charged through a per-round ``Ledger``) allow. A decode batch allocates 1 slot (or K for multi-step
 decode) per decoding request in one ``Cache.Allocate``; when the pool cannot fund it, multi-step falls back to
 one step, then the request that loses least is retracted (its written prefix cached, the request put first in
-line) until the rest fit. The extend ahead is the one sent behind an extend in flight whose prefill continues
-(``extend_ahead``, ``scheduler_svc/chunk_ahead.py``). A continuation is the decode batch chained behind one in flight (overlap: its
+line) until the rest fit. K is ``cfg.decode_steps``, or fewer while arrivals come (``step_budget.py``, with
+``cfg.adaptive_steps``). The extend ahead is the one sent behind an extend in flight whose prefill continues
+(``extend_ahead``, ``scheduler_svc/chunk_ahead.py``). A continuation is the decode batch chained behind one in
+flight (overlap: its
 entries start where the in-flight ones end). Every decision is taken on the cache's receipts
 (``AllocationFailed`` carries the shortfall), never on what was asked for.
 
@@ -32,6 +34,7 @@ from scheduler_svc.prefix_stats import count_admission
 from scheduler_svc.request import Req, State
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
+from scheduler_svc.step_budget import StepBudget
 
 ADMIT_GROUP = 8  # waiting requests whose prefixes one admission Match locks at once
 
@@ -75,12 +78,15 @@ def continuation_batch(plan: list[tuple[Entry, int]], slots: dict[str, tuple[int
 
 
 class Planner:
-    """Plans extend and decode batches. ``cfg`` may be replaced between rounds (the loop's ``cfg`` setter)."""
+    """Plans extend and decode batches. ``cfg`` may be replaced between rounds (the loop's ``cfg`` setter).
+    ``budget``: the loop's measurements for the decode steps a Forward may run under arrivals, asked with
+    ``cfg.adaptive_steps`` (``step_budget.py``; None: a new one that hears of no arrival, always K)."""
 
     def __init__(self, table: RequestTable, cache, cfg: SchedulerConfig, ratio: NewTokenRatio, stats: Stats,
-                 log) -> None:
+                 log, budget: StepBudget | None = None) -> None:
         self.table, self.cache, self.cfg, self.ratio, self.stats, self.log = table, cache, cfg, ratio, stats, log
         self._preallocated: dict[str, tuple[int, ...]] = {}  # admitted this round, slots from their Match
+        self.budget = budget if budget is not None else StepBudget()
 
     # ---- extend --------------------------------------------------------------------------------------------
     def extend(self, new_only: bool = False) -> Batch | None:
@@ -296,14 +302,16 @@ class Planner:
 
     # ---- decode ----------------------------------------------------------------------------------------------
     def decode(self) -> Batch | None:
-        """One decode step (or K, multi-step) for every decoding request; None when none decodes. Retracts (or,
-        alone, fails) requests until the pool funds the rest."""
+        """One decode step (or up to K, multi-step: ``_max_steps``) for every decoding request; None when none
+        decodes. Retracts (or, alone, fails) requests until the pool funds the rest."""
         table = self.table
         decoding = [r for r in table.running if r.state == State.DECODE]
         admitting = table.waiting and len(table.running) < self.cfg.max_running_requests
         # one step while requests wait with room, or when one request needs per-step host work (the worker
         # takes a multi-step batch only of multi-step eligible items)
-        max_steps = 1 if admitting or not all(multistep_eligible(r) for r in decoding) else self.cfg.decode_steps
+        budget = (None if admitting or not all(multistep_eligible(r) for r in decoding)
+                  else self._max_steps(len(decoding)))
+        max_steps = budget or 1
         while decoding:
             plan = [(r, steps_for(r, max_steps)) for r in decoding]
             t0 = time.perf_counter()
@@ -324,6 +332,8 @@ class Planner:
                 continue
             slots = slots_by_request(reply, plan)
             self._funded(max(k for _, k in plan), time.perf_counter() - t0)
+            cut = budget is not None and budget < self.cfg.decode_steps
+            self.stats.decode_planned(max(k for _, k in plan), cut=cut)
             return Batch("decode", tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True, steps=k)
                                          for r, k in plan))
         return None
@@ -333,7 +343,8 @@ class Planner:
         when no request continues or the pool cannot fund it (nothing is retracted here: the next round
         drains, and the synchronous path retracts)."""
         t0 = time.perf_counter()
-        plan = continuation(inflight, self.cfg.decode_steps)
+        max_steps = self._max_steps(len(inflight.entries))
+        plan = continuation(inflight, max_steps)
         if not plan:
             return None
         try:
@@ -343,7 +354,16 @@ class Planner:
             return None
         batch = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
         self._funded(max(k for _, k in plan), time.perf_counter() - t0)
+        self.stats.decode_planned(max(k for _, k in plan), cut=max_steps < self.cfg.decode_steps
+                                  and all(multistep_eligible(e.req) for e, _ in plan))
         return batch
+
+    def _max_steps(self, batch: int) -> int:
+        """The most decode steps a Forward of ``batch`` requests may run now: ``cfg.decode_steps``, or fewer
+        while arrivals come (``StepBudget.steps``, with ``cfg.adaptive_steps``)."""
+        if not self.cfg.adaptive_steps:
+            return self.cfg.decode_steps
+        return self.budget.steps(self.budget.clock(), batch, self.cfg.decode_steps)
 
     def _funded(self, steps: int, seconds: float) -> None:
         """A decode batch of up to ``steps`` steps was allocated in ``seconds``: the new-token ratio decays once

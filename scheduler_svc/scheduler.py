@@ -26,27 +26,21 @@ When N+1 is sent (``--overlap-mode``, ``overlap_mode.OVERLAP_MODES``):
   goes ahead of N+1; the cost is that N's reply and N+1's send and parsing are not hidden (one local gRPC
   round trip and the worker's parsing per Forward, with the GPU idle).
 
-Measured on the simulated worker (``tests/scheduler/arrival_sim.py``, real loop and cache, 2.8 ms a decode
-step, K = 8, 64 requests decoding, 1,024-token probes arriving one at a time): steady decode 21,750 tokens/s
-queued against 16,600-17,700 just-in-time (bound 22,860), probe TTFT p50 31-34 ms against 30-32 ms. On the
-H200 (bench/results/h200-run3, -run4) queueing N+1 without the insertion gave c64 12,147 tokens/s against
-11,166 just-in-time.
+The decode steps of each Forward are the step budget's (``step_budget.py``: fewer while arrivals come). What
+each mode and mechanism measured: docs/scheduler.md.
 
 Chaining happens only in steady decode (``planner.can_chain``); otherwise the loop drains (waits for and
 applies the in-flight replies, in order) and takes the synchronous path (extend, admission, retract, aborts).
 Requests that finish while N is applied but are in a Forward still in flight stream their end at once and
 are released after the last in-flight Forward that holds them was applied (FINISHING in the table).
 
-Chunked prefill pipelined (``chunk_pipeline``, default; ``chunk_ahead.py``): an extend whose prefill continues (or
-with requests waiting) is sent without waiting; the next round sends the extend behind it (``after_seq``), then
-applies the one in flight (``_chunk_ahead``): at most two in flight; a failure drops both, as in overlapped decode.
+Chunked prefill pipelined (``chunk_pipeline``, ``chunk_ahead.py``): an extend whose prefill continues (or with requests
+waiting) is not waited for; the next round sends the extend behind it (``after_seq``), then applies it (``_chunk_ahead``).
 
-Releases at the worker cost no round trip of their own: the table queues the ids of requests that ended
-(``worker_releases.py``) and the next ForwardRequest built (``Pipeline.prepare``, on every path above) carries
-them; the worker drops them when that Forward starts running, after its after_seq wait, so never before a
-Forward that still uses them (those were all applied when the ids were queued). An id reused by a newer request
-whose extend runs ahead of that Forward keeps its new state: the worker drops no state that a Forward with a
-larger seq created. With nothing to run the loop sends the pending ids in one Release RPC (idle flush).
+Releases at the worker cost no round trip of their own: the ids of ended requests (``worker_releases.py``) ride on
+the next ForwardRequest built (``Pipeline.prepare``); the worker drops them when that Forward starts running, after
+its after_seq wait (a Forward that used them was applied before they were queued), but keeps the state a Forward
+with a larger seq created for a reused id. With nothing to run the loop sends them in one Release RPC (idle flush).
 """
 
 from __future__ import annotations
@@ -71,6 +65,7 @@ from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
+from scheduler_svc.step_budget import StepBudget
 from scheduler_svc.worker_client import PendingForward, WorkerClient
 
 __all__ = ["Scheduler", "SchedulerConfig"]
@@ -113,7 +108,8 @@ class Scheduler:
         self.ratio = NewTokenRatio()
         self.table = RequestTable(cache, worker, self.intake, log)
         self.pipeline = Pipeline(worker, self.table.releases)
-        self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log)
+        self.budget = StepBudget()  # decode steps under arrivals (used with cfg.adaptive_steps)
+        self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log, self.budget)
         self.recovery = Recovery(cache, worker, cfg, log, liveness, self.table, self.pipeline, self._stop)
         self._cfg = cfg
 
@@ -142,6 +138,10 @@ class Scheduler:
     def stats(self) -> dict:
         """The loop's counters (``scheduler_svc/stats.py``), cumulative."""
         return self._stats.counts
+
+    def metrics_text(self) -> str:
+        """The loop's Prometheus metrics as text (``Stats.render_metrics``: decode steps per Forward)."""
+        return self._stats.render_metrics()
 
     @property
     def last_batch_at(self) -> float:
@@ -262,7 +262,7 @@ class Scheduler:
         an extend with more behind it) or run it and apply its reply. Returns False when there was nothing to
         run."""
         table = self.table
-        table.take_new()
+        self.budget.took(table.take_new())  # arrivals, for the decode steps
         self.recovery.renew_session()
         drained = False
         if self.pipeline:
@@ -315,6 +315,7 @@ class Scheduler:
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()
         if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
+            self.budget.measured(max(e.steps for e in batch.entries), reply.forward_seconds)
             now = time.perf_counter()
             self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
 
@@ -395,4 +396,4 @@ class Scheduler:
         when the worker has stopped answering health checks."""
         if self.recovery.worker_stalled():
             raise self.recovery.stall_error()
-        return bool(self.table.take_new()) and len(self.table.running) < self.cfg.max_running_requests
+        return bool(self.budget.took(self.table.take_new())) and len(self.table.running) < self.cfg.max_running_requests

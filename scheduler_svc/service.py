@@ -142,7 +142,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             prefix_query_tokens=s["prefix_query"], prefix_hit_tokens=s["prefix_hit"],
             prompt_tokens_total=s["prompt_tokens"], generation_tokens_total=s["generation_tokens"],
             unhealthy_reason=self.sched.unhealthy_reason(), outage_reason=self.sched.outage_reason(),
-            request_metrics=self.metrics.render() if request.request_metrics else "")
+            request_metrics=self.metrics.render() + self.sched.metrics_text() if request.request_metrics else "")
 
     def FlushCache(self, request, context):
         try:

@@ -225,3 +225,17 @@ def test_health_generate_probes_are_not_counted(http, backend):
     for name in (*COUNTED, "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count",
                  "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_queries_total"):
         assert delta(after, before, name) == 0, name
+
+
+def test_decode_steps_per_forward_reach_the_gateways_metrics(http, backend):
+    """The loop's histogram of decode steps per Forward (scheduler_svc/stats.py, through GetLoad): on CPU K is 1,
+    so 8 tokens are the prefill's and 7 one-step decode Forwards, each counted once in the le=1 bucket."""
+    backend.wait_idle()
+    before = scrape(http)
+    r = http.post("/generate", json={"text": "def add(a, b):", "sampling_params": {"max_new_tokens": 8,
+                                                                                  "ignore_eos": True}})
+    assert r.status_code == 200, r.text
+    after = scrape(http)
+    assert delta(after, before, "codeserve:decode_forward_steps_count") == 7
+    assert delta(after, before, "codeserve:decode_forward_steps_bucket|le=1.0") == 7
+    assert delta(after, before, "codeserve:decode_forwards_steps_cut_total") == 0  # K = 1: nothing to cut

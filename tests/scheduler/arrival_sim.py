@@ -5,11 +5,12 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
         [--chunk-size 8192] [--chunk-pipeline | --no-chunk-pipeline] [--long N] [--json PATH]
+        [--background N --rate R --seconds S] [--no-adaptive-steps] [--wait-share 0.0625] [--decode-forward-ms 0]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
-duration: ``step-ms`` per decode step, ``extend-us-per-token`` per computed prompt token (plus 0.3 ms a
-Forward), answering a fixed token. Defaults are the H200 prefix workload of bench/serve_bench.py (2,048-token
+duration: ``step-ms`` per decode step (plus ``decode-forward-ms`` a decode Forward), ``extend-us-per-token``
+per computed prompt token (plus 0.3 ms a Forward), answering a fixed token. Defaults are the H200 prefix workload of bench/serve_bench.py (2,048-token
 prompts of which a share f is one of 4 common prefixes, 16 output tokens, concurrency 8, K = 8); requests
 go straight to the scheduler (no gateway, no HTTP); ``think-ms`` spreads the arrivals (closed-loop clients
 otherwise stay in lockstep). Prints TTFT p50/p99 per shared fraction.
@@ -19,6 +20,12 @@ otherwise stay in lockstep). Prints TTFT p50/p99 per shared fraction.
 TTFT), then ``concurrency`` clients at once (prefill tokens/s = all prompt tokens / wall); each phase also
 reports the simulated worker's busy share (time inside its runs / wall: the rest is the worker idle between
 Forwards). ``--json PATH`` writes the settings and the figures.
+
+Probe mode (``--background N``): N long requests decode; steady decode tokens/s is measured over 2 s with no
+arrivals, then probes (``prompt-len`` tokens, 1 output token) arrive one at a time (``--probes``, 5-50 ms
+apart, closed loop) or, with ``--rate R``, open loop: a Poisson stream of R probes a second for ``--seconds``
+(each in its own thread, whatever the others' state: the editor's keystrokes do not wait for answers), with
+the background's decode tokens/s measured over the same time. ``--json PATH`` writes the figures.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from scheduler_svc.output import OutputStream
 from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+from scheduler_svc.step_budget import WAIT_SHARE
 from scheduler_svc.validate import build_request
 from tests.scheduler.fake_worker import LaterReply, forward_response
 from worker_svc.model.default import ensure_default_model
@@ -56,15 +64,17 @@ class SimWorker:
     duration. ``rtt_s``: the worker-side cost of one asynchronous Forward outside the GPU (half before it can
     run: transfer and parsing, half after: the reply), so hiding it shows."""
 
-    def __init__(self, step_s: float, token_s: float, capacity: int, rtt_s: float = 0.0) -> None:
+    def __init__(self, step_s: float, token_s: float, capacity: int, rtt_s: float = 0.0,
+                 decode_forward_s: float = 0.0) -> None:
         self.step_s, self.token_s, self.capacity, self.rtt_s = step_s, token_s, capacity, rtt_s
+        self.decode_forward_s = decode_forward_s
         self.epoch = ""
         self._engine = threading.Lock()
         self.order = ForwardOrder()
         self.busy_s = 0.0  # seconds inside runs (the simulated GPU busy), cumulative
 
     def info(self) -> worker_pb2.WorkerInfo:
-        return worker_pb2.WorkerInfo(worker_id="sim", epoch="e1", model_name="sim", n_positions=4096, vocab_size=1000,
+        return worker_pb2.WorkerInfo(worker_id="sim", epoch="e1", model_name="sim", n_positions=1 << 16, vocab_size=1000,
                                      eos_token_id=0, capacity_tokens=self.capacity, page_size=1,
                                      pool_slots=self.capacity + 1)
 
@@ -76,7 +86,7 @@ class SimWorker:
             tokens = sum(len(it.input_ids) for it in request.items if not it.input_from_last_sample)
             extend = any(it.has_prefix or len(it.input_ids) > 1 for it in request.items)
             t0 = time.perf_counter()
-            time.sleep(3e-4 + tokens * self.token_s if extend else steps * self.step_s)
+            time.sleep(3e-4 + tokens * self.token_s if extend else self.decode_forward_s + steps * self.step_s)
             reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0)
             self.busy_s += reply.forward_seconds
         self.order.done(request.seq)
@@ -119,7 +129,17 @@ def main() -> None:
     ap.add_argument("--background", type=int, default=0, help="probe mode: this many long requests keep decode "
                     "steady while single probes (prompt-len tokens, 1 output token) arrive one at a time")
     ap.add_argument("--probes", type=int, default=40)
+    ap.add_argument("--rate", type=float, default=0.0, help="probe mode: open-loop Poisson arrivals, probes a second "
+                    "(0: closed loop, --probes one at a time)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="how long the open-loop arrivals (--rate) last")
+    ap.add_argument("--json", default="", help="write the figures (and the settings) to this file")
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--adaptive-steps", action=argparse.BooleanOptionalAction, default=True,
+                    help="fewer decode steps per Forward while arrivals come (scheduler_svc/step_budget.py)")
+    ap.add_argument("--wait-share", type=float, default=WAIT_SHARE, help="the step budget's WAIT_SHARE "
+                    "(scheduler_svc/step_budget.py), to sweep it")
+    ap.add_argument("--decode-forward-ms", type=float, default=0.0, help="fixed cost of a decode Forward at the "
+                    "worker on top of its steps (host work, read-back), serial with the GPU time")
     ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE)
     ap.add_argument("--rtt-ms", type=float, default=0.0, help="worker-side cost of an asynchronous Forward outside "
                     "its run, half before and half after (transfer, parsing, reply)")
@@ -128,17 +148,18 @@ def main() -> None:
                     help="send a prompt's next chunk (or the next admissions) while the extend before it runs")
     ap.add_argument("--long", type=int, default=0, help="long-prompt mode: this many prompts of prompt-len tokens, "
                     "one at a time, then concurrency at once (TTFT, prefill tokens/s, worker busy share)")
-    ap.add_argument("--json", default="", help="write the settings and figures to this file")
     a = ap.parse_args()
     tok = load_tokenizer(str(ensure_default_model()))
     core = CacheCore(lease_seconds=30.0)
     server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
                                [CACHE_SERVICE], "127.0.0.1:0")
-    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=400_000, rtt_s=a.rtt_ms / 1e3)
+    worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=1_000_000, rtt_s=a.rtt_ms / 1e3,
+                       decode_forward_s=a.decode_forward_ms / 1e3)
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
-                      SchedulerConfig(decode_steps=a.decode_steps, overlap=a.overlap, overlap_mode=a.overlap_mode,
-                                      chunk_size=a.chunk_size, max_running_requests=256,
+                      SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap,
+                                      overlap_mode=a.overlap_mode, chunk_size=a.chunk_size, max_running_requests=256,
                                       chunk_pipeline=a.chunk_pipeline), structlog.get_logger())
+    sched.budget.wait_share = a.wait_share
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
     threading.Thread(target=sched.run, daemon=True).start()
@@ -182,7 +203,8 @@ def main() -> None:
             t.join()
         return out
 
-    print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
+    print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} adaptive={a.adaptive_steps} "
+          f"fwd+={a.decode_forward_ms} ms step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
           f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency} chunk={a.chunk_size} "
           f"chunk_pipeline={a.chunk_pipeline}")
     figures: dict = {}
@@ -190,7 +212,8 @@ def main() -> None:
         figures = long_prompts(a, one, drive, rng, worker, sched)
         a.fractions = ""
     if a.background:
-        bg = [threading.Thread(target=one, args=([rng.randrange(100, 1000) for _ in range(64)], 3000), daemon=True)
+        bg_new = max(3000, int((3.0 + a.seconds) / (a.step_ms / 1e3)))  # decoding until the arrivals end
+        bg = [threading.Thread(target=one, args=([rng.randrange(100, 1000) for _ in range(64)], bg_new), daemon=True)
               for _ in range(a.background)]
         for t in bg:
             t.start()
@@ -200,13 +223,30 @@ def main() -> None:
         rate = (sched.stats["generation_tokens"] - g0) / (time.perf_counter() - t0)
         print(f"steady decode of {a.background}: {rate:.0f} tokens/s (simulated bound "
               f"{a.background / (a.step_ms / 1e3):.0f})")
-        ttft = []
-        for _ in range(a.probes):
-            time.sleep(rng.uniform(0.005, 0.05))
-            ttft.append(one([rng.randrange(100, 1000) for _ in range(a.prompt_len)], 1) * 1e3)
+        out = dict(vars(a), steady_decode_tokens_per_s=rate, bound_tokens_per_s=a.background / (a.step_ms / 1e3))
+        if a.rate > 0:
+            before = dict(sched.stats)
+            ttft, busy = open_loop(one, a.rate, a.seconds, a.prompt_len, rng, sched)
+            delta = {k: sched.stats[k] - before[k] for k in ("decode_batches", "decode_steps", "decode_steps_cut")}
+            mean_steps = delta["decode_steps"] / max(delta["decode_batches"], 1)
+            out.update(decode_tokens_per_s_during_arrivals=busy, mean_steps_during_arrivals=mean_steps,
+                       during_arrivals=delta)
+            print(f"decode of {a.background} during {a.rate:g} arrivals/s: {busy:.0f} tokens/s, {mean_steps:.2f} steps "
+                  f"a decode Forward ({delta['decode_steps_cut']} of {delta['decode_batches']} cut)")
+        else:
+            ttft = []
+            for _ in range(a.probes):
+                time.sleep(rng.uniform(0.005, 0.05))
+                ttft.append(one([rng.randrange(100, 1000) for _ in range(a.prompt_len)], 1) * 1e3)
         ttft.sort()
-        print(f"probes behind {a.background} decoding: TTFT p50 {statistics.median(ttft):6.1f} ms  "
-              f"p90 {ttft[int(0.9 * (len(ttft) - 1))]:6.1f} ms  extends_ahead {sched.stats.get('extends_ahead', '-')}")
+        p50, p90, p99 = (ttft[int(q * (len(ttft) - 1))] for q in (0.5, 0.9, 0.99))
+        print(f"{len(ttft)} probes behind {a.background} decoding: TTFT p50 {statistics.median(ttft):6.1f} ms  "
+              f"p90 {p90:6.1f} ms  p99 {p99:6.1f} ms  extends_ahead {sched.stats.get('extends_ahead', '-')}")
+        out.update(probes_answered=len(ttft), ttft_ms_p50=statistics.median(ttft), ttft_ms_p90=p90, ttft_ms_p99=p99,
+                   ttft_ms_mean=statistics.fmean(ttft), stats=dict(sched.stats))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1, sort_keys=True)
         a.fractions = ""
     for frac in (float(x) for x in a.fractions.split(",") if x):
         shared = int(a.prompt_len * frac)
@@ -220,7 +260,7 @@ def main() -> None:
               f"  extends_ahead {sched.stats['extends_ahead'] if 'extends_ahead' in sched.stats else '-'}")
     sched.stop("done")
     server.server.stop(0)
-    if a.json:
+    if a.json and a.long:  # probe mode wrote its own figures
         with open(a.json, "w") as f:
             json.dump({"settings": vars(a), "figures": figures}, f, indent=1)
 
@@ -248,6 +288,31 @@ def long_prompts(a, one, drive, rng, worker: SimWorker, sched) -> dict:
           f"busy {solo['worker_busy_share']:.1%}; {a.concurrency} at once: TTFT p50 {burst['ttft_ms_p50']:.1f} ms, "
           f"prefill {burst['prefill_tokens_per_s']:,.0f} tokens/s, worker busy {burst['worker_busy_share']:.1%}")
     return {"one_at_a_time": solo, "concurrent": burst, "simulated_compute_ms_per_prompt": bound}
+
+
+def open_loop(one, rate: float, seconds: float, prompt_len: int, rng: random.Random, sched) -> tuple[list[float], float]:
+    """Poisson arrivals of 1-token probes at ``rate`` a second for ``seconds``, each in its own thread. Returns
+    (the probes' TTFT in ms, the background's generated tokens/s over the arrivals' time, probes excluded)."""
+    ttft: list[float] = []
+    lock = threading.Lock()
+
+    def probe(prompt: list[int]) -> None:
+        t = one(prompt, 1) * 1e3
+        with lock:
+            ttft.append(t)
+
+    threads = []
+    g0, t0 = sched.stats["generation_tokens"], time.perf_counter()
+    at = t0
+    while (at := at + rng.expovariate(rate)) < t0 + seconds:
+        prompt = [rng.randrange(100, 1000) for _ in range(prompt_len)]
+        time.sleep(max(0.0, at - time.perf_counter()))
+        threads.append(threading.Thread(target=probe, args=(prompt,), daemon=True))
+        threads[-1].start()
+    generated, elapsed = sched.stats["generation_tokens"] - g0, time.perf_counter() - t0
+    for t in threads:
+        t.join()
+    return ttft, (generated - len(threads)) / elapsed
 
 
 if __name__ == "__main__":
