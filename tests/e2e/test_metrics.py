@@ -116,8 +116,10 @@ def test_a_scheduler_error_is_counted_once_at_the_scheduler(url, http, backend):
     its generate_errors, not again in the gateway's request_errors."""
     backend.wait_idle()
     before = scrape(http)
+    # 3,500 tokens: the first call must still run when the duplicate reaches the scheduler (it is aborted when the
+    # stream closes below); at 2,000 a busy CI box once let it finish first and the duplicate was served (200)
     body = {"text": "def f3():", "rid": "issue12-dup", "stream": True,
-            "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}
+            "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True}}
     with httpx.Client(base_url=url, timeout=60) as client:
         with client.stream("POST", "/generate", json=body) as r:
             assert r.status_code == 200
