@@ -189,6 +189,7 @@ def start_stack(args, out: pathlib.Path):
     stack = Stack(cfg, out / "logs", model_path=model)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     argv = commands(stack.cfg, model)
+    argv["scheduler"] = argv["scheduler"] + args.scheduler_flags.split()
     for name in ("cache", "worker", "scheduler", "gateway"):
         stack.start_one(name, argv[name], timeout=600)
     return stack
@@ -213,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--context-files", type=int, default=0,
                     help="other HumanEval files put above each prefix (longer prompts; see the module doc)")
+    ap.add_argument("--scheduler-flags", default="", help="extra scheduler flags, space-separated, for an A/B "
+                    "(e.g. --no-adaptive-steps)")
     ap.add_argument("--hop-trace", default=None, help="trace each request's hops into this directory (module doc)")
     args = ap.parse_args(argv)
     out = pathlib.Path(args.out)
@@ -237,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
             result["context_files"] = args.context_files
             result["extend_graph_max_tokens"] = args.extend_graph_max_tokens
             result["decode_steps"] = args.decode_steps
+            result["scheduler_flags"] = args.scheduler_flags
             if args.hop_trace:  # cumulative over the modes run so far
                 result["hops"] = hop_report.segments(hop_report.load(args.hop_trace), "client_text")
             (out / f"editor_{mode}.json").write_text(json.dumps(result, indent=2) + "\n")
