@@ -10,7 +10,7 @@ find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00'
 [ -d /tmp/mtiny ] || python3 -m worker_svc.model.default --shape tiny_starcoder_py --dtype bfloat16 --device cuda --out /tmp/mtiny > /dev/null
 [ -d /tmp/codeserve-bench-model ] || python3 -m worker_svc.model.default --shape starcoderbase-1b --dtype bfloat16 --device cuda --out /tmp/codeserve-bench-model > /dev/null
 echo "ready after $(( $(date +%s) - T0 )) s"
-E() { timeout 100 python3 -m bench.editor_bench --gpu --model-path /tmp/mtiny --context-files 4 --modes psm --duration 20 --typists 20 --scheduler-flags "$2" --hop-trace /tmp/hops_$1 --out /tmp/ed_$1 > $OUT/editor_$1.txt 2>&1
+E() { timeout 100 python3 -m bench.editor_bench --gpu --model-path /tmp/mtiny --context-files 4 --modes psm --duration 20 --typists 20 --scheduler-flags="$2" --hop-trace /tmp/hops_$1 --out /tmp/ed_$1 > $OUT/editor_$1.txt 2>&1
       pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; mkdir -p /tmp/r/ed_$1; cp /tmp/ed_$1/editor_*.json /tmp/r/ed_$1/; }
 E adaptive ""
 E fixedk "--no-adaptive-steps"
