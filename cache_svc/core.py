@@ -173,9 +173,10 @@ class CacheCore:
     def match(self, op_id: str, session_id: str, pool_id: str, items: Sequence[MatchItem]) -> MatchOutcome:
         """Matches and (lock=true) locks and registers requests. Request ids are unique in a session:
         registering a live id again is FailedPrecondition; lock=true with an empty id is InvalidArgument, as is
-        allocate_up_to without lock or below 0. Then, for items with ``allocate_up_to`` (admission in one round
-        trip), ``Pool.allocate_free``: their first chunk's slots, paid from free pages only, with a receipt of
-        their own (``allocation``: before = the match receipt's after)."""
+        allocate_up_to without lock or below 0, or compute_tokens below 0. Then, for items with
+        ``allocate_up_to`` (admission in one round trip), ``Pool.allocate_free``: their first chunk's slots, paid
+        from free pages only, with a receipt of their own (``allocation``: before = the match receipt's after;
+        replayed with it on a retried op_id)."""
         def run() -> MatchOutcome:
             session, pool = self._session_pool(session_id, pool_id)
             ids = [i.request_id for i in items if i.lock]
@@ -190,6 +191,9 @@ class CacheCore:
                 if i.allocate_up_to < 0 or (i.allocate_up_to and not i.lock):
                     raise InvalidArgument(f"request {i.request_id!r}: allocate_up_to must be >= 0 and needs lock, "
                                           f"got {i.allocate_up_to} (lock={i.lock})")
+                if i.compute_tokens < 0:
+                    raise InvalidArgument(f"request {i.request_id!r}: compute_tokens must be >= 0, "
+                                          f"got {i.compute_tokens}")
             before = pool.counters()
             results = pool.match(session_id, items)
             for rid in ids:
@@ -211,7 +215,10 @@ class CacheCore:
             allocation = Receipt(pool_id, op_id, "allocate", asked, delivered, locked, pool.counters())
             return MatchOutcome(receipt, tuple(by_id.get(r.request_id, r) for r in results), allocation)
 
-        return self._recorded(op_id, ("match", session_id, pool_id, tuple(items)), run)
+        out = self._recorded(op_id, ("match", session_id, pool_id, tuple(items)), run)
+        if out.receipt.replayed and out.allocation is not None:  # the stored answer: its allocation too
+            out = dataclasses.replace(out, allocation=dataclasses.replace(out.allocation, replayed=True))
+        return out
 
     def allocate(self, op_id: str, session_id: str, pool_id: str, items: Sequence[tuple[str, int]]) -> AllocateOutcome:
         """All-or-nothing allocation for many requests (see ``Pool.allocate``). asked/delivered are tokens."""
