@@ -16,8 +16,8 @@ from cache_svc import integrity
 from cache_svc.events import EventLog, PrefixEvent
 from cache_svc.errors import FailedPrecondition, InvalidArgument, NotFound
 from cache_svc.items import (
-    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, Member, PoolProbe,
-    PoolStatus, RegisterOutcome, ReleaseOutcome, SessionOutcome,
+    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, MatchResult, Member,
+    PoolProbe, PoolStatus, RegisterOutcome, ReleaseOutcome, SessionOutcome,
 )
 from cache_svc.pool import Pool
 from cache_svc.receipts import Receipt
@@ -27,10 +27,11 @@ Outcome = TypeVar("Outcome")
 
 
 def _weight(outcome) -> int:
-    """Slot ids a stored outcome holds (its weight in the op log): match and allocate results' ``slot_ids``,
-    cache results' ``prefix_slot_ids``; 0 for the others."""
+    """Slot ids a stored outcome holds (its weight in the op log): match and allocate results' ``slot_ids``
+    (and a match's ``allocated_slot_ids``), cache results' ``prefix_slot_ids``; 0 for the others."""
     results = outcome.results if isinstance(outcome, (MatchOutcome, AllocateOutcome, CacheOutcome)) else ()
-    return sum(len(r.prefix_slot_ids if isinstance(r, CacheResult) else r.slot_ids) for r in results)
+    return sum(len(r.prefix_slot_ids if isinstance(r, CacheResult) else r.slot_ids)
+               + (len(r.allocated_slot_ids) if isinstance(r, MatchResult) else 0) for r in results)
 
 
 class CacheCore:
