@@ -16,8 +16,8 @@ from cache_svc import integrity
 from cache_svc.events import EventLog, PrefixEvent
 from cache_svc.errors import FailedPrecondition, InvalidArgument, NotFound
 from cache_svc.items import (
-    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, Member, PoolProbe,
-    PoolStatus, RegisterOutcome, ReleaseOutcome, SessionOutcome,
+    AllocateOutcome, CacheItem, CacheOutcome, CacheResult, EvictOutcome, MatchItem, MatchOutcome, MatchResult, Member,
+    PoolProbe, PoolStatus, RegisterOutcome, ReleaseOutcome, SessionOutcome,
 )
 from cache_svc.pool import Pool
 from cache_svc.receipts import Receipt
@@ -27,10 +27,11 @@ Outcome = TypeVar("Outcome")
 
 
 def _weight(outcome) -> int:
-    """Slot ids a stored outcome holds (its weight in the op log): match and allocate results' ``slot_ids``,
-    cache results' ``prefix_slot_ids``; 0 for the others."""
+    """Slot ids a stored outcome holds (its weight in the op log): match and allocate results' ``slot_ids``
+    (and a match's ``allocated_slot_ids``), cache results' ``prefix_slot_ids``; 0 for the others."""
     results = outcome.results if isinstance(outcome, (MatchOutcome, AllocateOutcome, CacheOutcome)) else ()
-    return sum(len(r.prefix_slot_ids if isinstance(r, CacheResult) else r.slot_ids) for r in results)
+    return sum(len(r.prefix_slot_ids if isinstance(r, CacheResult) else r.slot_ids)
+               + (len(r.allocated_slot_ids) if isinstance(r, MatchResult) else 0) for r in results)
 
 
 class CacheCore:
@@ -173,9 +174,10 @@ class CacheCore:
     def match(self, op_id: str, session_id: str, pool_id: str, items: Sequence[MatchItem]) -> MatchOutcome:
         """Matches and (lock=true) locks and registers requests. Request ids are unique in a session:
         registering a live id again is FailedPrecondition; lock=true with an empty id is InvalidArgument, as is
-        allocate_up_to without lock or below 0. Then, for items with ``allocate_up_to`` (admission in one round
-        trip), ``Pool.allocate_free``: their first chunk's slots, paid from free pages only, with a receipt of
-        their own (``allocation``: before = the match receipt's after)."""
+        allocate_up_to without lock or below 0, or compute_tokens below 0. Then, for items with
+        ``allocate_up_to`` (admission in one round trip), ``Pool.allocate_free``: their first chunk's slots, paid
+        from free pages only, with a receipt of their own (``allocation``: before = the match receipt's after;
+        replayed with it on a retried op_id)."""
         def run() -> MatchOutcome:
             session, pool = self._session_pool(session_id, pool_id)
             ids = [i.request_id for i in items if i.lock]
@@ -190,6 +192,9 @@ class CacheCore:
                 if i.allocate_up_to < 0 or (i.allocate_up_to and not i.lock):
                     raise InvalidArgument(f"request {i.request_id!r}: allocate_up_to must be >= 0 and needs lock, "
                                           f"got {i.allocate_up_to} (lock={i.lock})")
+                if i.compute_tokens < 0:
+                    raise InvalidArgument(f"request {i.request_id!r}: compute_tokens must be >= 0, "
+                                          f"got {i.compute_tokens}")
             before = pool.counters()
             results = pool.match(session_id, items)
             for rid in ids:
@@ -211,7 +216,10 @@ class CacheCore:
             allocation = Receipt(pool_id, op_id, "allocate", asked, delivered, locked, pool.counters())
             return MatchOutcome(receipt, tuple(by_id.get(r.request_id, r) for r in results), allocation)
 
-        return self._recorded(op_id, ("match", session_id, pool_id, tuple(items)), run)
+        out = self._recorded(op_id, ("match", session_id, pool_id, tuple(items)), run)
+        if out.receipt.replayed and out.allocation is not None:  # the stored answer: its allocation too
+            out = dataclasses.replace(out, allocation=dataclasses.replace(out.allocation, replayed=True))
+        return out
 
     def allocate(self, op_id: str, session_id: str, pool_id: str, items: Sequence[tuple[str, int]]) -> AllocateOutcome:
         """All-or-nothing allocation for many requests (see ``Pool.allocate``). asked/delivered are tokens."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from cache_svc.sessions import OpLog
 from codeserve.v1 import cache_pb2
 from tests.cache.conftest import op, register
 from tests.cache.test_service import P, allocate, cache, code_of, counters, match, release, session
@@ -68,3 +69,38 @@ def test_allocate_up_to_needs_a_lock_and_a_count_of_zero_or_more(stub) -> None:
     code, details = code_of(lambda: match_alloc(stub, sid, "b", [1, 2, 3], up_to=-1))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "allocate_up_to" in details
     assert counters(stub).owned == 0 and counters(stub).protected == 0  # nothing registered or locked
+
+
+def test_a_negative_compute_tokens_is_invalid_and_changes_nothing(stub) -> None:
+    register(stub, capacity=16)
+    sid = session(stub)
+    code, details = code_of(lambda: match_alloc(stub, sid, "a", [1, 2, 3], up_to=2, compute=-1))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "compute_tokens" in details
+    assert counters(stub).owned == 0 and counters(stub).protected == 0  # nothing registered or allocated
+    assert len(match_alloc(stub, sid, "a", [1, 2, 3], up_to=2).results[0].allocated_slot_ids) == 2  # "a" is free
+
+
+def test_a_retried_match_replays_its_allocation_receipt_too(stub) -> None:
+    register(stub, capacity=16)
+    sid = session(stub)
+    request = cache_pb2.MatchRequest(op_id=op(), session_id=sid, pool_id=P, items=[cache_pb2.MatchItem(
+        request_id="a", token_ids=[1, 2, 3], lock=True, max_match_tokens=2, allocate_up_to=8, compute_tokens=3)])
+    first, again = stub.Match(request), stub.Match(request)
+    assert not first.allocation.replayed and not first.receipt.replayed
+    assert again.receipt.replayed and again.allocation.replayed  # the stored answer, allocated once
+    assert again.results[0].allocated_slot_ids == first.results[0].allocated_slot_ids
+    assert counters(stub).owned == 3
+
+
+def test_the_op_log_bound_counts_the_slots_a_match_allocated(stub, core) -> None:
+    """A stored Match outcome holds its allocated slot ids: they count against the op log's bound on the slot ids
+    it keeps (``OpLog.max_ints``), as Allocate's do, so the oldest goes once the bound is passed."""
+    core.ops = OpLog(capacity=4096, max_ints=12)
+    register(stub, capacity=32)
+    sid = session(stub)
+    first = cache_pb2.MatchRequest(op_id=op(), session_id=sid, pool_id=P, items=[cache_pb2.MatchItem(
+        request_id="a", token_ids=[1, 2, 3], lock=True, max_match_tokens=2, allocate_up_to=8, compute_tokens=8)])
+    assert len(stub.Match(first).results[0].allocated_slot_ids) == 8
+    assert len(match_alloc(stub, sid, "b", [4, 5, 6], up_to=8, compute=8).results[0].allocated_slot_ids) == 8
+    code, details = code_of(lambda: stub.Match(first))  # 16 slot ids > 12: the first was dropped, runs again
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "already registered" in details
