@@ -20,7 +20,8 @@ request: the host cost that queues requests behind each other at 20 typists.
 
 ``--hop-trace DIR`` traces every request's hops through the stack it starts (``common/hop_trace.py``: the
 client's send and first text, the gateway, the scheduler, the worker) and adds the time between consecutive
-hops (``bench/hop_report.py``) of the answered requests to the JSON (``hops``): where a keystroke's TTFT goes.
+hops (``bench/hop_report.py``) of the requests whose first text arrived (answered, or cancelled after it) to the
+JSON (``hops``): where a keystroke's TTFT goes.
 
 ``--context-files K`` puts K other HumanEval problems (prompt + canonical solution) above each file's prefix,
 as the rest of a source file an editor sends with the cursor's function: HumanEval files alone are ~300

@@ -53,15 +53,16 @@ def enabled() -> bool:
 
 def mark(request_id: str, hop: str, t_ns: int | None = None) -> None:
     """Records that ``request_id`` reached ``hop`` now (or at ``t_ns``, a ``time.monotonic_ns()`` taken
-    earlier); a hop already marked for that request is not marked again. No-op when tracing is off."""
-    if _out is None:
+    earlier); a hop already marked for that request is not marked again. No-op when tracing is off or the id is
+    empty."""
+    if _out is None or not request_id:  # a call without an id joins nothing
         return
     t = time.monotonic_ns() if t_ns is None else t_ns
     key = (request_id, hop)
     with _lock:
         if key in _seen:
             return
-        if len(_seen) > 1_000_000:  # a long run: forget the keys written so far (a request's later hops are new)
+        if len(_seen) > 200_000:  # a long run: forget the keys written so far (~30 MB; later hops are new ones)
             _seen.clear()
         _seen.add(key)
         _out.write(f"{request_id}\t{hop}\t{t}\n")
