@@ -279,3 +279,26 @@ def test_a_decoding_request_rides_in_a_pipelined_chunk_from_its_last_sample(loop
     assert ended(a) == ([TOKEN] * 3, "length")
     assert ended(d) == ([TOKEN] * 20, "length")
     settled(sched, core)
+
+
+def test_a_pool_that_cannot_fund_the_chunk_behind_sends_nothing_behind_and_the_request_completes(loop):
+    """The next chunk's Allocate fails while chunk 1 runs (another session took every free page): nothing is sent
+    behind, chunk 1's reply is applied, and once pages are free again the request completes with nothing held."""
+    from cache_svc.items import MatchItem
+
+    sched, worker, submit, core = loop
+    a = submit("a", list(range(100, 200)), 3)
+    sched.step()  # chunk 1 sent, not waited for
+    assert len(worker.wait_sent(1)) == 1
+    sid = core.open_session("other").session_id
+    core.match("o-match", sid, "default", [MatchItem("hog", "", (1,), True)])
+    free = core.pool_status("default")[0].counters.available
+    core.allocate("o-alloc", sid, "default", [("hog", free)])
+    worker.answer(worker.sent[0].seq)
+    sched.step()  # the chunk behind cannot be funded: chunk 1's reply is applied, nothing else sent
+    assert len(worker.sent) == 1 and a.kv_len == CHUNK and sched.stats["chunks_ahead"] == 0
+    core.release_requests("o-release", sid, "default", ["hog"])
+    worker.hold = False
+    threading.Thread(target=sched.run, daemon=True).start()
+    assert ended(a) == ([TOKEN] * 3, "length")
+    settled(sched, core)
