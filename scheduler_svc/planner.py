@@ -39,16 +39,15 @@ from scheduler_svc.step_budget import StepBudget
 ADMIT_GROUP = 8  # waiting requests whose prefixes one admission Match locks at once
 
 
-def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, max_running: int) -> bool:
-    """True in steady decode: the in-flight batch is decode and holds every running request (one admitted
-    while it ran is not in it: its first decode takes the synchronous path), no running request is in
-    PREFILL or has an abort pending, and no admission is possible (``waiting`` requests, none or no room)."""
+def can_chain(inflight: Batch, running: Sequence[Req]) -> bool:
+    """True in steady decode: the in-flight batch is decode, and no running request is in PREFILL (its extend
+    is not applied yet) or has an abort pending. A decoding request not in the in-flight batch (admitted while
+    it ran, its extend applied) joins the continuation at its first decode (``Planner.continuation``). Requests
+    waiting with room do not stop it: the chain admits them first (``Scheduler._chain``), so an arrival's extend
+    runs after the decode in flight, not after a drain of it and of the one queued behind it."""
     if inflight.kind != "decode":
         return False
-    if waiting and len(running) < max_running:
-        return False
-    held = {e.req.rid for e in inflight.entries}
-    return not any(r.state == State.PREFILL or r.abort_requested or r.rid not in held for r in running)
+    return not any(r.state == State.PREFILL or r.abort_requested for r in running)
 
 
 def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
@@ -343,19 +342,30 @@ class Planner:
         when no request continues or the pool cannot fund it (nothing is retracted here: the next round
         drains, and the synchronous path retracts)."""
         t0 = time.perf_counter()
-        max_steps = self._max_steps(len(inflight.entries))
+        held = {e.req.rid for e in inflight.entries}
+        fresh = [r for r in self.table.running if r.state == State.DECODE and r.rid not in held]  # first decode
+        max_steps = self._max_steps(len(inflight.entries) + len(fresh))
+        if not all(multistep_eligible(r) for r in fresh):
+            max_steps = 1  # the worker takes a multi-step batch only of eligible items
         plan = continuation(inflight, max_steps)
-        if not plan:
+        first = [(r, steps_for(r, max_steps if all(multistep_eligible(e.req) for e in inflight.entries) else 1))
+                 for r in fresh]
+        if not plan and not first:
             return None
+        asked = [(e.req, k) for e, k in plan] + first
         try:
-            reply = self.cache.allocate([(e.req.rid, k) for e, k in plan])
+            reply = self.cache.allocate([(r.rid, k) for r, k in asked])
         except AllocationFailed as exc:
-            self.log.info("overlap_allocation_failed", error=str(exc), running=len(plan))
+            self.log.info("overlap_allocation_failed", error=str(exc), running=len(asked))
             return None
-        batch = continuation_batch(plan, slots_by_request(reply, [(e.req, k) for e, k in plan]))
-        self._funded(max(k for _, k in plan), time.perf_counter() - t0)
-        self.stats.decode_planned(max(k for _, k in plan), cut=max_steps < self.cfg.decode_steps
-                                  and all(multistep_eligible(e.req) for e, _ in plan))
+        slots = slots_by_request(reply, asked)
+        batch = continuation_batch(plan, slots)
+        batch = Batch("decode", batch.entries + tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True,
+                                                            steps=k) for r, k in first))
+        steps = max(k for _, k in asked)
+        self._funded(steps, time.perf_counter() - t0)
+        self.stats.decode_planned(steps, cut=max_steps < self.cfg.decode_steps
+                                  and all(multistep_eligible(r) for r, _ in asked))
         return batch
 
     def _max_steps(self, batch: int) -> int:

@@ -22,20 +22,17 @@ When N+1 is sent (``--overlap-mode``, ``overlap_mode.OVERLAP_MODES``):
   reaches the worker before N+1 has started makes N+1 wait for it too (``worker_svc/ordering.py``), and it
   is queued here before N+1, so its reply is applied as it comes. An extend that reaches the worker after
   N+1 started waits for N+1's steps.
-- ``just-in-time``: when N's reply is in, after the last extend. Every arrival admitted before N's reply
-  goes ahead of N+1; the cost is that N's reply and N+1's send and parsing are not hidden (one local gRPC
-  round trip and the worker's parsing per Forward, with the GPU idle).
+- ``just-in-time``: when N's reply is in, after the last extend. Every arrival admitted before N's reply goes ahead
+  of N+1; N's reply and N+1's send and parsing are not hidden (a local round trip per Forward, the GPU idle).
 
-The decode steps of each Forward are the step budget's (``step_budget.py``: fewer while arrivals come). What
-each mode and mechanism measured: docs/scheduler.md.
+Chaining happens in steady decode (``planner.can_chain``): requests waiting with room are admitted first, and
+the extends sent ahead of the decode in flight are applied first, their requests joining the next continuation at
+their first decode; otherwise the loop drains and takes the synchronous path. A request that finishes in N but is
+in a Forward still in flight streams its end at once and is released after that one (FINISHING). Decode steps
+per Forward: ``step_budget.py`` (fewer while arrivals come); what each mechanism measured: docs/scheduler.md.
 
-Chaining happens only in steady decode (``planner.can_chain``); otherwise the loop drains (waits for and
-applies the in-flight replies, in order) and takes the synchronous path (extend, admission, retract, aborts).
-Requests that finish while N is applied but are in a Forward still in flight stream their end at once and
-are released after the last in-flight Forward that holds them was applied (FINISHING in the table).
-
-Chunked prefill pipelined (``chunk_pipeline``, ``chunk_ahead.py``): an extend whose prefill continues (or with requests
-waiting) is not waited for; the next round sends the extend behind it (``after_seq``), then applies it (``_chunk_ahead``).
+Chunked prefill pipelined (``chunk_pipeline``, ``chunk_ahead.py``): an extend whose prefill continues (or with
+requests waiting) is not waited for; the next round sends the extend behind it, then applies it (``_chunk_ahead``).
 
 Releases at the worker cost no round trip of their own: the ids of ended requests (``worker_releases.py``) ride on
 the next ForwardRequest built (``Pipeline.prepare``); the worker drops them when that Forward starts running, after
@@ -266,8 +263,9 @@ class Scheduler:
         self.recovery.renew_session()
         drained = False
         if self.pipeline:
-            if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running, len(table.waiting),
-                                                     self.cfg.max_running_requests):
+            if len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
+                self._drain(keep_decode=True)  # arrivals' extends sent ahead of a decode Forward: theirs first
+            if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running):
                 self._chain()
                 table.abort(running=False)  # a Forward in flight holds the running ones
                 table.publish()
@@ -319,14 +317,14 @@ class Scheduler:
             now = time.perf_counter()
             self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
 
-    def _drain(self) -> None:
-        """Waits for the in-flight Forwards and applies them in order (nothing new is sent)."""
-        while self.pipeline:
+    def _drain(self, keep_decode: bool = False) -> None:
+        """Applies the in-flight Forwards in order; ``keep_decode``: up to a decode Forward left alone (the chain's)."""
+        while self.pipeline and not (keep_decode and len(self.pipeline) == 1
+                                     and self.pipeline.head().batch.kind == "decode"):
             t0 = time.perf_counter()
             reply = self.recovery.reply(self.pipeline.head().pending)
             cur = self.pipeline.pop()
-            t1 = time.perf_counter()
-            self._apply(cur.batch, reply, cur.seq, t0, t0, t1)
+            self._apply(cur.batch, reply, cur.seq, t0, t0, time.perf_counter())
 
     def _chain(self) -> None:
         """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, after N); until N's
@@ -346,7 +344,9 @@ class Scheduler:
                 self._send_chained(nxt, nxt_request)
                 ahead_of = nxt_request.seq
             extend_after = cur.seq  # extends run after N and after each other
-            while wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
+            admit_now = bool(self.table.waiting) and len(self.table.running) < self.cfg.max_running_requests
+            while admit_now or wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
+                admit_now = False  # requests that waited when the round began are tried first, then arrivals
                 extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent
                 self.table.publish()
                 if extend is not None:

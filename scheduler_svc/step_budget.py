@@ -15,13 +15,14 @@ request-seconds):
     λ·(k·s)² / 2 <= WAIT_SHARE · B · s   <=>   k <= sqrt(2 · WAIT_SHARE · B · G / s)
 
 so k = clamp(round(sqrt(2 · WAIT_SHARE · B · G / s)), 1, K). By Little's law B·G is the mean time L a
-request stays in the running set: with WAIT_SHARE = 1/16, k = round(sqrt(L / (8 s))). Frequent arrivals among
+request stays in the running set: with WAIT_SHARE = 1/32, k = round(sqrt(L / (16 s))). Frequent arrivals among
 few short-lived requests get few steps (an editor's 20 typists, each aborting its last completion: ~200
-arrivals/s, L ~ 0.1 s, s = 1.75 ms: 3 steps; 16 requests and 200 probes/s on the simulated worker: 2-3); a batch
-of long requests whose arrivals only replace the ones that finish keeps K (c64 on the H200: B = 64, ~47
-arrivals/s, L ~ 1.4 s, s = 2.8 ms: 8); no arrival in the window, K. WAIT_SHARE was chosen on the simulated
-worker (bench/results/cpu-adaptive-steps), where fixed K = 2-4 under 50-200 arrivals/s gave the best TTFT
-for the decode throughput it kept.
+arrivals/s, L ~ 0.1 s, s = 1.75 ms: 2 steps; 16 requests and 200 probes/s on the simulated worker: 2); a batch
+of long requests whose arrivals only replace the ones that finish keeps most of K (c64 on the H200: B = 64, ~47
+evenly spread arrivals/s, L ~ 1.4 s, s = 2.8 ms: 6; a burst of them leaves K); no arrival in the window, K.
+WAIT_SHARE was chosen on the simulated worker (bench/results/cpu-adaptive-steps): 1/16 first; 1/32 once the
+chain went on through admissions (``planner.can_chain``), where it gave a lower TTFT p50/p90 and more decode
+tokens/s than before that change at 16 and at 64 decoding under 200 arrivals/s.
 
 λ is counted over a sliding window of the last K² steps (``window_s = K² · s``): n arrivals in it give
 G = window_s / (n - 1) (a lone arrival says nothing of a stream: a request alone keeps K; two arrivals give
@@ -45,7 +46,7 @@ import time
 from collections import deque
 from typing import Callable
 
-WAIT_SHARE = 1 / 16  # arrivals' expected wait behind one Forward, as a share of one step of the running batch
+WAIT_SHARE = 1 / 32  # arrivals' expected wait behind one Forward, as a share of one step of the running batch
 STEP_EWMA = 0.25  # weight of the newest decode reply in the measured step time
 
 

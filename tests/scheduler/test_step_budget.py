@@ -41,13 +41,14 @@ def test_no_measured_step_no_batch_or_one_step_keep_the_configured_steps():
 
 def test_the_formula_on_given_numbers():
     # 21 arrivals over 64 steps of 1.75 ms: G = 0.112 / 20 = 5.6 ms; 20 decoding:
-    # sqrt(2 * 1/16 * 20 * 5.6 / 1.75) = sqrt(8) = 2.83 -> 3
-    assert WAIT_SHARE == 1 / 16
-    assert budget_steps(21, 0.112, 0.0, 0.00175, 20, K) == 3
-    # 11 arrivals in 128 ms (G = 12.8 ms), 8 decoding, 2 ms steps: sqrt(0.125 * 8 * 6.4) = 2.53 -> 3
-    assert budget_steps(11, 0.128, 0.0, STEP_S, 8, K) == 3
+    # sqrt(2 * 1/32 * 20 * 5.6 / 1.75) = sqrt(4) = 2 (the default share); sqrt(8) = 2.83 -> 3 with 1/16
+    assert WAIT_SHARE == 1 / 32
+    assert budget_steps(21, 0.112, 0.0, 0.00175, 20, K) == 2
+    assert budget_steps(21, 0.112, 0.0, 0.00175, 20, K, wait_share=1 / 16) == 3
+    # with 1/16: 11 arrivals in 128 ms (G = 12.8 ms), 8 decoding, 2 ms steps: sqrt(0.125 * 8 * 6.4) = 2.53 -> 3
+    assert budget_steps(11, 0.128, 0.0, STEP_S, 8, K, wait_share=1 / 16) == 3
     # 2 arrivals in 128 ms, 8 decoding: sqrt(0.125 * 8 * 64) = 8 -> K; 64 decoding: 22.6 -> clamped to K
-    assert budget_steps(2, 0.128, 0.0, STEP_S, 8, K) == K
+    assert budget_steps(2, 0.128, 0.0, STEP_S, 8, K, wait_share=1 / 16) == K
     assert budget_steps(2, 0.128, 0.0, STEP_S, 64, K) == K
     # a flood: 1,000 arrivals in 128 ms among 2 requests: sqrt(0.125 * 2 * 0.0641) < 1 -> 1, never 0
     assert budget_steps(1000, 0.128, 0.0, STEP_S, 2, K) == 1
@@ -64,14 +65,14 @@ def test_more_arrivals_never_give_more_steps_and_more_requests_never_fewer():
 
 
 def test_a_silence_longer_than_the_windows_gap_is_the_gap():
-    # 65 arrivals in a burst (G = 0.128 / 64 = 2 ms): 64 decoding get round(sqrt(0.125 * 64 * 1)) = 3 steps
-    assert budget_steps(65, 0.128, 0.0, STEP_S, 64, K) == 3
-    assert budget_steps(65, 0.128, 0.002, STEP_S, 64, K) == 3  # no longer than the gap: the window's
+    # (the share of the first design, 1/16: 2 * 1/16 = 0.125) 65 arrivals in a burst (G = 0.128 / 64 = 2 ms): 64 decoding get round(sqrt(0.125 * 64 * 1)) = 3 steps
+    assert budget_steps(65, 0.128, 0.0, STEP_S, 64, K, wait_share=1 / 16) == 3
+    assert budget_steps(65, 0.128, 0.002, STEP_S, 64, K, wait_share=1 / 16) == 3  # no longer than the gap: the window's
     # 16 ms without an arrival: G = 16 ms, sqrt(0.125 * 64 * 8) = 8 -> K
-    assert budget_steps(65, 0.128, 0.016, STEP_S, 64, K) == K
+    assert budget_steps(65, 0.128, 0.016, STEP_S, 64, K, wait_share=1 / 16) == K
     # 16 decoding need longer: 8 ms -> sqrt(0.125 * 16 * 4) = 2.83 -> 3, 64 ms -> 8
-    assert budget_steps(65, 0.128, 0.008, STEP_S, 16, K) == 3
-    assert budget_steps(65, 0.128, 0.064, STEP_S, 16, K) == K
+    assert budget_steps(65, 0.128, 0.008, STEP_S, 16, K, wait_share=1 / 16) == 3
+    assert budget_steps(65, 0.128, 0.064, STEP_S, 16, K, wait_share=1 / 16) == K
 
 
 def test_negative_inputs_are_refused():
@@ -95,19 +96,20 @@ def test_step_time_is_the_first_reply_then_a_weighted_mean():
 
 def test_arrivals_leave_the_window_after_k_squared_steps_and_silence_counts():
     b = StepBudget()
+    b.wait_share = 1 / 16  # the figures below are the first design's share (the window is what is tested)
     b.measured(K, K * STEP_S)
     window = K * K * STEP_S  # 0.128 s
     for i in range(11):  # 11 arrivals 1 ms apart, the last at 10 ms
         b.arrived(i * 0.001, 1)
-    assert b.steps(0.010, 8, K) == budget_steps(11, window, 0.0, STEP_S, 8, K) == 3
-    assert b.steps(0.013, 8, K) == budget_steps(11, window, 0.003, STEP_S, 8, K) == 3  # 3 ms < G = 12.8 ms
-    assert b.steps(0.030, 8, K) == budget_steps(11, window, 0.020, STEP_S, 8, K) == 3  # G = 20 ms: 3.16
-    assert b.steps(0.050, 8, K) == budget_steps(11, window, 0.040, STEP_S, 8, K) == 4  # G = 40 ms: 4.47
-    assert b.steps(window + 0.0005, 8, K) == budget_steps(10, window, window - 0.0095, STEP_S, 8, K)  # one left
+    assert b.steps(0.010, 8, K) == budget_steps(11, window, 0.0, STEP_S, 8, K, 1 / 16) == 3
+    assert b.steps(0.013, 8, K) == budget_steps(11, window, 0.003, STEP_S, 8, K, 1 / 16) == 3  # 3 ms < G = 12.8 ms
+    assert b.steps(0.030, 8, K) == budget_steps(11, window, 0.020, STEP_S, 8, K, 1 / 16) == 3  # G = 20 ms: 3.16
+    assert b.steps(0.050, 8, K) == budget_steps(11, window, 0.040, STEP_S, 8, K, 1 / 16) == 4  # G = 40 ms: 4.47
+    assert b.steps(window + 0.0005, 8, K) == budget_steps(10, window, window - 0.0095, STEP_S, 8, K, 1 / 16)  # one left
     assert b.steps(0.010 + window, 8, K) == K  # all left: K again
     b.arrived(1.0, 3)  # three taken at once count as three
     b.arrived(1.001, 0)  # nothing taken: nothing counted
-    assert b.steps(1.001, 8, K) == budget_steps(3, window, 0.001, STEP_S, 8, K) == 6
+    assert b.steps(1.001, 8, K) == budget_steps(3, window, 0.001, STEP_S, 8, K, 1 / 16) == 6
 
 
 # ---- the loop ------------------------------------------------------------------------------------------------
