@@ -243,7 +243,7 @@ def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, t
     from scheduler_svc.batch import Batch, Entry, forward_items, slots_by_request
     from scheduler_svc.intake import Intake
     from scheduler_svc.output import OutputStream
-    from scheduler_svc.planner import continuation, continuation_batch
+    from scheduler_svc.chain import continuation, continuation_batch
     from scheduler_svc.request import Params, Req, State
     from scheduler_svc.requests import RequestTable
     from scheduler_svc.stats import Stats

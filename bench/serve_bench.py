@@ -1,7 +1,7 @@
 """End-to-end serving benchmark: the whole stack (cache, worker, scheduler, gateway as real processes)
 driven over HTTP with streaming, side by side with transformers' static-batch ``generate``.
 
-    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,mixed,nopipe,fixedk,jit]
+    python -m bench.serve_bench --out DIR [--gpu] [--phases hf,c64,c1,c16,c256,prefix,k1,nooverlap,mixed,nopipe,fixedk,nochain,jit]
 
 ``--gpu``: random-weight starcoderbase-1b checkpoint in bfloat16 (``worker_svc.model.default --shape``),
 CUDA worker (flashinfer, CUDA-graph decode), 1,024 prompt tokens and 256 output tokens (ignore_eos). Without
@@ -25,6 +25,7 @@ each, so a run cut short still leaves data):
   one before it).
 - ``fixedk``: concurrency 1 and 64 again with ``--no-adaptive-steps`` (every decode Forward K steps, whatever
   arrives).
+- ``nochain``: concurrency 64 again with ``--no-chain-admissions`` (an admission drains the decode in flight).
 - ``jit``: concurrency 64 and 256 again with the scheduler's ``--overlap-mode just-in-time`` (decode Forward
   N+1 sent when N's reply is in, instead of the default ``queued``: waiting at the worker behind N, arrivals'
   extends inserted ahead of it), same ``--decode-steps``: a same-run comparison of the two overlap designs
@@ -317,6 +318,8 @@ class Bench:
                 self.guard(ph, lambda: self.variant(["--no-chunk-pipeline"], "nopipe", (64, 256)))
             elif ph == "fixedk":  # same K in every decode Forward, arrivals or not (adaptive steps off)
                 self.guard(ph, lambda: self.variant(["--no-adaptive-steps"], "fixedk", (1, 64)))
+            elif ph == "nochain":  # an admission drains the decode in flight first (the chain's admissions off)
+                self.guard(ph, lambda: self.variant(["--no-chain-admissions"], "nochain", (64,)))
             elif ph == "jit":  # same K, N+1 sent when N's reply is in (the default queues it behind N); then back
                 self.guard(ph, lambda: self.variant(["--overlap-mode", "just-in-time"], "jit", (64, 256)))
             self.derive()

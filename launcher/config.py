@@ -212,6 +212,9 @@ ADAPTIVE_STEPS = ("adaptive decode steps stay on (scheduler_svc/step_budget.py);
 MIXED_CHUNK = ("mixed chunks stay off (they cost throughput on the H200, run 6); bench/serve_bench's mixed phase "
                "runs the scheduler with them for the A/B")
 
+CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/scheduler.md); bench/serve_bench's "
+                    "nochain phase runs the scheduler without it for the A/B")
+
 CHUNK_PIPELINE = ("chunked prefill pipelined stays on (the next extend sent while one runs: bench/README.md); "
                   "bench/serve_bench's nopipe phase runs the scheduler without it for the A/B")
 
@@ -229,6 +232,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-mixed-chunk": MIXED_CHUNK,
         "--chunk-pipeline": CHUNK_PIPELINE,
         "--no-chunk-pipeline": CHUNK_PIPELINE,
+        "--chain-admissions": CHAIN_ADMISSIONS,
+        "--no-chain-admissions": CHAIN_ADMISSIONS,
         "--adaptive-steps": ADAPTIVE_STEPS,
         "--no-adaptive-steps": ADAPTIVE_STEPS,
     },

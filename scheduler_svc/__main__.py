@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=False,
                    help="decoding requests ride in extend batches, one step each, so no decode stalls for a prefill "
                         "(lower ITL p99, less throughput: bench/README.md run 6)")
+    p.add_argument("--chain-admissions", action=argparse.BooleanOptionalAction, default=True,
+                   help="overlapped decode goes on through admissions (an arrival's first decode joins the next "
+                        "chained Forward); off: an admission drains the decode in flight first")
     p.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
                    help="chunked prefill pipelined: send a long prompt's next chunk while the one before it runs, "
                         "so the worker does not idle between chunks")
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
                           decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps,
                           overlap=args.overlap, overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
-                          chunk_pipeline=args.chunk_pipeline)
+                          chunk_pipeline=args.chunk_pipeline, chain_admissions=args.chain_admissions)
     from scheduler_svc.worker_client import WorkerClient
 
     liveness = None
@@ -152,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
              decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
              overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
-             chunk_pipeline=cfg.chunk_pipeline, worker_stall_timeout=args.worker_stall_timeout)
+             chunk_pipeline=cfg.chunk_pipeline, chain_admissions=cfg.chain_admissions,
+             worker_stall_timeout=args.worker_stall_timeout)
 
     serving = True
     logged_stats, next_stats = None, 0.0

@@ -25,6 +25,9 @@ class SchedulerConfig:
     # flight; decode_steps when none came recently (scheduler_svc/step_budget.py)
     adaptive_steps: bool = True
     overlap: bool = True  # steady decode sends Forward N+1 before processing N (scheduler_svc/scheduler.py)
+    # the overlapped chain goes on through admissions (chain.can_chain): waiting requests admitted by the chain,
+    # their first decode in the next continuation; off: an admission drains the decode in flight first
+    chain_admissions: bool = True
     # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
     overlap_mode: str = DEFAULT_OVERLAP_MODE
     # decoding requests ride in extend batches, one step each (vLLM's chunked prefill, SGLang's mixed chunk), so

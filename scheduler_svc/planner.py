@@ -19,12 +19,12 @@ Loop thread only. Moves requests only through the table's transitions (``schedul
 from __future__ import annotations
 
 import time
-from typing import Sequence
 
 from codeserve.v1 import cache_pb2
 from common import hop_trace
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
 from scheduler_svc.batch import Batch, Entry, slots_by_request
+from scheduler_svc.chain import continuation, continuation_batch
 from scheduler_svc.chunk_ahead import chunks_ahead, riders_ahead
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.errors import AllocationFailed
@@ -37,43 +37,6 @@ from scheduler_svc.stats import Stats
 from scheduler_svc.step_budget import StepBudget
 
 ADMIT_GROUP = 8  # waiting requests whose prefixes one admission Match locks at once
-
-
-def can_chain(inflight: Batch, running: Sequence[Req]) -> bool:
-    """True in steady decode: the in-flight batch is decode, and no running request is in PREFILL (its extend
-    is not applied yet) or has an abort pending. A decoding request not in the in-flight batch (admitted while
-    it ran, its extend applied) joins the continuation at its first decode (``Planner.continuation``). Requests
-    waiting with room do not stop it: the chain admits them first (``Scheduler._chain``), so an arrival's extend
-    runs after the decode in flight, not after a drain of it and of the one queued behind it."""
-    if inflight.kind != "decode":
-        return False
-    return not any(r.state == State.PREFILL or r.abort_requested for r in running)
-
-
-def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
-    """(in-flight entry, decode steps) for each request that continues in the next Forward (one step each
-    when any of them is not multi-step eligible): not finished (a request finished while an earlier Forward
-    was processed is in ``inflight`` only to be dropped), no abort pending, and tokens left after the
-    in-flight entry's (it yields exactly ``steps`` tokens unless the request ends at a stop token, which the
-    worker then knows)."""
-    if not all(multistep_eligible(e.req) for e in inflight.entries):
-        max_steps = 1  # the worker takes a multi-step batch only of eligible items
-    plan = []
-    for e in inflight.entries:
-        req = e.req
-        if req.state != State.DECODE or req.abort_requested:
-            continue
-        after = req.remaining_new_tokens - e.steps
-        if after > 0:
-            plan.append((e, steps_for(req, max_steps, after)))
-    return plan
-
-
-def continuation_batch(plan: list[tuple[Entry, int]], slots: dict[str, tuple[int, ...]]) -> Batch:
-    """The next decode Batch: per request one ``from_last`` entry at ``start + steps`` of its in-flight
-    entry, with ``slots[rid]`` (as many as its steps)."""
-    return Batch("decode", tuple(Entry(e.req, start=e.start + e.steps, n=1, slot_ids=slots[e.req.rid], sample=True,
-                                       steps=k, from_last=True) for e, k in plan))
 
 
 class Planner:

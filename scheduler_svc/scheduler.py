@@ -25,11 +25,10 @@ When N+1 is sent (``--overlap-mode``, ``overlap_mode.OVERLAP_MODES``):
 - ``just-in-time``: when N's reply is in, after the last extend. Every arrival admitted before N's reply goes ahead
   of N+1; N's reply and N+1's send and parsing are not hidden (a local round trip per Forward, the GPU idle).
 
-Chaining happens in steady decode (``planner.can_chain``): requests waiting with room are admitted first, and
-the extends sent ahead of the decode in flight are applied first, their requests joining the next continuation at
-their first decode; otherwise the loop drains and takes the synchronous path. A request that finishes in N but is
-in a Forward still in flight streams its end at once and is released after that one (FINISHING). Decode steps
-per Forward: ``step_budget.py`` (fewer while arrivals come); what each mechanism measured: docs/scheduler.md.
+Chaining happens in steady decode (``chain.py``; waiting requests admitted first, the extends ahead of the decode
+in flight applied first, their requests joining the next continuation), else the loop drains. A request finishing
+in N but in a Forward still in flight streams its end at once, released after that one (FINISHING). Steps per
+Forward: ``step_budget.py``; what each mechanism measured: docs/scheduler.md.
 
 Chunked prefill pipelined (``chunk_pipeline``, ``chunk_ahead.py``): an extend whose prefill continues (or with
 requests waiting) is not waited for; the next round sends the extend behind it, then applies it (``_chunk_ahead``).
@@ -56,7 +55,8 @@ from scheduler_svc.errors import DependencyUnavailable, PoolHeld, SessionLost, W
 from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.pipeline import Pipeline
-from scheduler_svc.planner import Planner, can_chain
+from scheduler_svc.chain import admits_first, can_chain
+from scheduler_svc.planner import Planner
 from scheduler_svc import results
 from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
@@ -265,7 +265,7 @@ class Scheduler:
         if self.pipeline:
             if len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
                 self._drain(keep_decode=True)  # arrivals' extends sent ahead of a decode Forward: theirs first
-            if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running):
+            if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running, len(table.waiting), self.cfg):
                 self._chain()
                 table.abort(running=False)  # a Forward in flight holds the running ones
                 table.publish()
@@ -344,7 +344,7 @@ class Scheduler:
                 self._send_chained(nxt, nxt_request)
                 ahead_of = nxt_request.seq
             extend_after = cur.seq  # extends run after N and after each other
-            admit_now = bool(self.table.waiting) and len(self.table.running) < self.cfg.max_running_requests
+            admit_now = admits_first(len(self.table.waiting), len(self.table.running), self.cfg)
             while admit_now or wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
                 admit_now = False  # requests that waited when the round began are tried first, then arrivals
                 extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent

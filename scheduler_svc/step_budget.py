@@ -21,7 +21,7 @@ arrivals/s, L ~ 0.1 s, s = 1.75 ms: 2 steps; 16 requests and 200 probes/s on the
 of long requests whose arrivals only replace the ones that finish keeps most of K (c64 on the H200: B = 64, ~47
 evenly spread arrivals/s, L ~ 1.4 s, s = 2.8 ms: 6; a burst of them leaves K); no arrival in the window, K.
 WAIT_SHARE was chosen on the simulated worker (bench/results/cpu-adaptive-steps): 1/16 first; 1/32 once the
-chain went on through admissions (``planner.can_chain``), where it gave a lower TTFT p50/p90 and more decode
+chain went on through admissions (``chain.can_chain``), where it gave a lower TTFT p50/p90 and more decode
 tokens/s than before that change at 16 and at 64 decoding under 200 arrivals/s.
 
 λ is counted over a sliding window of the last K² steps (``window_s = K² · s``): n arrivals in it give

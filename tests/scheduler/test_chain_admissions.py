@@ -5,13 +5,18 @@ decode Forward and taking the synchronous path."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+
+import pytest
+
 from tests.scheduler.test_chunk_pipeline import TOKEN, ended, loop, settled  # noqa: F401
 
 
-def test_an_arrival_joins_the_chained_decode_at_its_first_decode(loop):
-    import threading
-
+@pytest.mark.parametrize("chain_admissions", [True, False])
+def test_an_arrival_joins_the_chained_decode_at_its_first_decode(loop, chain_admissions):
     sched, worker, submit, core = loop
+    sched.cfg = dataclasses.replace(sched.cfg, chain_admissions=chain_admissions)
     worker.hold = False
     threading.Thread(target=sched.run, daemon=True).start()
     a = submit("a", list(range(100, 110)), 60)  # decoding while b arrives
@@ -21,6 +26,8 @@ def test_an_arrival_joins_the_chained_decode_at_its_first_decode(loop):
     mixed = [r for r in worker.sent
              if {it.request_id for it in r.items} == {"a", "b"} and all(len(it.input_ids) <= 1 for it in r.items)
              and any(it.input_from_last_sample for it in r.items) and not all(it.input_from_last_sample for it in r.items)]
-    assert mixed, "b's first decode rode in a chained decode Forward beside a's continuation (was: drain, sync decode)"
+    # on: b's first decode rides in a chained decode Forward beside a's continuation (before: drain, sync decode);
+    # off (--no-chain-admissions): the old way, no decode Forward mixes the two
+    assert bool(mixed) == chain_admissions, [list(r.items) for r in mixed][:1]
     assert ended(a) == ([TOKEN] * 60, "length")
     settled(sched, core)

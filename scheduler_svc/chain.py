@@ -1,0 +1,62 @@
+"""The overlapped decode chain (``Scheduler._chain``): when the loop chains decode Forward N+1 behind N instead of
+draining (``can_chain``, ``admits_first``), and what N+1 holds for the requests of N (``continuation``,
+``continuation_batch``; ``Planner.continuation`` adds the requests at their first decode and allocates).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from scheduler_svc.batch import Batch, Entry
+from scheduler_svc.config import SchedulerConfig
+from scheduler_svc.multistep import multistep_eligible, steps_for
+from scheduler_svc.request import Req, State
+
+
+def admits_first(waiting: int, running: int, cfg: SchedulerConfig) -> bool:
+    """True when the overlapped chain admits ``waiting`` requests before it waits (``cfg.chain_admissions`` and
+    room under ``max_running_requests``)."""
+    return cfg.chain_admissions and waiting > 0 and running < cfg.max_running_requests
+
+
+def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, cfg: SchedulerConfig) -> bool:
+    """True in steady decode: the in-flight batch is decode, and no running request is in PREFILL (its extend
+    is not applied yet) or has an abort pending. A decoding request not in the in-flight batch (admitted while
+    it ran, its extend applied) joins the continuation at its first decode (``Planner.continuation``). Requests
+    waiting with room do not stop it: the chain admits them first (``Scheduler._chain``), so an arrival's extend
+    runs after the decode in flight, not after a drain of it and of the one queued behind it. Without
+    ``cfg.chain_admissions`` (``--no-chain-admissions``): False while ``waiting`` requests have room or a running
+    request is not in the in-flight batch (the loop drains, the synchronous path admits)."""
+    if inflight.kind != "decode":
+        return False
+    if not cfg.chain_admissions:
+        held = {e.req.rid for e in inflight.entries}
+        if (waiting and len(running) < cfg.max_running_requests) or any(r.rid not in held for r in running):
+            return False
+    return not any(r.state == State.PREFILL or r.abort_requested for r in running)
+
+
+def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
+    """(in-flight entry, decode steps) for each request that continues in the next Forward (one step each
+    when any of them is not multi-step eligible): not finished (a request finished while an earlier Forward
+    was processed is in ``inflight`` only to be dropped), no abort pending, and tokens left after the
+    in-flight entry's (it yields exactly ``steps`` tokens unless the request ends at a stop token, which the
+    worker then knows)."""
+    if not all(multistep_eligible(e.req) for e in inflight.entries):
+        max_steps = 1  # the worker takes a multi-step batch only of eligible items
+    plan = []
+    for e in inflight.entries:
+        req = e.req
+        if req.state != State.DECODE or req.abort_requested:
+            continue
+        after = req.remaining_new_tokens - e.steps
+        if after > 0:
+            plan.append((e, steps_for(req, max_steps, after)))
+    return plan
+
+
+def continuation_batch(plan: list[tuple[Entry, int]], slots: dict[str, tuple[int, ...]]) -> Batch:
+    """The next decode Batch: per request one ``from_last`` entry at ``start + steps`` of its in-flight
+    entry, with ``slots[rid]`` (as many as its steps)."""
+    return Batch("decode", tuple(Entry(e.req, start=e.start + e.steps, n=1, slot_ids=slots[e.req.rid], sample=True,
+                                       steps=k, from_last=True) for e, k in plan))
