@@ -308,11 +308,10 @@ class Planner:
         held = {e.req.rid for e in inflight.entries}
         fresh = [r for r in self.table.running if r.state == State.DECODE and r.rid not in held]  # first decode
         max_steps = self._max_steps(len(inflight.entries) + len(fresh))
-        if not all(multistep_eligible(r) for r in fresh):
+        if not all(multistep_eligible(r) for r in [*fresh, *(e.req for e in inflight.entries)]):
             max_steps = 1  # the worker takes a multi-step batch only of eligible items
         plan = continuation(inflight, max_steps)
-        first = [(r, steps_for(r, max_steps if all(multistep_eligible(e.req) for e in inflight.entries) else 1))
-                 for r in fresh]
+        first = [(r, steps_for(r, max_steps)) for r in fresh]
         if not plan and not first:
             return None
         asked = [(e.req, k) for e, k in plan] + first

@@ -34,10 +34,11 @@ def apply(batch, reply, table: RequestTable, stats: Stats) -> list[Req]:
         raise RuntimeError(f"Forward answered no result for requests {missing}")
     finished: list[Req] = []
     generated = dropped = 0
+    if batch.kind == "extend" and hop_trace.enabled():  # not on the decode path
+        for e in batch.entries:
+            hop_trace.mark(e.req.rid, "extend_reply")
     for e in batch.entries:
         req, res = e.req, results[e.req.rid]
-        if batch.kind == "extend":
-            hop_trace.mark(req.rid, "extend_reply")
         if req.state == State.FINISHED:  # finishing: it ended in the previous Forward
             dropped += 1
             continue

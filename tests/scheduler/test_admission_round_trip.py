@@ -3,19 +3,13 @@ Allocate for it), the decision is still taken on the counters after the lock, an
 
 from __future__ import annotations
 
+from tests.scheduler.test_deferred_cache_ops import cache_calls
 from tests.scheduler.test_liveness import TOKEN, assert_pool_clean, ending, frozen_loop  # noqa: F401
 
 
 def test_a_lone_admission_costs_one_cache_call(frozen_loop) -> None:
     sched, worker, clock, liveness, submit, core = frozen_loop(overlap=True)
-    calls: list[str] = []
-    original = sched.cache._call
-
-    def counted(name, request, *args, **kwargs):
-        calls.append(name)
-        return original(name, request, *args, **kwargs)
-
-    sched.cache._call = counted
+    calls = cache_calls(sched)
     a = submit("a", 1, list(range(40, 77)))  # 37 tokens: not a page multiple, one chunk, no decode step
     tokens, end = ending(a)
     assert tokens == [TOKEN] and end.code is None

@@ -106,6 +106,19 @@ class RecordingWorker:
                 raise AssertionError(f"the scheduler sent {len(self.sent)} Forwards, expected at least {n}")
 
 
+def submitter(sched, tokenizer):
+    """``submit(rid, prompt, max_new)``: queues a greedy request (ignore_eos) on ``sched``; returns its Req."""
+    def submit(rid: str, prompt: list[int], max_new: int):
+        req = build_request(scheduler_pb2.GenerateRequest(request_id=rid, input_ids=scheduler_pb2.TokenIds(ids=prompt),
+                                                          max_new_tokens=max_new, ignore_eos=True),
+                            tokenizer, sched.info, sched.capacity)
+        req.stream = OutputStream(req, tokenizer, sched.info.eos_token_id)
+        sched.submit(req)
+        return req
+
+    return submit
+
+
 @pytest.fixture(params=["just-in-time"])
 def loop(tokenizer, request):
     core = CacheCore(lease_seconds=30.0)
@@ -117,13 +130,7 @@ def loop(tokenizer, request):
                       structlog.get_logger())
     sched.connect()
 
-    def submit(rid: str, prompt: list[int], max_new: int):
-        req = build_request(scheduler_pb2.GenerateRequest(request_id=rid, input_ids=scheduler_pb2.TokenIds(ids=prompt),
-                                                          max_new_tokens=max_new, ignore_eos=True),
-                            tokenizer, sched.info, sched.capacity)
-        req.stream = OutputStream(req, tokenizer, sched.info.eos_token_id)
-        sched.submit(req)
-        return req
+    submit = submitter(sched, tokenizer)
 
     yield sched, worker, submit
     cache.close()

@@ -28,14 +28,13 @@ import structlog
 
 from cache_svc.core import CacheCore
 from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
-from codeserve.v1 import cache_pb2_grpc, scheduler_pb2, worker_pb2
+from codeserve.v1 import cache_pb2_grpc, worker_pb2
 from common import grpc_server
 from scheduler_svc.cache_client import CacheClient
-from scheduler_svc.output import OutputStream
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
-from scheduler_svc.validate import build_request
 from tests.scheduler.fake_worker import LaterReply, RpcFailure, forward_response
+from tests.scheduler.test_arrival_order import submitter
 
 TOKEN = 77
 WAIT_S = 30.0  # upper bound for a condition that holds at once in a correct scheduler (not a measured time)
@@ -126,13 +125,7 @@ def loop(tokenizer, request):
                       structlog.get_logger())
     sched.connect()
 
-    def submit(rid: str, prompt: list[int], max_new: int):
-        req = build_request(scheduler_pb2.GenerateRequest(request_id=rid, input_ids=scheduler_pb2.TokenIds(ids=prompt),
-                                                          max_new_tokens=max_new, ignore_eos=True),
-                            tokenizer, sched.info, sched.capacity)
-        req.stream = OutputStream(req, tokenizer, sched.info.eos_token_id)
-        sched.submit(req)
-        return req
+    submit = submitter(sched, tokenizer)
 
     yield sched, worker, submit, core
     sched.stop("test over")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from tests.scheduler.test_liveness import TOKEN, assert_pool_clean, ending, frozen_loop, wait_until  # noqa: F401
 
 
-def test_finishes_and_aborts_send_no_cache_rpc_of_their_own(frozen_loop) -> None:
-    sched, worker, clock, liveness, submit, core = frozen_loop(overlap=True)
+def cache_calls(sched) -> list[str]:
+    """The names of the cache RPCs ``sched``'s cache client sends from now on, in order (a list that grows)."""
     calls: list[str] = []
     original = sched.cache._call
 
@@ -18,6 +18,12 @@ def test_finishes_and_aborts_send_no_cache_rpc_of_their_own(frozen_loop) -> None
         return original(name, request, *args, **kwargs)
 
     sched.cache._call = counted
+    return calls
+
+
+def test_finishes_and_aborts_send_no_cache_rpc_of_their_own(frozen_loop) -> None:
+    sched, worker, clock, liveness, submit, core = frozen_loop(overlap=True)
+    calls = cache_calls(sched)
     prompt = list(range(40, 80))
     a = submit("a", 3, prompt)
     tokens, end = ending(a)

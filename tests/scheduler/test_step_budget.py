@@ -13,15 +13,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cache_svc.core import CacheCore
 from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
-from codeserve.v1 import cache_pb2_grpc, scheduler_pb2
+from codeserve.v1 import cache_pb2_grpc
 from common import grpc_server
 from scheduler_svc.cache_client import CacheClient
-from scheduler_svc.output import OutputStream
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.step_budget import STEP_EWMA, WAIT_SHARE, StepBudget, budget_steps
 from tests.scheduler.fake_worker import forward_response
-from scheduler_svc.validate import build_request
-from tests.scheduler.test_arrival_order import TOKEN, HeldReply, RecordingWorker, kind, tokens
+from tests.scheduler.test_arrival_order import TOKEN, HeldReply, RecordingWorker, kind, submitter, tokens
 
 K = 8
 STEP_S = 0.002  # the recording worker's seconds per decode step (reported, not slept)
@@ -155,13 +153,7 @@ def timed_loop(tokenizer, request):
     sched.budget.clock = clock
     sched.connect()
 
-    def submit(rid: str, prompt: list[int], max_new: int):
-        req = build_request(scheduler_pb2.GenerateRequest(request_id=rid, input_ids=scheduler_pb2.TokenIds(ids=prompt),
-                                                          max_new_tokens=max_new, ignore_eos=True),
-                            tokenizer, sched.info, sched.capacity)
-        req.stream = OutputStream(req, tokenizer, sched.info.eos_token_id)
-        sched.submit(req)
-        return req
+    submit = submitter(sched, tokenizer)
 
     yield sched, worker, clock, submit, request.param
     cache.close()
