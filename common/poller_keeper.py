@@ -33,6 +33,7 @@ class PollerKeeper:
         self._lock = threading.Lock()
         self._closed = False
         self._call = None
+        self.answered = 0  # messages read over all streams (a stream's first one: it reached the server)
         self._thread = threading.Thread(target=self._hold, name="grpc-poller-keeper", daemon=True)
         self._thread.start()
 
@@ -44,14 +45,15 @@ class PollerKeeper:
                 call = self._call = self._stub.Watch(health_pb2.HealthCheckRequest(service=""), wait_for_ready=True)
             try:
                 for _ in call:
-                    pass
+                    self.answered += 1
             except grpc.RpcError:
                 pass  # the stream ended (the server went away, or ``close``): that is what this loop waits for
             time.sleep(REOPEN_PAUSE_S)
 
     @property
     def held(self) -> bool:
-        """True while a stream is open (not yet ended)."""
+        """True while a stream is open (not yet ended), including one still waiting for the server (it keeps the
+        event thread alive all the same); ``answered`` > 0 once a stream reached the server."""
         call = self._call
         return call is not None and not call.done()
 

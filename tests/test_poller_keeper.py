@@ -61,7 +61,9 @@ def test_the_stream_is_opened_again_after_the_server_restarts() -> None:
                                                                ("grpc.min_reconnect_backoff_ms", 100)])
     keeper = PollerKeeper(chan)
     try:
-        wait_until(lambda: keeper.held, "the stream open")
+        # the stream must have reached the server: one still waiting for it (wait_for_ready) does not end when the
+        # server stops, it waits on (CI failed here when the stop came before the stream was answered)
+        wait_until(lambda: keeper.answered >= 1, "the stream answered")
         first = keeper._call
         server.server.stop(0).wait()
         wait_until(lambda: keeper._call is not first, "a new stream after the server went away")
