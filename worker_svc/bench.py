@@ -139,10 +139,17 @@ def main(argv: list[str] | None = None) -> None:
                     help="fused kernels (model.fused): none, residual add + LayerNorm, that and the GELU epilogue, "
                          "or those and the K/V write with a strided q (all, as served)")
     ap.add_argument("--profile")
+    ap.add_argument("--ncu", action="store_true",
+                    help="one graph replay at the largest batch between cudaProfilerStart/Stop, for "
+                         "`ncu --profile-from-start off --graph-profiling node` (per-kernel hardware counters)")
+    ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
+                    help="torch.backends.cuda.preferred_blas_library for the GEMMs (issue 15 technique 2)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
+    if args.blas != "default":
+        torch.backends.cuda.preferred_blas_library(args.blas)
     if args.shape:
         cfg, model = random_model(args.shape, dtype, device)
     else:
@@ -233,6 +240,11 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"    graph replay alone (GPU time of a step): {rsecs * 1e3:8.2f} ms  "
                       f"{rec['replay_bandwidth_fraction'] * 100:5.1f}% of copy bandwidth; host/GPU = {msecs / rsecs:.2f}",
                       flush=True)
+                if args.ncu and b == max(batches):
+                    torch.cuda.cudart().cudaProfilerStart()
+                    graph.replay()
+                    sync(device)
+                    torch.cuda.cudart().cudaProfilerStop()
             results.append(rec)
             if args.profile and b == max(batches):
                 profile_forward(multi, device, args.profile, b)
