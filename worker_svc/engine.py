@@ -42,6 +42,7 @@ from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.multistep import run_multistep
+from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
 from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
@@ -94,10 +95,12 @@ class RequestState:
 
 @dataclass(frozen=True)
 class ForwardResult:
-    """Outputs in item order and the seconds spent in the model and the sampler."""
+    """Outputs in item order, the seconds spent in the model and the sampler (host work included), and the
+    device seconds of the model's steps alone (``step_clock.StepClock``; 0.0 when every item was skipped)."""
 
     outputs: tuple[ForwardOutput, ...]
     forward_seconds: float
+    device_seconds: float = 0.0
 
 
 class Engine:
@@ -161,8 +164,10 @@ class Engine:
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
                 validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
                 t0 = time.perf_counter()
-                outputs = self._run_unskipped(items)
-                result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0)
+                clock = StepClock(self.device)
+                outputs = self._run_unskipped(items, clock)
+                result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
+                                       device_seconds=clock.seconds() if clock.ran else 0.0)
         except BaseException as e:  # recorded for the Forwards that follow this one, then raised
             self.order.done(seq, f"{e.code}: {e.message}" if isinstance(e, WorkerError) else f"{type(e).__name__}: {e}")
             raise
@@ -179,12 +184,13 @@ class Engine:
             if state is not None and not (seq > 0 and state.created_seq > seq):
                 del self.requests[rid]
 
-    def _run_unskipped(self, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
-        """Runs the items that are not skipped (continuations of stopped requests) and answers those skipped."""
+    def _run_unskipped(self, items: Sequence[ForwardItem], clock: StepClock) -> tuple[ForwardOutput, ...]:
+        """Runs the items that are not skipped (continuations of stopped requests) and answers those skipped;
+        ``clock`` times the model's steps."""
         skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]
-        done = iter(() if not run else run_multistep(self, run) if any(it.decode_steps > 1 for it in run)
-                    else self._run(run))
+        done = iter(() if not run else run_multistep(self, run, clock) if any(it.decode_steps > 1 for it in run)
+                    else self._run(run, clock))
         return tuple(ForwardOutput(request_id=it.request_id, sampled=False, skipped=True) if s else next(done)
                      for it, s in zip(items, skip))
 
@@ -220,7 +226,7 @@ class Engine:
         """Token ids before this item's new tokens."""
         return list(it.prefix_token_ids) if it.has_prefix else self.requests[it.request_id].tokens
 
-    def _run(self, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
+    def _run(self, items: Sequence[ForwardItem], clock: StepClock) -> tuple[ForwardOutput, ...]:
         dev = self.device
         prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
                     else self.requests[it.request_id].slots.view() for it in items]
@@ -231,16 +237,19 @@ class Engine:
         sample_items = [b for b, it in enumerate(items) if it.sample]
         hidden = None  # [T, n_embd], eager path only
         if self.graphs is not None and self.graphs.fits(layout) and not any(it.return_prompt_logprobs for it in items):
+            clock.start()  # the graph's plan is in it (run copies the layout in, then replays)
             all_logits = self.graphs.run(layout, input_ids)  # [B, vocab] float32, one row per item
             row_logits = lambda rows: all_logits[rows]  # noqa: E731
         else:
             self.backend.plan(AttentionMeta.from_layout(layout, dev))
+            clock.start()
             if self.extend_graphs is not None and self.extend_graphs.fits(layout):
                 hidden = self.extend_graphs.run(layout, input_ids, self.backend)  # [T, n_embd], until the next run
             else:
                 hidden = self.model(input_ids, torch.from_numpy(layout.positions).to(dev), self.kv_pool, self.backend,
                                     torch.from_numpy(layout.out_slots).to(dev))
             row_logits = lambda rows: self.model.logits(hidden[rows])  # noqa: E731
+        clock.stop()  # the lm_head of the eager rows runs after it: a few us of one GEMM
 
         # Sampling rows: the last new token of each item that samples.
         results: dict[int, object] = {}

@@ -42,9 +42,10 @@ def sample_on_device(logits: torch.Tensor, items: Sequence[ForwardItem], positio
     return chosen
 
 
-def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, ...]:
+def run_multistep(engine, items: Sequence[ForwardItem], clock) -> tuple[ForwardOutput, ...]:
     """Runs a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller
-    holds its lock) and commits each request's written tokens. Returns outputs in item order."""
+    holds its lock) and commits each request's written tokens; ``clock`` (``step_clock.StepClock``) times the
+    steps, from the first one's launch to the last one's end. Returns outputs in item order."""
     dev = engine.device
     order = sorted(range(len(items)), key=lambda b: -items[b].decode_steps)  # active rows = a prefix
     its = [items[b] for b in order]
@@ -66,6 +67,7 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
         feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev)
     else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
         eager = DecodeSteps(prefixes, [it.slot_ids for it in its], ks)
+    clock.start()
     for j in range(steps):
         n = active[j]
         ids = cur[:n]
@@ -85,6 +87,7 @@ def run_multistep(engine, items: Sequence[ForwardItem]) -> tuple[ForwardOutput, 
             lps[j, :n] = torch.log_softmax(logits, dim=-1).gather(1, nxt[:, None])[:, 0]
         toks[j, :n] = nxt
         cur = nxt  # rows past n never run again (k sorted, largest first)
+    clock.stop()
     rows_toks = toks.cpu().numpy().T.tolist()  # the one read-back of the Forward; [B][steps] ints
     rows_lps = lps.cpu().numpy().T.tolist() if lps is not None else None
     outputs: list = [None] * len(items)

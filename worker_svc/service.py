@@ -87,10 +87,10 @@ def result_to_proto(o: ForwardOutput) -> worker_pb2.ForwardResult:
                                                  logprob=o.logprob, skipped=o.skipped), o)
 
 
-def response_to_proto(outputs, forward_seconds: float) -> worker_pb2.ForwardResponse:
+def response_to_proto(outputs, forward_seconds: float, device_seconds: float = 0.0) -> worker_pb2.ForwardResponse:
     """The ForwardResponse of a Forward's outputs (each result built in place: a list handed to the
-    constructor would be copied message by message)."""
-    reply = worker_pb2.ForwardResponse(forward_seconds=forward_seconds)
+    constructor would be copied message by message); seconds as ``engine.ForwardResult`` has them."""
+    reply = worker_pb2.ForwardResponse(forward_seconds=forward_seconds, device_seconds=device_seconds)
     add = reply.results.add
     for o in outputs:
         _fill_result(add(request_id=o.request_id, sampled=o.sampled, next_token_id=o.next_token_id, logprob=o.logprob,
@@ -127,7 +127,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             context.abort(grpc.StatusCode.INTERNAL, f"forward failed: {type(e).__name__}: {e}")
         for rid in firsts:
             hop_trace.mark(rid, "forward_out")
-        return response_to_proto(res.outputs, res.forward_seconds)
+        return response_to_proto(res.outputs, res.forward_seconds, res.device_seconds)
 
     def Release(self, request, context):
         return worker_pb2.ReleaseResponse(released=self.engine.release(list(request.request_ids)))

@@ -130,12 +130,14 @@ class ForwardResult(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., sampled: _Optional[bool] = ..., next_token_id: _Optional[int] = ..., logprob: _Optional[float] = ..., top_logprobs: _Optional[_Union[_common_pb2.TopLogprobs, _Mapping]] = ..., prompt_logprobs: _Optional[_Iterable[float]] = ..., prompt_top_logprobs: _Optional[_Iterable[_Union[_common_pb2.TopLogprobs, _Mapping]]] = ..., next_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., skipped: _Optional[bool] = ...) -> None: ...
 
 class ForwardResponse(_message.Message):
-    __slots__ = ("results", "forward_seconds")
+    __slots__ = ("results", "forward_seconds", "device_seconds")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     FORWARD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ForwardResult]
     forward_seconds: float
-    def __init__(self, results: _Optional[_Iterable[_Union[ForwardResult, _Mapping]]] = ..., forward_seconds: _Optional[float] = ...) -> None: ...
+    device_seconds: float
+    def __init__(self, results: _Optional[_Iterable[_Union[ForwardResult, _Mapping]]] = ..., forward_seconds: _Optional[float] = ..., device_seconds: _Optional[float] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("request_ids",)

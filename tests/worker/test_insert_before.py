@@ -85,7 +85,7 @@ def test_on_the_engine_an_extend_inserted_ahead_of_a_queued_decode_runs_first(mo
     eng = make_engine(model_dir)
     ran: list[str] = []
     run_unskipped = eng._run_unskipped
-    monkeypatch.setattr(eng, "_run_unskipped", lambda items: ran.append(items[0].request_id) or run_unskipped(items))
+    monkeypatch.setattr(eng, "_run_unskipped", lambda items, clock: ran.append(items[0].request_id) or run_unskipped(items, clock))
     eng.forward([prefill], "epoch-1")
     got: dict[str, object] = {}
     d = started(lambda: got.update(decode=eng.forward([decode], "epoch-1", seq=2, after_seq=1)))
@@ -110,7 +110,7 @@ def test_before_seq_crosses_grpc_and_a_bad_one_is_invalid_argument(model_dir, mo
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "cannot run before seq 4" in err.value.details()
         seen: list[int] = []
         monkeypatch.setattr(eng, "forward", lambda items, epoch, **kw: seen.append(kw["before_seq"]) or
-                            type("R", (), {"outputs": (), "forward_seconds": 0.0})())
+                            type("R", (), {"outputs": (), "forward_seconds": 0.0, "device_seconds": 0.0})())
         stub.Forward(worker_pb2.ForwardRequest(expected_epoch="epoch-1", seq=7, after_seq=6, before_seq=8), timeout=10)
     finally:
         server.server.stop(0)
