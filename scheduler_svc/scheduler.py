@@ -313,7 +313,7 @@ class Scheduler:
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()
         if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
-            self.budget.measured(max(e.steps for e in batch.entries), reply.forward_seconds)
+            self.budget.measured(max(e.steps for e in batch.entries), reply)
             now = time.perf_counter()
             self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
 

@@ -5,7 +5,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
         [--new 16] [--prompt-len 2048] [--concurrency 8] [--requests 32] [--fractions 0,0.5,0.9,0.97] [--think-ms 0] [--no-overlap]
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
         [--chunk-size 8192] [--chunk-pipeline | --no-chunk-pipeline] [--long N] [--json PATH]
-        [--background N --rate R --seconds S] [--no-adaptive-steps] [--wait-share 0.0625] [--decode-forward-ms 0]
+        [--background N --rate R --seconds S] [--no-adaptive-steps] [--run-weight 0.25] [--decode-forward-ms 0]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -49,7 +49,7 @@ from scheduler_svc.output import OutputStream
 from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
-from scheduler_svc.step_budget import WAIT_SHARE
+from scheduler_svc.step_budget import RUN_WEIGHT
 from scheduler_svc.validate import build_request
 from tests.scheduler.fake_worker import LaterReply, forward_response
 from worker_svc.model.default import ensure_default_model
@@ -86,8 +86,10 @@ class SimWorker:
             tokens = sum(len(it.input_ids) for it in request.items if not it.input_from_last_sample)
             extend = any(it.has_prefix or len(it.input_ids) > 1 for it in request.items)
             t0 = time.perf_counter()
-            time.sleep(3e-4 + tokens * self.token_s if extend else self.decode_forward_s + steps * self.step_s)
-            reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0)
+            device_s = tokens * self.token_s if extend else steps * self.step_s  # the steps; the rest is fixed
+            time.sleep(device_s + (3e-4 if extend else self.decode_forward_s))
+            reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0,
+                                     device_seconds=device_s)
             self.busy_s += reply.forward_seconds
         self.order.done(request.seq)
         return reply
@@ -136,7 +138,7 @@ def main() -> None:
     ap.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--adaptive-steps", action=argparse.BooleanOptionalAction, default=True,
                     help="fewer decode steps per Forward while arrivals come (scheduler_svc/step_budget.py)")
-    ap.add_argument("--wait-share", type=float, default=WAIT_SHARE, help="the step budget's WAIT_SHARE "
+    ap.add_argument("--run-weight", type=float, default=RUN_WEIGHT, help="the step budget's RUN_WEIGHT "
                     "(scheduler_svc/step_budget.py), to sweep it")
     ap.add_argument("--decode-forward-ms", type=float, default=0.0, help="fixed cost of a decode Forward at the "
                     "worker on top of its steps (host work, read-back), serial with the GPU time")
@@ -159,7 +161,7 @@ def main() -> None:
                       SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap,
                                       overlap_mode=a.overlap_mode, chunk_size=a.chunk_size, max_running_requests=256,
                                       chunk_pipeline=a.chunk_pipeline), structlog.get_logger())
-    sched.budget.wait_share = a.wait_share
+    sched.budget.run_weight = a.run_weight
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
     threading.Thread(target=sched.run, daemon=True).start()

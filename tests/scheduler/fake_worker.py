@@ -14,7 +14,8 @@ from codeserve.v1 import worker_pb2
 from scheduler_svc.worker_client import PendingForward
 
 
-def forward_response(items, token: int, forward_seconds: float = 0.0) -> worker_pb2.ForwardResponse:
+def forward_response(items, token: int, forward_seconds: float = 0.0,
+                     device_seconds: float = 0.0) -> worker_pb2.ForwardResponse:
     """Every sampled position gets ``token``: a multi-step item all its steps, a one-step item when it samples."""
     out = []
     for it in items:
@@ -24,7 +25,7 @@ def forward_response(items, token: int, forward_seconds: float = 0.0) -> worker_
         else:
             out.append(worker_pb2.ForwardResult(request_id=it.request_id, sampled=it.sample,
                                                 next_token_id=token if it.sample else 0))
-    return worker_pb2.ForwardResponse(results=out, forward_seconds=forward_seconds)
+    return worker_pb2.ForwardResponse(results=out, forward_seconds=forward_seconds, device_seconds=device_seconds)
 
 
 class LaterReply(PendingForward):

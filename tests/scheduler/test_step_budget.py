@@ -17,97 +17,120 @@ from codeserve.v1 import cache_pb2_grpc
 from common import grpc_server
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
-from scheduler_svc.step_budget import STEP_EWMA, WAIT_SHARE, StepBudget, budget_steps
+from scheduler_svc.step_budget import COST_EWMA, RUN_WEIGHT, StepBudget, budget_steps
 from tests.scheduler.fake_worker import forward_response
 from tests.scheduler.test_arrival_order import TOKEN, HeldReply, RecordingWorker, kind, submitter, tokens
 
 K = 8
-STEP_S = 0.002  # the recording worker's seconds per decode step (reported, not slept)
+STEP_S = 0.002  # the recording worker's device seconds per decode step (reported, not slept)
+FIXED_S = 0.0003  # and its host seconds a decode Forward besides
+
+
+def rule(arrivals, window_s, since_last_s, batch, step_s=STEP_S, fixed_s=FIXED_S, max_steps=K, run_weight=RUN_WEIGHT):
+    return budget_steps(arrivals, window_s, since_last_s, step_s, fixed_s, batch, max_steps, run_weight)
 
 
 # ---- the rule ------------------------------------------------------------------------------------------------
 def test_nothing_or_one_arrival_keeps_k():
-    assert budget_steps(0, 0.128, 0.0, STEP_S, 16, K) == K
-    assert budget_steps(1, 0.128, 0.0, STEP_S, 1, K) == K  # a lone arrival says nothing of a stream
+    assert rule(0, 0.128, 0.0, 16) == K
+    assert rule(1, 0.128, 0.0, 1) == K  # a lone arrival says nothing of a stream
 
 
 def test_no_measured_step_no_batch_or_one_step_keep_the_configured_steps():
-    assert budget_steps(50, 0.128, 0.0, 0.0, 16, K) == K
-    assert budget_steps(50, 0.128, 0.0, STEP_S, 0, K) == K
-    assert budget_steps(50, 0.128, 0.0, STEP_S, 16, 1) == 1
+    assert rule(50, 0.128, 0.0, 16, step_s=0.0) == K
+    assert rule(50, 0.128, 0.0, 0) == K
+    assert rule(50, 0.128, 0.0, 16, max_steps=1) == 1
 
 
 def test_the_formula_on_given_numbers():
-    # 21 arrivals over 64 steps of 1.75 ms: G = 0.112 / 20 = 5.6 ms; 20 decoding:
-    # sqrt(2 * 1/32 * 20 * 5.6 / 1.75) = sqrt(4) = 2 (the default share); sqrt(8) = 2.83 -> 3 with 1/16
-    assert WAIT_SHARE == 1 / 32
-    assert budget_steps(21, 0.112, 0.0, 0.00175, 20, K) == 2
-    assert budget_steps(21, 0.112, 0.0, 0.00175, 20, K, wait_share=1 / 16) == 3
-    # with 1/16: 11 arrivals in 128 ms (G = 12.8 ms), 8 decoding, 2 ms steps: sqrt(0.125 * 8 * 6.4) = 2.53 -> 3
-    assert budget_steps(11, 0.128, 0.0, STEP_S, 8, K, wait_share=1 / 16) == 3
-    # 2 arrivals in 128 ms, 8 decoding: sqrt(0.125 * 8 * 64) = 8 -> K; 64 decoding: 22.6 -> clamped to K
-    assert budget_steps(2, 0.128, 0.0, STEP_S, 8, K, wait_share=1 / 16) == K
-    assert budget_steps(2, 0.128, 0.0, STEP_S, 64, K) == K
-    # a flood: 1,000 arrivals in 128 ms among 2 requests: sqrt(0.125 * 2 * 0.0641) < 1 -> 1, never 0
-    assert budget_steps(1000, 0.128, 0.0, STEP_S, 2, K) == 1
+    assert RUN_WEIGHT == 1 / 8
+    # 26 arrivals over 0.125 s (G = 5 ms), 16 decoding, F = 0.3 ms, 2 ms steps (the simulated worker at 200/s):
+    # T* = sqrt(2 * 1/8 * 16 * 0.0003 * 0.005) = 2.45 ms -> (2.45 - 0.3) / 2 = 1.07 -> 1
+    assert rule(26, 0.125, 0.0, 16) == 1
+    # 64 decoding: T* = sqrt(0.25 * 64 * 0.0003 * 0.005) = 4.90 ms -> 2.30 -> 2
+    assert rule(26, 0.125, 0.0, 64) == 2
+    # the H200 editor's costs (0.8 ms steps, F = 5 ms, 8 decoding, G = 9 ms: 28 arrivals in 0.243 s):
+    # T* = sqrt(0.25 * 8 * 0.005 * 0.009) = 9.49 ms -> (9.49 - 5) / 0.8 = 5.6 -> 6; the first form of the rule
+    # (F taken as a fixed share of s) gave round(sqrt(2 / 32 * 8 * 9 / 0.8)) = 2 there
+    assert rule(28, 0.243, 0.0, 8, step_s=0.0008, fixed_s=0.005) == 6
+    assert rule(28, 0.243, 0.0, 8, step_s=0.0008, fixed_s=0.005, run_weight=1 / 4) == K  # T* = 13.4 ms
+    # a flood: 1,000 arrivals in 128 ms among 2 requests: T* < F -> 1, never 0
+    assert rule(1000, 0.128, 0.0, 2) == 1
+    # no fixed cost at all: nothing is saved by more steps -> 1
+    assert rule(26, 0.125, 0.0, 16, fixed_s=0.0) == 1
 
 
 def test_more_arrivals_never_give_more_steps_and_more_requests_never_fewer():
-    by_arrivals = [budget_steps(n, 0.128, 0.0, STEP_S, 16, K) for n in range(0, 200)]
+    by_arrivals = [rule(n, 0.128, 0.0, 64, fixed_s=0.002) for n in range(0, 400)]
     assert by_arrivals == sorted(by_arrivals, reverse=True) and by_arrivals[0] == K and by_arrivals[-1] == 1
-    by_batch = [budget_steps(30, 0.128, 0.0, STEP_S, b, K) for b in range(1, 100)]
-    assert by_batch == sorted(by_batch)
-    for n in range(2, 200):  # the bound: the arrivals' wait behind one Forward, lam (k s)^2 / 2 <= WAIT_SHARE * B * s
-        bound = math.sqrt(2 * WAIT_SHARE * 16 * STEP_S / ((n - 1) / 0.128)) / STEP_S  # in steps
-        assert by_arrivals[n] == max(1, min(K, math.floor(bound + 0.5)))
+    assert rule(30, 0.128, 0.0, 16) < K  # so that the next two can grow
+    by_batch = [rule(30, 0.128, 0.0, b) for b in range(1, 2000, 7)]
+    assert by_batch == sorted(by_batch) and by_batch[-1] == K
+    # (T* - F) grows with F up to F = RUN_WEIGHT * B * G / 2 (4.4 ms here), then falls: a round that cannot be
+    # shorter than F makes arrivals wait F / 2 whatever k is, and past that point one step is the shortest
+    fixed = [f / 1e4 for f in range(1, 400)]
+    by_fixed = [rule(30, 0.128, 0.0, 16, fixed_s=f) for f in fixed]
+    top = RUN_WEIGHT * 16 * (0.128 / 29) / 2
+    rising, falling = [k for f, k in zip(fixed, by_fixed) if f <= top], [k for f, k in zip(fixed, by_fixed) if f > top]
+    assert rising == sorted(rising) and falling == sorted(falling, reverse=True) and falling[-1] == 1
+    for n in range(2, 400):  # the least of lam T / 2 + w B F / T over T = F + k s, k in 1..K
+        lam, b, f, w = (n - 1) / 0.128, 64, 0.002, RUN_WEIGHT
+        best = min(range(1, K + 1), key=lambda k: lam * (f + k * STEP_S) / 2 + w * b * f / (f + k * STEP_S))
+        assert abs(by_arrivals[n] - best) <= 1, n  # rounding k of the continuous optimum: at most one step off
 
 
 def test_a_silence_longer_than_the_windows_gap_is_the_gap():
-    # (the share of the first design, 1/16: 2 * 1/16 = 0.125) 65 arrivals in a burst (G = 0.128 / 64 = 2 ms): 64 decoding get round(sqrt(0.125 * 64 * 1)) = 3 steps
-    assert budget_steps(65, 0.128, 0.0, STEP_S, 64, K, wait_share=1 / 16) == 3
-    assert budget_steps(65, 0.128, 0.002, STEP_S, 64, K, wait_share=1 / 16) == 3  # no longer than the gap: the window's
-    # 16 ms without an arrival: G = 16 ms, sqrt(0.125 * 64 * 8) = 8 -> K
-    assert budget_steps(65, 0.128, 0.016, STEP_S, 64, K, wait_share=1 / 16) == K
-    # 16 decoding need longer: 8 ms -> sqrt(0.125 * 16 * 4) = 2.83 -> 3, 64 ms -> 8
-    assert budget_steps(65, 0.128, 0.008, STEP_S, 16, K, wait_share=1 / 16) == 3
-    assert budget_steps(65, 0.128, 0.064, STEP_S, 16, K, wait_share=1 / 16) == K
+    # 65 arrivals in a burst (G = 0.128 / 64 = 2 ms), 64 decoding: T* = sqrt(0.25 * 64 * 0.0003 * 0.002) = 3.10 ms
+    # -> 1.4 -> 1
+    assert rule(65, 0.128, 0.0, 64) == 1
+    assert rule(65, 0.128, 0.002, 64) == 1  # no longer than the gap: the window's
+    # 40 ms without an arrival: G = 40 ms, T* = 13.9 ms -> 6.8 -> 7; 80 ms: 19.6 ms -> 9.6 -> K
+    assert rule(65, 0.128, 0.040, 64) == 7
+    assert rule(65, 0.128, 0.080, 64) == K
 
 
 def test_negative_inputs_are_refused():
     with pytest.raises(ValueError, match="arrivals"):
-        budget_steps(-1, 0.1, 0.0, STEP_S, 4, K)
+        rule(-1, 0.1, 0.0, 4)
     with pytest.raises(ValueError, match="since the last"):
-        budget_steps(3, 0.1, -0.001, STEP_S, 4, K)
+        rule(3, 0.1, -0.001, 4)
+    with pytest.raises(ValueError, match="fixed cost"):
+        rule(3, 0.1, 0.0, 4, fixed_s=-0.001)
 
 
 # ---- the measurements --------------------------------------------------------------------------------------
-def test_step_time_is_the_first_reply_then_a_weighted_mean():
+def reply(device_s: float, forward_s: float):
+    return forward_response([], TOKEN, forward_seconds=forward_s, device_seconds=device_s)
+
+
+def test_costs_are_the_first_reply_then_a_weighted_mean():
     b = StepBudget()
     assert b.step_s == 0.0 and b.steps(0.0, 8, K) == K  # nothing measured yet
-    b.measured(8, 0.016)
-    assert b.step_s == pytest.approx(0.002)
-    b.measured(1, 0.004)
-    assert b.step_s == pytest.approx(0.002 + STEP_EWMA * (0.004 - 0.002))
-    b.measured(0, 1.0)  # nothing ran: ignored
-    assert b.step_s == pytest.approx(0.0025)
+    b.measured(8, reply(0.016, 0.0175))
+    assert b.step_s == pytest.approx(0.002) and b.fixed_s == pytest.approx(0.0015)
+    b.measured(1, reply(0.004, 0.004))
+    assert b.step_s == pytest.approx(0.002 + COST_EWMA * (0.004 - 0.002))
+    assert b.fixed_s == pytest.approx(0.0015 + COST_EWMA * (0.0 - 0.0015))
+    b.measured(0, reply(1.0, 2.0))  # nothing ran: ignored
+    b.measured(8, reply(0.0, 1.0))  # no device time reported: ignored
+    assert b.step_s == pytest.approx(0.0025) and b.fixed_s == pytest.approx(0.001125)
 
 
-def test_arrivals_leave_the_window_after_k_squared_steps_and_silence_counts():
+def test_arrivals_leave_the_window_after_k_rounds_and_silence_counts():
     b = StepBudget()
-    b.wait_share = 1 / 16  # the figures below are the first design's share (the window is what is tested)
-    b.measured(K, K * STEP_S)
-    window = K * K * STEP_S  # 0.128 s
+    b.measured(K, reply(K * STEP_S, K * STEP_S + FIXED_S))
+    window = K * (FIXED_S + K * STEP_S)  # 0.1304 s
     for i in range(11):  # 11 arrivals 1 ms apart, the last at 10 ms
         b.arrived(i * 0.001, 1)
-    assert b.steps(0.010, 8, K) == budget_steps(11, window, 0.0, STEP_S, 8, K, 1 / 16) == 3
-    assert b.steps(0.013, 8, K) == budget_steps(11, window, 0.003, STEP_S, 8, K, 1 / 16) == 3  # 3 ms < G = 12.8 ms
-    assert b.steps(0.030, 8, K) == budget_steps(11, window, 0.020, STEP_S, 8, K, 1 / 16) == 3  # G = 20 ms: 3.16
-    assert b.steps(0.050, 8, K) == budget_steps(11, window, 0.040, STEP_S, 8, K, 1 / 16) == 4  # G = 40 ms: 4.47
-    assert b.steps(window + 0.0005, 8, K) == budget_steps(10, window, window - 0.0095, STEP_S, 8, K, 1 / 16)  # one left
-    assert b.steps(0.010 + window, 8, K) == K  # all left: K again
+    r = lambda n, since: rule(n, window, since, 32)  # noqa: E731
+    assert b.steps(0.010, 32, K) == r(11, 0.0) == 3  # G = 13 ms: T* = 5.6 ms -> 2.6
+    assert b.steps(0.013, 32, K) == r(11, 0.003) == 3  # 3 ms < G
+    assert b.steps(0.040, 32, K) == r(11, 0.030) == 4  # G = 30 ms: T* = 8.5 ms -> 4.1
+    assert b.steps(window + 0.0005, 32, K) == r(10, window - 0.0095)  # one left
+    assert b.steps(0.010 + window, 32, K) == K  # all left: K again
     b.arrived(1.0, 3)  # three taken at once count as three
     b.arrived(1.001, 0)  # nothing taken: nothing counted
-    assert b.steps(1.001, 8, K) == budget_steps(3, window, 0.001, STEP_S, 8, K, 1 / 16) == 6
+    assert b.steps(1.001, 32, K) == r(3, 0.001) == 6  # G = 65 ms: T* = 12.5 ms -> 6.1
 
 
 # ---- the loop ------------------------------------------------------------------------------------------------
@@ -122,7 +145,8 @@ class Clock:
 
 
 class TimedWorker(RecordingWorker):
-    """A RecordingWorker whose replies report STEP_S seconds a decode step (``forward_seconds``) and that records
+    """A RecordingWorker whose replies report STEP_S device seconds a decode step and FIXED_S host seconds besides
+    (``device_seconds``, ``forward_seconds``) and that records
     (clock time, steps) of each decode Forward it is sent."""
 
     def __init__(self, clock: Clock) -> None:
@@ -137,7 +161,8 @@ class TimedWorker(RecordingWorker):
         steps = max([it.decode_steps for it in items] + [1])
         if kind(items) == "decode":
             self.decodes.append((self.clock.t, steps))
-        return HeldReply(forward_response(items, TOKEN, forward_seconds=STEP_S * steps), hold=False)
+        return HeldReply(forward_response(items, TOKEN, forward_seconds=FIXED_S + STEP_S * steps,
+                                          device_seconds=STEP_S * steps), hold=False)
 
 
 @pytest.fixture(params=[True, False], ids=["adaptive", "fixed"])
@@ -173,16 +198,17 @@ def test_chained_decode_forwards_carry_fewer_steps_while_probes_arrive_and_k_wit
     assert len(quiet) >= 5 and quiet == [K] * len(quiet), "with no arrivals every decode Forward carries K steps"
 
     probes, busy_from = [], len(worker.decodes)
-    for i in range(20):  # a probe every 2 ms of the test's clock, one prefill token each
+    for i in range(20):  # two probes every 2 ms of the test's clock, one prefill token each
         clock.t += 0.002
-        probes.append(submit(f"p{i}", list(range(100 + i, 112 + i)), 1))
+        probes += [submit(f"p{i}{j}", list(range(100 + i + j, 112 + i + j)), 1) for j in range(2)]
         for _ in range(3):
             sched.step()
     busy = [k for _, k in worker.decodes[busy_from:]]
-    late = busy[len(busy) // 2:]  # 10 or more arrivals in the window: the rule gives 4 decoding requests 1-2 steps
+    # 20 or more arrivals in the window (G <= 8 ms), 4 decoding, F = 0.3 ms: T* <= 1.1 ms < F + s: 1 step
+    late = busy[len(busy) // 2:]
     assert len(late) >= 10
     if adaptive:
-        assert max(late) <= 2 and sched.stats["decode_steps_cut"] >= len(late), busy
+        assert max(late) == 1 and sched.stats["decode_steps_cut"] >= len(late), busy
         samples = {(m.name, m.labels.get("le")): m.value for f in text_string_to_metric_families(sched.metrics_text())
                    for m in f.samples}
         assert samples[("codeserve:decode_forward_steps_bucket", "2.0")] >= len(late)
@@ -205,4 +231,4 @@ def test_chained_decode_forwards_carry_fewer_steps_while_probes_arrive_and_k_wit
         if not sched.step() and not sched.running:
             break
     assert not sched.running
-    assert math.isfinite(sched.budget.step_s) and sched.budget.step_s == pytest.approx(STEP_S)
+    assert sched.budget.step_s == pytest.approx(STEP_S) and sched.budget.fixed_s == pytest.approx(FIXED_S)
