@@ -25,8 +25,8 @@ the H200, h200-run8: a tiny model's step is ~0.8 ms of device time and F ~ 2 ms;
 arrivals/s T* ~ 6 ms: 5 steps, where the first form of this rule, which took F as a fixed share of s, gave 2 and
 every arrival's extend queued behind more Forwards of worker host work), but only up to F = RUN_WEIGHT·B·G/2:
 past it T* - F falls again (no round is shorter than F), and from F = 2·RUN_WEIGHT·B·G on T* <= F: 1 step.
-B·G is the time a request stays in the running set (Little's law), so long requests keep K. RUN_WEIGHT = 1/8 was chosen on the simulated worker
-(bench/results/cpu-adaptive-steps/fixed-cost: 1/8, 1/4, 1/2 at 16 and 64 decoding under 200 arrivals/s), where
+B·G is the time a request stays in the running set (Little's law), so long requests keep K. RUN_WEIGHT = 1/8 was
+chosen on the simulated worker (bench/results/cpu-adaptive-steps/fixed-cost: 1/8, 1/4, 1/2 at 16 and 64 decoding under 200 arrivals/s), where
 it gives about the steps and the TTFT the first form gave there (whose share had been chosen for the best TTFT
 p50 / p90).
 
