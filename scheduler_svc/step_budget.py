@@ -19,15 +19,15 @@ worker (the chain, ``scheduler.py``: ``_chain``), so it is not in T. Two costs o
 
     k = clamp(round((T* - F) / s), 1, K)
 
-Frequent arrivals, few short requests and a small fixed cost give few steps (16 decoding, 200 arrivals/s on
-the simulated worker: 2 ms steps, F ~ 0.3 ms: 1-2); a larger fixed cost keeps more (an editor's 20 typists on
-the H200, h200-run8: a tiny model's step is ~0.8 ms of device time and F ~ 2 ms; with 8 decoding and ~110
-arrivals/s T* ~ 6 ms: 5 steps, where the first form of this rule, which took F as a fixed share of s, gave 2 and
-every arrival's extend queued behind more Forwards of worker host work), but only up to F = RUN_WEIGHT·B·G/2:
-past it T* - F falls again (no round is shorter than F), and from F = 2·RUN_WEIGHT·B·G on T* <= F: 1 step.
-B·G is the time a request stays in the running set (Little's law), so long requests keep K. RUN_WEIGHT = 1/8 was
-chosen on the simulated worker (bench/results/cpu-adaptive-steps/fixed-cost: 1/8, 1/4, 1/2 at 16 and 64 decoding under 200 arrivals/s), where
-it gives about the steps and the TTFT the first form gave there (whose share had been chosen for the best TTFT
+Frequent arrivals, few short requests and a small fixed cost give few steps (16 decoding, 200 arrivals/s on the
+simulated worker: 2 ms steps, F ~ 0.3 ms: 1-2); a larger fixed cost keeps more (an editor's 20 typists on the H200,
+h200-run8: a tiny model's step is ~0.8 ms of device time and F ~ 2 ms; with 8 decoding and ~110 arrivals/s T* ~ 6
+ms: 5 steps, where the first form of this rule, which took F as a fixed share of s, gave 2 and every arrival's
+extend queued behind more Forwards of worker host work), but only up to F = RUN_WEIGHT·B·G/2: past it T* - F falls
+again (no round is shorter than F), and from F = 2·RUN_WEIGHT·B·G on T* <= F: 1 step. B·G is the time a request
+stays in the running set (Little's law), so long requests keep K. RUN_WEIGHT = 1/8 was chosen on the simulated
+worker (bench/results/cpu-adaptive-steps/fixed-cost: 1/8, 1/4, 1/2 at 16 and 64 decoding under 200 arrivals/s),
+where it gives about the steps and the TTFT the first form gave there (whose share had been chosen for the best TTFT
 p50 / p90).
 
 λ is counted over a sliding window of the last K rounds of K steps (``window_s = K·(F + K·s)``): n arrivals in
