@@ -20,14 +20,16 @@ worker (the chain, ``scheduler.py``: ``_chain``), so it is not in T. Two costs o
     k = clamp(round((T* - F) / s), 1, K)
 
 Frequent arrivals, few short requests and a small fixed cost give few steps (16 decoding, 200 arrivals/s on
-the simulated worker: 2 ms steps, F ~ 0.3 ms: 1-2); a large fixed cost keeps more (an editor's 20 typists on
-the H200, a tiny model: ~0.8 ms of device time a step, F ~ 2 ms; 2.6-2.8 steps a Forward where the first form of
-this rule, which took F as a fixed share of s, gave 1.9; TTFT p50 21.3-23.7 ms against 25.0-28.2 with K = 8 in
-three alternated runs each, but 30% fewer completions finished before the next keystroke: bench/README.md run 8).
-B·G is the time a request stays in the running set (Little's law), so long requests keep K. RUN_WEIGHT = 1/8 was
-chosen on the simulated worker (bench/results/cpu-adaptive-steps/fixed-cost: 1/8, 1/4, 1/2 at 16 and 64
-decoding under 200 arrivals/s), where it gives about the steps and the TTFT the first form gave there (whose
-share had been chosen for the best TTFT p50 / p90).
+the simulated worker: 2 ms steps, F ~ 0.3 ms: 1-2); a larger fixed cost keeps more (an editor's 20 typists on
+the H200, a tiny model: ~0.8 ms of device time a step, F ~ 2 ms estimated from run 8's first calls; 2.6-2.8 steps
+a Forward where the first form of this rule, which took F as a fixed share of s, gave 1.9; TTFT p50 21.3-23.7 ms
+against 25.0-28.2 with K = 8 in three alternated runs each, but 30% fewer completions finished before the next
+keystroke: bench/README.md run 8), but only up to F = RUN_WEIGHT·B·G/2: past it T* - F falls again (no round is
+shorter than F), and from F = 2·RUN_WEIGHT·B·G on T* <= F: 1 step. B·G is the time a request stays in the
+running set (Little's law), so long requests keep K. RUN_WEIGHT = 1/8 was chosen on the simulated worker
+(bench/results/cpu-adaptive-steps/fixed-cost: 1/8, 1/4, 1/2 at 16 and 64 decoding under 200 arrivals/s), where
+it gives about the steps and the TTFT the first form gave there (whose share had been chosen for the best TTFT
+p50 / p90).
 
 λ is counted over a sliding window of the last K rounds of K steps (``window_s = K·(F + K·s)``): n arrivals in
 it give G = window_s / (n - 1) (a lone arrival says nothing of a stream: a request alone keeps K), or the time

@@ -1,7 +1,8 @@
 """Adaptive decode steps (``scheduler_svc/step_budget.py``): the rule on given numbers, the window and the step
 time on given timestamps, and the loop with a recording worker and a test clock: decode Forwards carry K steps
 with no arrivals, fewer while probes arrive every 2 ms, K again once the arrivals have left the window, and K
-throughout with ``adaptive_steps`` off. No test measures time: the clock is the test's."""
+throughout with ``adaptive_steps`` off; and the costs the loop keeps from the real worker's replies over gRPC.
+No test measures time: the clock is the test's (the gRPC test compares the budget with the replies it got)."""
 
 from __future__ import annotations
 
@@ -232,3 +233,57 @@ def test_chained_decode_forwards_carry_fewer_steps_while_probes_arrive_and_k_wit
             break
     assert not sched.running
     assert sched.budget.step_s == pytest.approx(STEP_S) and sched.budget.fixed_s == pytest.approx(FIXED_S)
+
+
+# ---- over real gRPC ------------------------------------------------------------------------------------------
+def test_the_costs_the_loop_keeps_are_the_real_workers_replies_over_grpc(model_path, tokenizer):
+    """The real worker service (the default model on the CPU) on a real port: the budget's s and F are the weighted
+    means of its decode replies' device_seconds / steps and forward_seconds - device_seconds, one step and K."""
+    from codeserve.v1 import worker_pb2_grpc
+    from scheduler_svc.worker_client import WorkerClient
+    from tests.worker.helpers import make_engine
+    from worker_svc.service import SERVICE_NAME as WORKER_SERVICE, WorkerServicer
+
+    class Recording(WorkerServicer):
+        def __init__(self, engine) -> None:
+            super().__init__(engine)
+            self.decodes: list[tuple[int, float, float]] = []  # (steps, device_seconds, forward_seconds)
+
+        def Forward(self, request, context):
+            reply = super().Forward(request, context)
+            if kind(list(request.items)) == "decode":
+                self.decodes.append((max([it.decode_steps for it in request.items] + [1]), reply.device_seconds,
+                                     reply.forward_seconds))
+            return reply
+
+    core = CacheCore(lease_seconds=30.0)
+    cache_server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
+                                     [CACHE_SERVICE], "127.0.0.1:0")
+    servicer = Recording(make_engine(model_path, kv_tokens=4096, epoch="boot-1"))
+    worker_server = grpc_server.start(lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
+                                      [WORKER_SERVICE], "127.0.0.1:0")
+    cache = CacheClient(f"127.0.0.1:{cache_server.port}", "default")
+    worker = WorkerClient(f"127.0.0.1:{worker_server.port}")
+    try:
+        for steps in (1, 4):
+            sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=steps, overlap=False), structlog.get_logger())
+            sched.connect()
+            servicer.decodes.clear()
+            req = submitter(sched, tokenizer)(f"r{steps}", [7, 8, 9, 10], 13)
+            for _ in range(40):
+                if not sched.step() and not sched.running:
+                    break
+            assert len(tokens(req)) == 13 and len(servicer.decodes) >= 3
+            assert {k for k, _, _ in servicer.decodes} == {steps}
+            step_s = fixed_s = 0.0
+            for k, device_s, forward_s in servicer.decodes:
+                assert 0 < device_s <= forward_s
+                per_step, fixed = device_s / k, forward_s - device_s
+                step_s, fixed_s = ((per_step, fixed) if step_s == 0 else
+                                   (step_s + COST_EWMA * (per_step - step_s), fixed_s + COST_EWMA * (fixed - fixed_s)))
+            assert sched.budget.step_s == pytest.approx(step_s) and sched.budget.fixed_s == pytest.approx(fixed_s)
+    finally:
+        cache.close()
+        worker.close()
+        worker_server.server.stop(0)
+        cache_server.server.stop(0)
