@@ -62,7 +62,7 @@ from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
-from scheduler_svc.step_budget import StepBudget
+from scheduler_svc.step_budget import StepBudget, steps_run
 from scheduler_svc.worker_client import PendingForward, WorkerClient
 
 __all__ = ["Scheduler", "SchedulerConfig"]
@@ -313,7 +313,7 @@ class Scheduler:
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()
         if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
-            self.budget.measured(max(e.steps for e in batch.entries), reply)
+            self.budget.measured(steps_run(batch.entries, reply.results), reply)
             now = time.perf_counter()
             self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
 

@@ -72,6 +72,13 @@ def budget_steps(arrivals: int, window_s: float, since_last_s: float, step_s: fl
     return max(1, min(max_steps, math.floor((best_round_s - fixed_s) / step_s + 0.5)))
 
 
+def steps_run(entries, results) -> int:
+    """The steps the worker ran for a decode Forward: the most ``steps`` of an entry (``batch.Entry``) whose result
+    (the reply's ForwardResult, in entry order) was not skipped (a skipped item, a request stopped in the Forward
+    before, runs none); 0 when all were."""
+    return max((e.steps for e, r in zip(entries, results, strict=True) if not r.skipped), default=0)
+
+
 class StepBudget:
     """The loop's measurements for ``budget_steps``: arrival times (a window of the last K rounds of K steps),
     the device time of a step and the fixed cost of a round. Times are ``clock()`` seconds (``time.monotonic``

@@ -18,7 +18,7 @@ from codeserve.v1 import cache_pb2_grpc
 from common import grpc_server
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
-from scheduler_svc.step_budget import COST_EWMA, RUN_WEIGHT, StepBudget, budget_steps
+from scheduler_svc.step_budget import COST_EWMA, RUN_WEIGHT, StepBudget, budget_steps, steps_run
 from tests.scheduler.fake_worker import forward_response
 from tests.scheduler.test_arrival_order import TOKEN, HeldReply, RecordingWorker, kind, submitter, tokens
 
@@ -287,3 +287,17 @@ def test_the_costs_the_loop_keeps_are_the_real_workers_replies_over_grpc(model_p
         worker.close()
         worker_server.server.stop(0)
         cache_server.server.stop(0)
+
+
+def test_the_steps_run_leave_out_skipped_items():
+    # a request stopped in the Forward before is skipped at the worker: its k steps did not run, the others' did
+    entry = lambda k: type("E", (), {"steps": k})()  # noqa: E731
+    res = lambda skipped: type("R", (), {"skipped": skipped})()  # noqa: E731
+    assert steps_run([entry(8), entry(3)], [res(True), res(False)]) == 3
+    assert steps_run([entry(8), entry(3)], [res(False), res(False)]) == 8
+    assert steps_run([entry(8)], [res(True)]) == 0
+    b = StepBudget()
+    b.measured(steps_run([entry(8), entry(3)], [res(True), res(False)]), reply(3 * STEP_S, 3 * STEP_S + FIXED_S))
+    assert b.step_s == pytest.approx(STEP_S)  # 3 steps ran, not 8
+    with pytest.raises(ValueError):
+        steps_run([entry(8), entry(3)], [res(False)])  # a reply that does not answer every item
