@@ -1,6 +1,7 @@
 """The overlapped decode chain (``Scheduler._chain``): when the loop chains decode Forward N+1 behind N instead of
-draining (``can_chain``, ``admits_first``), and what N+1 holds for the requests of N (``continuation``,
-``continuation_batch``; ``Planner.continuation`` adds the requests at their first decode and allocates).
+draining (``can_chain``, ``admits_first``), and what N+1 holds (``continuation`` for the requests of N,
+``continuation_batch`` with those at their first decode too; ``Planner.continuation`` decides the steps and
+allocates).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Sequence
 
 from scheduler_svc.batch import Batch, Entry
 from scheduler_svc.config import SchedulerConfig
-from scheduler_svc.multistep import multistep_eligible, steps_for
+from scheduler_svc.multistep import steps_for
 from scheduler_svc.request import Req, State
 
 
@@ -37,13 +38,11 @@ def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, cfg: Schedu
 
 
 def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
-    """(in-flight entry, decode steps) for each request that continues in the next Forward (one step each
-    when any of them is not multi-step eligible): not finished (a request finished while an earlier Forward
-    was processed is in ``inflight`` only to be dropped), no abort pending, and tokens left after the
-    in-flight entry's (it yields exactly ``steps`` tokens unless the request ends at a stop token, which the
-    worker then knows)."""
-    if not all(multistep_eligible(e.req) for e in inflight.entries):
-        max_steps = 1  # the worker takes a multi-step batch only of eligible items
+    """(in-flight entry, decode steps) for each request that continues in the next Forward: not finished (a
+    request finished while an earlier Forward was processed is in ``inflight`` only to be dropped), no abort
+    pending, and tokens left after the in-flight entry's (it yields exactly ``steps`` tokens unless the request
+    ends at a stop token, which the worker then knows). ``max_steps``: 1 when any request of the next Forward is
+    not multi-step eligible (``Planner.continuation`` decides it once for all of them)."""
     plan = []
     for e in inflight.entries:
         req = e.req
@@ -55,8 +54,11 @@ def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
     return plan
 
 
-def continuation_batch(plan: list[tuple[Entry, int]], slots: dict[str, tuple[int, ...]]) -> Batch:
-    """The next decode Batch: per request one ``from_last`` entry at ``start + steps`` of its in-flight
-    entry, with ``slots[rid]`` (as many as its steps)."""
+def continuation_batch(plan: list[tuple[Entry, int]], first: list[tuple[Req, int]],
+                       slots: dict[str, tuple[int, ...]]) -> Batch:
+    """The next decode Batch: per continuing request one ``from_last`` entry at ``start + steps`` of its in-flight
+    entry, then per request at its ``first`` decode (admitted while ``inflight`` ran, not in it) one entry at its
+    ``kv_len``; each with ``slots[rid]`` (as many as its steps)."""
     return Batch("decode", tuple(Entry(e.req, start=e.start + e.steps, n=1, slot_ids=slots[e.req.rid], sample=True,
-                                       steps=k, from_last=True) for e, k in plan))
+                                       steps=k, from_last=True) for e, k in plan)
+                 + tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True, steps=k) for r, k in first))

@@ -307,9 +307,9 @@ class Planner:
         t0 = time.perf_counter()
         held = {e.req.rid for e in inflight.entries}
         fresh = [r for r in self.table.running if r.state == State.DECODE and r.rid not in held]  # first decode
-        max_steps = self._max_steps(len(inflight.entries) + len(fresh))
-        if not all(multistep_eligible(r) for r in [*fresh, *(e.req for e in inflight.entries)]):
-            max_steps = 1  # the worker takes a multi-step batch only of eligible items
+        # the worker takes a multi-step batch only of eligible items
+        eligible = all(multistep_eligible(r) for r in [*fresh, *(e.req for e in inflight.entries)])
+        max_steps = self._max_steps(len(inflight.entries) + len(fresh)) if eligible else 1
         plan = continuation(inflight, max_steps)
         first = [(r, steps_for(r, max_steps)) for r in fresh]
         if not plan and not first:
@@ -320,14 +320,10 @@ class Planner:
         except AllocationFailed as exc:
             self.log.info("overlap_allocation_failed", error=str(exc), running=len(asked))
             return None
-        slots = slots_by_request(reply, asked)
-        batch = continuation_batch(plan, slots)
-        batch = Batch("decode", batch.entries + tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True,
-                                                            steps=k) for r, k in first))
+        batch = continuation_batch(plan, first, slots_by_request(reply, asked))
         steps = max(k for _, k in asked)
         self._funded(steps, time.perf_counter() - t0)
-        self.stats.decode_planned(steps, cut=max_steps < self.cfg.decode_steps
-                                  and all(multistep_eligible(r) for r, _ in asked))
+        self.stats.decode_planned(steps, cut=eligible and max_steps < self.cfg.decode_steps)
         return batch
 
     def _max_steps(self, batch: int) -> int:

@@ -6,8 +6,6 @@ No test measures time: the clock is the test's (the gRPC test compares the budge
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
