@@ -120,6 +120,7 @@ class Engine:
         self._lock = threading.Lock()
         self.order = ForwardOrder()
         self._seq = 0  # seq of the Forward running under the lock (``commit`` stamps the states it creates)
+        self._clock = StepClock(self.device)  # the device time of each Forward's steps (under the lock)
 
     def info(self) -> EngineInfo:
         """Model facts, pool geometry, epoch."""
@@ -164,7 +165,8 @@ class Engine:
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
                 validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
                 t0 = time.perf_counter()
-                clock = StepClock(self.device)
+                clock = self._clock
+                clock.reset()
                 outputs = self._run_unskipped(items, clock)
                 result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
                                        device_seconds=clock.seconds() if clock.ran else 0.0)

@@ -19,7 +19,8 @@ import torch
 class StepClock:
     """``start()`` before the first step is launched, ``stop()`` after the last one is; ``seconds()`` (float,
     seconds) once both ran: it waits for the stop event on CUDA (a read-back has usually done so already).
-    Raises RuntimeError from ``seconds()`` when ``start`` or ``stop`` did not run."""
+    ``reset()`` before the next Forward (the engine keeps one clock: its two events are made once, not per
+    Forward). Raises RuntimeError from ``seconds()`` when ``start`` or ``stop`` did not run since the reset."""
 
     def __init__(self, device: torch.device) -> None:
         self._cuda = device.type == "cuda"
@@ -27,6 +28,9 @@ class StepClock:
         if self._cuda:
             self._e0 = torch.cuda.Event(enable_timing=True)
             self._e1 = torch.cuda.Event(enable_timing=True)
+
+    def reset(self) -> None:
+        self._t0 = self._t1 = None
 
     def start(self) -> None:
         if self._cuda:

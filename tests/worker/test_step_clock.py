@@ -90,3 +90,13 @@ def test_device_seconds_cross_grpc_for_one_step_multi_step_prompt_logprobs_and_s
     finally:
         ch.close()
         running.server.stop(0)
+
+
+def test_a_reset_clock_has_not_run_until_started_and_stopped_again() -> None:
+    clock = StepClock(torch.device("cpu"))
+    clock.start()
+    clock.stop()
+    clock.reset()  # the engine's one clock, before its next Forward
+    assert not clock.ran
+    with pytest.raises(RuntimeError, match="before start"):
+        clock.seconds()
