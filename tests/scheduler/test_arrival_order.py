@@ -23,15 +23,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import pytest
 import structlog
 
-from cache_svc.core import CacheCore
-from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
-from codeserve.v1 import cache_pb2_grpc, scheduler_pb2, worker_pb2
-from common import grpc_server
-from scheduler_svc.cache_client import CacheClient
+from codeserve.v1 import scheduler_pb2, worker_pb2
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
+from tests.scheduler.cache_service import cache_service
 from tests.scheduler.fake_worker import LaterReply, forward_response
 
 TOKEN = 77  # every token the recording worker samples (never EOS: the requests ignore it anyway)
@@ -121,20 +118,12 @@ def submitter(sched, tokenizer):
 
 @pytest.fixture(params=["just-in-time"])
 def loop(tokenizer, request):
-    core = CacheCore(lease_seconds=30.0)
-    running = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
-                                [CACHE_SERVICE], "127.0.0.1:0")
-    cache = CacheClient(f"127.0.0.1:{running.port}", "default")
-    worker = RecordingWorker()
-    sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=8, overlap=True, overlap_mode=request.param),
-                      structlog.get_logger())
-    sched.connect()
-
-    submit = submitter(sched, tokenizer)
-
-    yield sched, worker, submit
-    cache.close()
-    running.server.stop(0)
+    with cache_service() as (_, cache):
+        worker = RecordingWorker()
+        sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=8, overlap=True, overlap_mode=request.param),
+                          structlog.get_logger())
+        sched.connect()
+        yield sched, worker, submitter(sched, tokenizer)
 
 
 def kind(items) -> str:

@@ -27,12 +27,10 @@ import pytest
 import structlog
 
 from cache_svc.core import CacheCore
-from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
-from codeserve.v1 import cache_pb2_grpc, worker_pb2
-from common import grpc_server
-from scheduler_svc.cache_client import CacheClient
+from codeserve.v1 import worker_pb2
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
+from tests.scheduler.cache_service import cache_service
 from tests.scheduler.fake_worker import LaterReply, RpcFailure, forward_response
 from tests.scheduler.test_arrival_order import submitter
 
@@ -116,21 +114,13 @@ class ChunkWorker:
 @pytest.fixture
 def loop(tokenizer, request):
     mixed = getattr(request, "param", False)
-    core = CacheCore(lease_seconds=30.0)
-    running = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
-                                [CACHE_SERVICE], "127.0.0.1:0")
-    cache = CacheClient(f"127.0.0.1:{running.port}", "default")
-    worker = ChunkWorker()
-    sched = Scheduler(cache, worker, SchedulerConfig(chunk_size=CHUNK, decode_steps=1, mixed_chunk=mixed),
-                      structlog.get_logger())
-    sched.connect()
-
-    submit = submitter(sched, tokenizer)
-
-    yield sched, worker, submit, core
-    sched.stop("test over")
-    cache.close()
-    running.server.stop(0)
+    with cache_service() as (core, cache):
+        worker = ChunkWorker()
+        sched = Scheduler(cache, worker, SchedulerConfig(chunk_size=CHUNK, decode_steps=1, mixed_chunk=mixed),
+                          structlog.get_logger())
+        sched.connect()
+        yield sched, worker, submitter(sched, tokenizer), core
+        sched.stop("test over")
 
 
 def ended(req) -> tuple[list[int], str]:

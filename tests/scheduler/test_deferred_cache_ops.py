@@ -42,17 +42,10 @@ def test_finishes_and_aborts_send_no_cache_rpc_of_their_own(frozen_loop) -> None
 def test_a_flush_goes_after_what_was_deferred_before_it() -> None:
     """CacheClient.flush (the FlushCache RPC's, from a servicer thread) sends the deferred operations first: a
     request answered before the flush (its finish insert deferred) is flushed with the rest, deterministically."""
-    from cache_svc.core import CacheCore
-    from cache_svc.service import SERVICE_NAME, CacheServicer
-    from codeserve.v1 import cache_pb2, cache_pb2_grpc
-    from common import grpc_server
-    from scheduler_svc.cache_client import CacheClient
+    from codeserve.v1 import cache_pb2
+    from tests.scheduler.cache_service import cache_service
 
-    core = CacheCore(lease_seconds=30.0)
-    server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
-                               [SERVICE_NAME], "127.0.0.1:0")
-    cache = CacheClient(f"127.0.0.1:{server.port}", "default")
-    try:
+    with cache_service() as (core, cache):
         cache.open_session("scheduler-test", 30.0)
         cache.register_pool(1, [cache_pb2.PoolMember(worker_id="w", epoch="e", capacity_tokens=64)])
         tokens = list(range(5, 15))
@@ -64,6 +57,3 @@ def test_a_flush_goes_after_what_was_deferred_before_it() -> None:
         counters = cache.get_pool().counters
         assert counters.available == counters.capacity == 64, counters  # inserted, then flushed: nothing left
         assert cache.deferred_ends == 0 and core.check_integrity("default") == []
-    finally:
-        cache.close()
-        server.server.stop(0)

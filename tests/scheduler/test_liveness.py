@@ -10,6 +10,7 @@ for a broken scheduler, not measured times.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -18,17 +19,15 @@ import pytest
 import structlog
 
 from cache_svc.core import CacheCore
-from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
-from codeserve.v1 import cache_pb2_grpc, scheduler_pb2
-from common import grpc_server
+from codeserve.v1 import scheduler_pb2
 from grpc_health.v1 import health_pb2
-from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.errors import WorkerStalled
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
+from tests.scheduler.cache_service import cache_service
 from tests.scheduler.fake_worker import FakeHealth, FreezableWorker
 
 TOKEN = 77
@@ -148,13 +147,10 @@ def ending(req) -> tuple[list[int], StreamEnd]:
 def frozen_loop(tokenizer):
     """``start(overlap)`` -> (scheduler running its loop, FreezableWorker, clock, liveness, submit, cache core),
     one running request at a time (a second one waits); stopped at teardown."""
-    started = []
+    started, services = [], contextlib.ExitStack()
 
     def start(overlap: bool = True):
-        core = CacheCore(lease_seconds=30.0)
-        server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
-                                   [CACHE_SERVICE], "127.0.0.1:0")
-        cache = CacheClient(f"127.0.0.1:{server.port}", "default")
+        core, cache = services.enter_context(cache_service())
         worker = FreezableWorker(TOKEN)
         clock = Clock()
         liveness = WorkerLiveness(worker.health, stall_timeout_s=10.0, clock=clock)  # probed by the test only
@@ -163,7 +159,7 @@ def frozen_loop(tokenizer):
         sched.connect()
         loop = threading.Thread(target=sched.run, daemon=True)
         loop.start()
-        started.append((sched, worker, loop, cache, server))
+        started.append((sched, worker, loop))
 
         def submit(rid: str, max_new: int, prompt: list[int] | None = None):
             req = build_request(scheduler_pb2.GenerateRequest(
@@ -176,13 +172,12 @@ def frozen_loop(tokenizer):
         return sched, worker, clock, liveness, submit, core
 
     yield start
-    for sched, worker, loop, cache, server in started:
+    for sched, worker, loop in started:
         sched.stop("test over")
         worker.thaw()
         worker.answer_held()
         loop.join(WAIT_S)
-        cache.close()
-        server.server.stop(0)
+    services.close()
 
 
 def stall(worker: FreezableWorker, clock: Clock, liveness: WorkerLiveness) -> None:

@@ -10,13 +10,10 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from cache_svc.core import CacheCore
-from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
-from codeserve.v1 import cache_pb2_grpc
 from common import grpc_server
-from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.step_budget import COST_EWMA, RUN_WEIGHT, StepBudget, budget_steps, steps_run
+from tests.scheduler.cache_service import cache_service
 from tests.scheduler.fake_worker import forward_response
 from tests.scheduler.test_arrival_order import TOKEN, HeldReply, RecordingWorker, kind, submitter, tokens
 
@@ -166,22 +163,14 @@ class TimedWorker(RecordingWorker):
 
 @pytest.fixture(params=[True, False], ids=["adaptive", "fixed"])
 def timed_loop(tokenizer, request):
-    core = CacheCore(lease_seconds=30.0)
-    running = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
-                                [CACHE_SERVICE], "127.0.0.1:0")
-    cache = CacheClient(f"127.0.0.1:{running.port}", "default")
-    clock = Clock()
-    worker = TimedWorker(clock)
-    sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=K, overlap=True, adaptive_steps=request.param),
-                      structlog.get_logger())
-    sched.budget.clock = clock
-    sched.connect()
-
-    submit = submitter(sched, tokenizer)
-
-    yield sched, worker, clock, submit, request.param
-    cache.close()
-    running.server.stop(0)
+    with cache_service() as (_, cache):
+        clock = Clock()
+        worker = TimedWorker(clock)
+        sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=K, overlap=True, adaptive_steps=request.param),
+                          structlog.get_logger())
+        sched.budget.clock = clock
+        sched.connect()
+        yield sched, worker, clock, submitter(sched, tokenizer), request.param
 
 
 def test_chained_decode_forwards_carry_fewer_steps_while_probes_arrive_and_k_without(timed_loop):
@@ -254,37 +243,32 @@ def test_the_costs_the_loop_keeps_are_the_real_workers_replies_over_grpc(model_p
                                      reply.forward_seconds))
             return reply
 
-    core = CacheCore(lease_seconds=30.0)
-    cache_server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
-                                     [CACHE_SERVICE], "127.0.0.1:0")
     servicer = Recording(make_engine(model_path, kv_tokens=4096, epoch="boot-1"))
     worker_server = grpc_server.start(lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
                                       [WORKER_SERVICE], "127.0.0.1:0")
-    cache = CacheClient(f"127.0.0.1:{cache_server.port}", "default")
     worker = WorkerClient(f"127.0.0.1:{worker_server.port}")
     try:
-        for steps in (1, 4):
-            sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=steps, overlap=False), structlog.get_logger())
-            sched.connect()
-            servicer.decodes.clear()
-            req = submitter(sched, tokenizer)(f"r{steps}", [7, 8, 9, 10], 13)
-            for _ in range(40):
-                if not sched.step() and not sched.running:
-                    break
-            assert len(tokens(req)) == 13 and len(servicer.decodes) >= 3
-            assert {k for k, _, _ in servicer.decodes} == {steps}
-            step_s = fixed_s = 0.0
-            for k, device_s, forward_s in servicer.decodes:
-                assert 0 < device_s <= forward_s
-                per_step, fixed = device_s / k, forward_s - device_s
-                step_s, fixed_s = ((per_step, fixed) if step_s == 0 else
-                                   (step_s + COST_EWMA * (per_step - step_s), fixed_s + COST_EWMA * (fixed - fixed_s)))
-            assert sched.budget.step_s == pytest.approx(step_s) and sched.budget.fixed_s == pytest.approx(fixed_s)
+        with cache_service() as (_, cache):
+            for steps in (1, 4):
+                sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=steps, overlap=False), structlog.get_logger())
+                sched.connect()
+                servicer.decodes.clear()
+                req = submitter(sched, tokenizer)(f"r{steps}", [7, 8, 9, 10], 13)
+                for _ in range(40):
+                    if not sched.step() and not sched.running:
+                        break
+                assert len(tokens(req)) == 13 and len(servicer.decodes) >= 3
+                assert {k for k, _, _ in servicer.decodes} == {steps}
+                step_s = fixed_s = 0.0
+                for k, device_s, forward_s in servicer.decodes:
+                    assert 0 < device_s <= forward_s
+                    per_step, fixed = device_s / k, forward_s - device_s
+                    step_s, fixed_s = ((per_step, fixed) if step_s == 0 else
+                                       (step_s + COST_EWMA * (per_step - step_s), fixed_s + COST_EWMA * (fixed - fixed_s)))
+                assert sched.budget.step_s == pytest.approx(step_s) and sched.budget.fixed_s == pytest.approx(fixed_s)
     finally:
-        cache.close()
         worker.close()
         worker_server.server.stop(0)
-        cache_server.server.stop(0)
 
 
 def test_the_steps_run_leave_out_skipped_items():

@@ -6,21 +6,20 @@ and the loop idles the worker holds no request's state (the idle flush)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
 import structlog
 
-from cache_svc.core import CacheCore
-from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
-from codeserve.v1 import cache_pb2_grpc, scheduler_pb2, worker_pb2_grpc
+from codeserve.v1 import scheduler_pb2, worker_pb2_grpc
 from common import grpc_server
-from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import Finish, StreamEnd
 from scheduler_svc.scheduler import Scheduler, SchedulerConfig
 from scheduler_svc.validate import build_request
 from scheduler_svc.worker_client import WorkerClient
+from tests.scheduler.cache_service import cache_service
 from tests.scheduler.test_liveness import ending, wait_until
 from tests.worker.helpers import make_engine
 from worker_svc.service import SERVICE_NAME as WORKER_SERVICE, WorkerServicer
@@ -52,14 +51,12 @@ class CountingServicer(WorkerServicer):
 
 @pytest.fixture(params=[True, False], ids=["overlap", "sync"])
 def stack(request, model_path, tokenizer):
-    core = CacheCore(lease_seconds=30.0)
-    cache_server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
-                                     [CACHE_SERVICE], "127.0.0.1:0")
+    services = contextlib.ExitStack()
+    _, cache = services.enter_context(cache_service())
     engine = make_engine(model_path, kv_tokens=4096, epoch="boot-1")
     servicer = CountingServicer(engine)
     worker_server = grpc_server.start(lambda s: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, s),
                                       [WORKER_SERVICE], "127.0.0.1:0")
-    cache = CacheClient(f"127.0.0.1:{cache_server.port}", "default")
     worker = WorkerClient(f"127.0.0.1:{worker_server.port}")
     sched = Scheduler(cache, worker, SchedulerConfig(max_running_requests=8, overlap=request.param),
                       structlog.get_logger())
@@ -78,10 +75,9 @@ def stack(request, model_path, tokenizer):
     yield sched, engine, servicer, submit
     sched.stop("test over")
     loop.join(WAIT_S)
-    cache.close()
     worker.close()
     worker_server.server.stop(0)
-    cache_server.server.stop(0)
+    services.close()
 
 
 def first_token(req) -> None:
