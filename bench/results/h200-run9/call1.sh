@@ -19,7 +19,8 @@ E() { timeout 60 python3 -m bench.editor_bench --gpu --model-path /tmp/mtiny --c
       grep loop_stats /tmp/ed_$1/logs/scheduler.log | tail -1 > /tmp/r/ed_$1/loop_stats.json; }
 for i in 1 2; do E default$i ""; E nopipe$i "--no-chunk-pipeline"; E nochain$i "--no-chain-admissions"; done
 echo "editor after $(( $(date +%s) - T0 )) s"
-timeout 200 python3 -m bench.serve_bench --gpu --out /tmp/sb --phases c1,c64 > $OUT/serve.txt 2>&1
+tar czf $OUT/json.tgz -C /tmp/r .
+timeout 170 python3 -m bench.serve_bench --gpu --out /tmp/sb --phases c1,c64 > $OUT/serve.txt 2>&1
 cp /tmp/sb/serve_bench.json /tmp/sb/serve_bench_table.txt /tmp/r/ 2>/dev/null
 echo "serve after $(( $(date +%s) - T0 )) s"
 tar czf $OUT/json.tgz -C /tmp/r .
