@@ -144,6 +144,10 @@ def main(argv: list[str] | None = None) -> None:
                          "`ncu --profile-from-start off --graph-profiling node` (per-kernel hardware counters)")
     ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
                     help="torch.backends.cuda.preferred_blas_library for the GEMMs (issue 15 technique 2)")
+    ap.add_argument("--splitk-rows", type=int, default=0,
+                    help="projections of batches up to this many rows through the split-K Triton GEMM "
+                         "(model/skinny_gemm.py); 0 = cuBLAS")
+    ap.add_argument("--pdl", action="store_true", help="the Triton kernels as programmatic dependent launches")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
@@ -157,7 +161,8 @@ def main(argv: list[str] | None = None) -> None:
             from worker_svc.model.default import ensure_default_model
             args.model_path = str(ensure_default_model())
         cfg, model = load_model(args.model_path, dtype=dtype, device=device)
-    model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all")
+    model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
+                            splitk_rows=args.splitk_rows, pdl=args.pdl)
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     multi_calls = max(3, args.iters // 2) + 2 if args.decode_steps > 1 else 0  # warm-up, timed, profile
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
             json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
-                       "fused": args.fused,
+                       "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl,
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 

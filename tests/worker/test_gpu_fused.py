@@ -69,11 +69,11 @@ def test_gelu_epilogue_matches_linear_then_gelu_tanh(dtype):
         assert rel < 1e-2, (rows, rel)
 
 
-def _engine(model_dir, fused_on: bool):
+def _engine(model_dir, fused_on: bool, splitk_rows: int = 0, pdl: bool = False):
     dev, dtype = torch.device("cuda:0"), torch.bfloat16
     cfg, model = load_model(model_dir, dtype=dtype, device=dev)
-    model.use_fused_kernels(norms=fused_on, gelu=fused_on)
-    assert model.fuse_norms == fused_on
+    model.use_fused_kernels(norms=fused_on, gelu=fused_on, splitk_rows=splitk_rows, pdl=pdl)
+    assert model.fuse_norms == fused_on and model.pdl == pdl and (model.mm is not None) == (splitk_rows > 0)
     backend = make_backend("flashinfer", cfg, dtype, dev, 8)
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=16384), dtype, dev)
     eng = Engine(cfg, model, pool, backend, epoch="gpu", model_path=str(model_dir))
@@ -82,11 +82,13 @@ def _engine(model_dir, fused_on: bool):
     return eng
 
 
-def test_served_model_with_fused_kernels_decodes_as_without(model_dir, prompts):
+@pytest.mark.parametrize("splitk_rows,pdl", [(0, False), (0, True), (8, False), (8, True)])
+def test_served_model_with_fused_kernels_decodes_as_without(model_dir, prompts, splitk_rows, pdl):
     outs = {}
     for on in (False, True):
         reqs = [Req(f"r{i}", p, 16) for i, p in enumerate(prompts)]
-        Driver(_engine(model_dir, on), chunk=8).run(reqs)
+        eng = _engine(model_dir, True, splitk_rows, pdl) if on else _engine(model_dir, False)
+        Driver(eng, chunk=8).run(reqs)
         outs[on] = [(r.out, r.logprobs) for r in reqs]
     agree = total = 0
     for (a, la), (b, lb) in zip(outs[True], outs[False]):

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from worker_svc.model.skinny_gemm import GemmConfig, SkinnyLinear
+from worker_svc.model.skinny_gemm import DecodeGemms, GemmConfig, SkinnyLinear
 
 pytestmark = [
     pytest.mark.gpu,
@@ -51,3 +51,20 @@ def test_split_k_replays_in_a_cuda_graph():
         torch.cuda.synchronize()
         assert torch.equal(out, lin(x)), scale
     assert int(lin.counters.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("rows", [1, 7, 64, 200])
+def test_decode_gemms_with_gelu_match_linear_then_gelu(rows, pdl):
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    lin = torch.nn.Linear(2048, 8192, device="cuda", dtype=torch.bfloat16)
+    down = torch.nn.Linear(8192, 2048, device="cuda", dtype=torch.bfloat16)
+    mm = DecodeGemms([lin.weight.shape, down.weight.shape], 256, "cuda", pdl=pdl)
+    x = torch.randn(rows, 2048, generator=g, device="cuda").to(torch.bfloat16)
+    with torch.no_grad():
+        up = F.gelu(F.linear(x.float(), lin.weight.float(), lin.bias.float()), approximate="tanh")
+        want = F.linear(up, down.weight.float(), down.bias.float())
+        got = mm(mm(x, lin, gelu=True), down).float()
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 1e-2, rel
+    assert int(mm.ws.counters.abs().sum()) == 0

@@ -39,7 +39,10 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def add_ln(h_ptr, x_ptr, w_ptr, b_ptr, sum_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    def add_ln(h_ptr, x_ptr, w_ptr, b_ptr, sum_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        if PDL:  # launched before the kernel ahead finished: let the next one launch, then wait for that one
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
         mask = cols < n_cols
@@ -59,10 +62,12 @@ def _kernel():
     return add_ln, triton.next_power_of_2
 
 
-def add_layer_norm(h: torch.Tensor, x: torch.Tensor, ln: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
+def add_layer_norm(h: torch.Tensor, x: torch.Tensor, ln: nn.LayerNorm,
+                   pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """h, x [T, n_embd] (same dtype, contiguous) -> (h + x, ln(h + x)), both [T, n_embd] in that dtype.
 
-    CUDA: one Triton kernel; elsewhere the torch definition. Raises ValueError for mismatched shapes."""
+    CUDA: one Triton kernel (``pdl``: as a programmatic dependent launch); elsewhere the torch definition.
+    Raises ValueError for mismatched shapes."""
     if h.shape != x.shape or h.dim() != 2:
         raise ValueError(f"add_layer_norm needs two [T, n_embd] tensors, got {tuple(h.shape)} and {tuple(x.shape)}")
     if not h.is_cuda:
@@ -73,8 +78,8 @@ def add_layer_norm(h: torch.Tensor, x: torch.Tensor, ln: nn.LayerNorm) -> tuple[
     rows, cols = h.shape
     s, y = torch.empty_like(h), torch.empty_like(h)
     block = next_pow2(cols)
-    kernel[(rows,)](h, x, ln.weight, ln.bias, s, y, cols, ln.eps, BLOCK=block,
-                    num_warps=min(16, max(4, block // 512)))
+    kernel[(rows,)](h, x, ln.weight, ln.bias, s, y, cols, ln.eps, BLOCK=block, PDL=pdl,
+                    num_warps=min(16, max(4, block // 512)), **({"launch_pdl": True} if pdl else {}))
     return s, y
 
 
@@ -91,7 +96,11 @@ def _kv_kernel():
     import triton.language as tl
 
     @triton.jit
-    def write_kv(qkv_ptr, k_ptr, v_ptr, slot_ptr, stride_row, k_col, width, BLOCK: tl.constexpr):
+    def write_kv(qkv_ptr, k_ptr, v_ptr, slot_ptr, stride_row, k_col, width, BLOCK: tl.constexpr,
+                 PDL: tl.constexpr):
+        if PDL:  # as add_ln
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
         row = tl.program_id(0).to(tl.int64)
         slot = tl.load(slot_ptr + row).to(tl.int64)
         cols = tl.arange(0, BLOCK)
@@ -103,12 +112,14 @@ def _kv_kernel():
     return write_kv, triton.next_power_of_2
 
 
-def write_kv(qkv: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, k_col: int, width: int) -> None:
+def write_kv(qkv: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor, k_col: int, width: int,
+             pdl: bool = False) -> None:
     """Copies ``qkv[:, k_col:k_col + width]`` to ``k[slots]`` and the next ``width`` columns to ``v[slots]``.
 
     qkv [T, C] (rows contiguous), k and v [pool_slots, ...] contiguous with ``width`` elements a slot (one K/V
     head of a multi-query layer: width = head_dim), all one dtype; slots int64 [T] (validated by the caller).
-    CUDA: one Triton kernel; elsewhere index_put. Raises ValueError for mismatched dtypes or widths."""
+    CUDA: one Triton kernel (``pdl``: as a programmatic dependent launch); elsewhere index_put. Raises
+    ValueError for mismatched dtypes or widths."""
     if qkv.dtype != k.dtype or k.dtype != v.dtype or k.stride(0) != width or qkv.shape[1] < k_col + 2 * width:
         raise ValueError(f"write_kv: qkv {tuple(qkv.shape)} {qkv.dtype}, k {tuple(k.shape)} {k.dtype}, "
                          f"v {v.dtype}, columns {k_col}+2x{width}")
@@ -119,4 +130,5 @@ def write_kv(qkv: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.T
     if qkv.stride(1) != 1:
         qkv = qkv.contiguous()
     kernel, next_pow2 = _kv_kernel()
-    kernel[(qkv.shape[0],)](qkv, k, v, slots, qkv.stride(0), k_col, width, BLOCK=next_pow2(width), num_warps=1)
+    kernel[(qkv.shape[0],)](qkv, k, v, slots, qkv.stride(0), k_col, width, BLOCK=next_pow2(width), PDL=pdl,
+                            num_warps=1, **({"launch_pdl": True} if pdl else {}))

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from worker_svc.model import fused
+from worker_svc.model import fused, skinny_gemm
 from worker_svc.model.config import ModelConfig
 
 
@@ -66,22 +66,27 @@ class Attention(nn.Module):
         q, k, v = qkv.split(self.head_dim, dim=-1)  # each [T, n_head, head_dim]
         return q, k, v
 
-    def start(self, x: torch.Tensor, kv_pool, out_slots: torch.Tensor, fuse_kv: bool = False) -> torch.Tensor:
+    def start(self, x: torch.Tensor, kv_pool, out_slots: torch.Tensor, fuse_kv: bool = False,
+              mm=None, pdl: bool = False) -> torch.Tensor:
         """The part before attention: x [T, n_embd] (ln_1's output) -> q [T, n_head, head_dim]; writes this
         layer's K/V of the T tokens into ``kv_pool`` at ``out_slots`` [T] (int64). ``fuse_kv`` (multi-query,
         CUDA): K and V written by one kernel from the c_attn output, q a strided view of it (``fused.write_kv``);
-        otherwise q is contiguous."""
+        otherwise q is contiguous. ``mm`` (``skinny_gemm.DecodeGemms``) runs the projection when given; ``pdl``:
+        the K/V write as a programmatic dependent launch."""
         if fuse_kv:
-            qkv = self.c_attn(x)  # [T, n_embd + 2 * head_dim]
-            fused.write_kv(qkv, kv_pool.k[self.layer], kv_pool.v[self.layer], out_slots, self.n_embd, self.head_dim)
+            qkv = self.c_attn(x) if mm is None else mm(x, self.c_attn)  # [T, n_embd + 2 * head_dim]
+            fused.write_kv(qkv, kv_pool.k[self.layer], kv_pool.v[self.layer], out_slots, self.n_embd, self.head_dim,
+                           pdl=pdl)
             return qkv[:, :self.n_embd].unflatten(1, (self.n_head, self.head_dim))  # strided: rows of n_embd + 2 hd
         q, k, v = self.split_qkv(x)
         kv_pool.write(self.layer, out_slots, k, v)
         return q.contiguous()
 
-    def finish(self, o: torch.Tensor) -> torch.Tensor:
-        """The part after attention: o [T, n_head, head_dim] -> c_proj output [T, n_embd]."""
-        return self.c_proj(o.reshape(o.shape[0], self.n_embd))
+    def finish(self, o: torch.Tensor, mm=None) -> torch.Tensor:
+        """The part after attention: o [T, n_head, head_dim] -> c_proj output [T, n_embd] (through ``mm``
+        when given)."""
+        o = o.reshape(o.shape[0], self.n_embd)
+        return self.c_proj(o) if mm is None else mm(o, self.c_proj)
 
 
 class MLP(nn.Module):
@@ -93,11 +98,13 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(cfg.n_inner, cfg.n_embd)
         self.act = activation(cfg.activation_function)
 
-    def forward(self, x: torch.Tensor, gelu_epilogue: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, gelu_epilogue: bool = False, mm=None) -> torch.Tensor:
         """x [T, n_embd] -> [T, n_embd]. ``gelu_epilogue``: bias + tanh GELU inside the c_fc GEMM (CUDA,
-        ``gelu_pytorch_tanh`` models only; ``fused.mlp_up``)."""
+        ``gelu_pytorch_tanh`` models only; ``fused.mlp_up``, or ``mm``'s kernel when given)."""
+        if mm is not None and gelu_epilogue:
+            return mm(mm(x, self.c_fc, gelu=True), self.c_proj)
         up = fused.mlp_up(x, self.c_fc) if gelu_epilogue else self.act(self.c_fc(x))
-        return self.c_proj(up)
+        return self.c_proj(up) if mm is None else mm(up, self.c_proj)
 
 
 class Block(nn.Module):
@@ -137,6 +144,8 @@ class GPTBigCodeForCausalLM(nn.Module):
         self.fuse_norms = False
         self.gelu_epilogue = False
         self.fuse_kv = False
+        self.pdl = False  # the fused kernels as programmatic dependent launches
+        self.mm = None  # skinny_gemm.DecodeGemms: the projections of batches of few rows
         self.transformer = Transformer(cfg)
         # Only when the checkpoint unties the head (tie_word_embeddings: false); GPTBigCode ties it.
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -174,7 +183,11 @@ class GPTBigCodeForCausalLM(nn.Module):
             h, y = self._finish_layer(i - 1, h, o)
         if i == self.cfg.n_layer:
             return h, y
-        return h, t.h[i].attn.start(y, kv_pool, out_slots, self.fuse_kv)
+        return h, t.h[i].attn.start(y, kv_pool, out_slots, self.fuse_kv, self._mm(y), self.pdl)
+
+    def _mm(self, x: torch.Tensor):
+        """The GEMM runner for x's rows: ``self.mm`` when it takes them, else None (torch's modules)."""
+        return self.mm if self.mm is not None and x.shape[0] <= self.mm.max_rows else None
 
     def _finish_layer(self, i: int, h: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer i after its attention: (h + attn + mlp, the next LayerNorm of it), the next one being layer
@@ -182,23 +195,32 @@ class GPTBigCodeForCausalLM(nn.Module):
         t = self.transformer
         block = t.h[i]
         after = t.h[i + 1].ln_1 if i + 1 < len(t.h) else t.ln_f
-        a = block.attn.finish(o)
+        mm = self._mm(h)
+        a = block.attn.finish(o, mm)
         if self.fuse_norms:
-            h, y = fused.add_layer_norm(h, a, block.ln_2)
-            return fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue), after)
+            h, y = fused.add_layer_norm(h, a, block.ln_2, pdl=self.pdl)
+            return fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue, mm), after, pdl=self.pdl)
         h = h + a
-        h = h + block.mlp(block.ln_2(h), self.gelu_epilogue)
+        h = h + block.mlp(block.ln_2(h), self.gelu_epilogue, mm)
         return h, after(h)
 
-    def use_fused_kernels(self, norms: bool = True, gelu: bool = True, kv: bool = True) -> None:
+    def use_fused_kernels(self, norms: bool = True, gelu: bool = True, kv: bool = True, splitk_rows: int = 0,
+                          pdl: bool = False) -> None:
         """Turns the fused kernels on where they can run (CUDA with Triton; the GELU epilogue only for
         ``gelu_pytorch_tanh``, the family's activation; the K/V write (``kv``) only for multi-query layers,
-        and with the fused norms, whose path it rides), off otherwise. Call before capturing graphs."""
+        and with the fused norms, whose path it rides), off otherwise. ``splitk_rows`` > 0: the projections of
+        batches up to that many rows through ``skinny_gemm`` (split-K Triton GEMMs); ``pdl``: the Triton
+        kernels as programmatic dependent launches. Call before capturing graphs."""
         device = self.transformer.wte.weight.device
         ok = fused.enabled(device)
         self.fuse_norms = norms and ok
         self.gelu_epilogue = gelu and ok and self.cfg.activation_function == "gelu_pytorch_tanh"
         self.fuse_kv = kv and self.fuse_norms and self.cfg.multi_query
+        self.pdl = pdl and ok
+        blk = self.transformer.h[0]
+        linears = (blk.attn.c_attn, blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj)
+        self.mm = (skinny_gemm.DecodeGemms([lin.weight.shape for lin in linears], splitk_rows, device, self.pdl)
+                   if splitk_rows > 0 and ok else None)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

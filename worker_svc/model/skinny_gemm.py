@@ -45,7 +45,7 @@ def _kernel():
 
     @triton.jit
     def skinny_mm(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, k_per_split,
-                  SPLIT, HAS_BIAS: tl.constexpr,
+                  SPLIT, HAS_BIAS: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -57,6 +57,16 @@ def _kernel():
         k_end = tl.minimum(k0 + k_per_split, K)
         x_rows = x_ptr + rm[:, None].to(tl.int64) * K
         w_rows = w_ptr + rn[:, None].to(tl.int64) * K
+        if PDL:
+            # launched before the kernel ahead of it has finished: let the next one launch too, pull this
+            # CTA's weight slab (which nothing before writes) into L2, then wait for the kernel ahead
+            tl.extra.cuda.gdc_launch_dependents()
+            w_lines = w_ptr + tl.minimum(rn, N - 1)[:, None].to(tl.int64) * K
+            for k in range(k0, k_end, BLOCK_K):
+                kk = tl.minimum(k + tl.arange(0, BLOCK_K // 64)[None, :] * 64, K - 1)  # one address per 128 B
+                tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [w_lines + kk],
+                                          dtype=tl.int32, is_pure=False, pack=1)
+            tl.extra.cuda.gdc_wait()
         m_ok = rm[:, None] < M
         n_ok = rn[:, None] < N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -71,10 +81,13 @@ def _kernel():
         if SPLIT == 1:
             if HAS_BIAS:
                 acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            if GELU:  # 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))), as F.gelu(approximate="tanh")
+                u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+                acc = 0.5 * acc * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * u)))
             tl.store(y_ptr + out_off, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
         else:
             tile = pid_m * tl.num_programs(0) + pid_n
-            plane = M.to(tl.int64) * N
+            plane = M * N  # < 2**31: rows <= 256
             tl.store(ws_ptr + pid_k * plane + out_off, acc, mask=out_ok)
             tl.debug_barrier()
             ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
@@ -84,45 +97,100 @@ def _kernel():
                     total += tl.load(ws_ptr + s * plane + out_off, mask=out_ok, other=0.0, cache_modifier=".cg")
                 if HAS_BIAS:
                     total += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+                if GELU:  # as above
+                    u = 0.7978845608028654 * (total + 0.044715 * total * total * total)
+                    total = 0.5 * total * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * u)))
                 tl.store(y_ptr + out_off, total.to(y_ptr.dtype.element_ty), mask=out_ok)
                 tl.atomic_xchg(cnt_ptr + tile, 0)
 
     return skinny_mm, triton.cdiv
 
 
+def choose(m: int, k: int, n: int, sms: int) -> GemmConfig:
+    """A configuration for [m, k] x [k, n] on ``sms`` SMs: about one wave of CTAs (run 9's sweep at M = 64 on
+    the H200, bench/results/h200-run9/call2: the best grids were 128 CTAs of 32- or 64-column tiles)."""
+    block_m = 16 if m <= 16 else 64
+    block_n = 32 if n <= 4096 else 64
+    tiles = -(-n // block_n) * -(-m // block_m)
+    split = max(1, min(round(sms / tiles), k // 256))
+    block_k = 256 if k // split >= 256 else 128
+    return GemmConfig(block_m, block_n, block_k, split)
+
+
+class SplitKWorkspace:
+    """The float32 partial sums and int32 tile counters that split-K calls share: ``floats`` >= split * M * N
+    and ``tiles`` >= output tiles of any call made with it. Calls on one stream may share it (each one's last
+    CTA sets its counters back to 0 before the next call reads them)."""
+
+    def __init__(self, floats: int, tiles: int, device: torch.device | str):
+        self.partials = torch.empty(max(floats, 1), dtype=torch.float32, device=device)
+        self.counters = torch.zeros(max(tiles, 1), dtype=torch.int32, device=device)
+
+
+def splitk_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemmConfig,
+                  ws: SplitKWorkspace, gelu: bool = False, pdl: bool = False,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] @ weight[N, K].T + bias [N] (or None), then tanh GELU when ``gelu`` (on the float32 sum, as
+    the cuBLASLt epilogue of ``fused.mlp_up``) -> [M, N] in x's dtype (into ``out`` when given). ``pdl``:
+    launched as a programmatic dependent launch (it may start while the kernel before it runs; it prefetches
+    its weights into L2, then waits for that kernel). Raises ValueError when shapes, dtypes or the workspace
+    do not fit."""
+    m, k = x.shape
+    n = weight.shape[0]
+    kernel, cdiv = _kernel()
+    k_per_split = cdiv(cdiv(k, cfg.split), cfg.block_k) * cfg.block_k
+    split = cdiv(k, k_per_split)  # splits that get any K
+    tiles = cdiv(n, cfg.block_n) * cdiv(m, cfg.block_m)
+    if (weight.shape[1] != k or x.dtype != weight.dtype or not weight.is_contiguous()
+            or (split > 1 and (ws.partials.numel() < split * m * n or ws.counters.numel() < tiles))):
+        raise ValueError(f"splitk_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}, "
+                         f"split {split} over a workspace of {ws.partials.numel()} floats, {ws.counters.numel()} tiles")
+    x = x.contiguous()
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
+    grid = (cdiv(n, cfg.block_n), split, cdiv(m, cfg.block_m))
+    kernel[grid](x, weight, bias if bias is not None else weight, y, ws.partials, ws.counters, m, n, k, k_per_split,
+                 split, HAS_BIAS=bias is not None, GELU=gelu, PDL=pdl,
+                 BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                 num_warps=cfg.warps, num_stages=cfg.stages, **({"launch_pdl": True} if pdl else {}))
+    return y
+
+
 class SkinnyLinear:
-    """``y = x @ weight.T + bias`` for x [M, K] (M <= max_rows), weight [N, K], bias [N] or None, one dtype.
+    """``y = x @ weight.T + bias`` for x [M, K] (M <= max_rows) with one configuration and its own workspace
+    (bench/gemm_bench.py's sweep; the model shares one workspace, ``SplitKWorkspace``)."""
 
-    Holds its float32 workspace [split, max_rows, N] and int32 tile counters, made once (CUDA-graph safe:
-    nothing is allocated per call but the output). Raises ValueError for a shape it was not made for."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, max_rows: int, cfg: GemmConfig):
-        if weight.dim() != 2 or not weight.is_contiguous():
-            raise ValueError(f"SkinnyLinear needs a contiguous [N, K] weight, got {tuple(weight.shape)}")
-        self.weight, self.bias, self.cfg, self.max_rows = weight, bias, cfg, max_rows
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, max_rows: int, cfg: GemmConfig,
+                 pdl: bool = False):
         n, k = weight.shape
-        _, cdiv = _kernel()
-        self.k_per_split = cdiv(cdiv(k, cfg.split), cfg.block_k) * cfg.block_k
-        self.split = cdiv(k, self.k_per_split)  # splits that get any K
-        tiles = cdiv(n, cfg.block_n) * cdiv(max_rows, cfg.block_m)
-        dev = weight.device
-        self.ws = torch.empty((self.split, max_rows, n), dtype=torch.float32, device=dev) if self.split > 1 else None
-        self.counters = torch.zeros(tiles, dtype=torch.int32, device=dev)
+        self.weight, self.bias, self.cfg, self.pdl = weight, bias, cfg, pdl
+        self.ws = SplitKWorkspace(cfg.split * max_rows * n, -(-n // cfg.block_n) * -(-max_rows // cfg.block_m),
+                                  weight.device)
+        self.counters = self.ws.counters
+        self.split = -(-k // (-(-(-(-k // cfg.split)) // cfg.block_k) * cfg.block_k))
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        m, k = x.shape
-        n = self.weight.shape[0]
-        if k != self.weight.shape[1] or m > self.max_rows or x.dtype != self.weight.dtype:
-            raise ValueError(f"SkinnyLinear for [<= {self.max_rows}, {self.weight.shape[1]}] {self.weight.dtype}, "
-                             f"got {tuple(x.shape)} {x.dtype}")
-        kernel, cdiv = _kernel()
-        x = x.contiguous()
-        y = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
-        c = self.cfg
-        grid = (cdiv(n, c.block_n), self.split, cdiv(m, c.block_m))
-        kernel[grid](x, self.weight, self.bias if self.bias is not None else self.weight, y,
-                     self.ws if self.ws is not None else y, self.counters, m, n, k, self.k_per_split,
-                     self.split, HAS_BIAS=self.bias is not None,
-                     BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
-                     num_warps=c.warps, num_stages=c.stages)
-        return y
+        return splitk_linear(x, self.weight, self.bias, self.cfg, self.ws, pdl=self.pdl, out=out)
+
+
+class DecodeGemms:
+    """The model's projections for batches of at most ``max_rows`` rows through ``splitk_linear``: one
+    configuration per (rows, K, N) from ``choose``, one workspace sized for the largest of them.
+
+    ``shapes``: the [N, K] weight shapes it will be called with. Call as ``mm(x, linear, gelu=False)``."""
+
+    def __init__(self, shapes, max_rows: int, device: torch.device | str, pdl: bool = False):
+        self.max_rows, self.pdl = max_rows, pdl
+        self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        floats = tiles = 0
+        for n, k in shapes:
+            for m in range(1, max_rows + 1):
+                c = choose(m, k, n, self.sms)
+                floats = max(floats, c.split * m * n)
+                tiles = max(tiles, -(-n // c.block_n) * -(-m // c.block_m))
+        self.ws = SplitKWorkspace(floats, tiles, device)
+
+    def __call__(self, x: torch.Tensor, linear, gelu: bool = False) -> torch.Tensor:
+        """x [M, K] (M <= max_rows) -> linear(x) [M, N], tanh GELU after it when ``gelu``."""
+        w = linear.weight
+        return splitk_linear(x, w, linear.bias, choose(x.shape[0], w.shape[1], w.shape[0], self.sms), self.ws,
+                             gelu=gelu, pdl=self.pdl)
