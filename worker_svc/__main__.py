@@ -35,6 +35,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--extend-graph-max-tokens", type=int, default=1024,
                     help="other batches of up to this many tokens replay piecewise CUDA graphs, attention eager "
                          "between them (flashinfer on CUDA only; 0 = off)")
+    ap.add_argument("--splitk-rows", type=int, default=64,
+                    help="CUDA: projections of batches up to this many rows through the split-K Triton GEMM "
+                         "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all)")
+    ap.add_argument("--no-pdl", dest="pdl", action="store_false",
+                    help="CUDA: launch the Triton kernels plainly, not as programmatic dependent launches")
     args = ap.parse_args(argv)
     check_ranges(ap, args)
     return args
@@ -62,6 +67,8 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--cuda-graph-max-batch must be >= 0 (got {args.cuda_graph_max_batch})")
     if args.extend_graph_max_tokens < 0:
         ap.error(f"--extend-graph-max-tokens must be >= 0 (got {args.extend_graph_max_tokens})")
+    if not 0 <= args.splitk_rows <= 256:
+        ap.error(f"--splitk-rows must be in [0, 256] (got {args.splitk_rows})")
     if not -2**63 <= args.seed < 2**64:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
 
@@ -79,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = WorkerOptions(model_path=args.model_path, device=args.device, dtype=args.dtype, kv_tokens=args.kv_tokens,
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
-                         extend_graph_max_tokens=args.extend_graph_max_tokens)
+                         extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
+                         pdl=args.pdl)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()

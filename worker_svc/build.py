@@ -36,6 +36,8 @@ class WorkerOptions:
     seed: int = 0
     cuda_graph_max_batch: int = 256  # decode batches up to this size replay CUDA graphs (flashinfer only); 0 = off
     extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
+    splitk_rows: int = 64  # CUDA: projections of batches up to this many rows through model/skinny_gemm; 0 = off
+    pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -104,7 +106,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
     device = resolve_device(opts.device)
     dtype = resolve_dtype(opts.dtype, device)
     cfg, model = load_model(opts.model_path, dtype=dtype, device=device)
-    model.use_fused_kernels()  # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused
+    # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused, small batches' split-K GEMMs
+    model.use_fused_kernels(splitk_rows=opts.splitk_rows, pdl=opts.pdl)
     backend = make_backend(opts.attention, cfg, dtype, device, opts.cuda_graph_max_batch)
     kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
     if kv_tokens is None and kv_fraction is None:

@@ -114,7 +114,8 @@ def choose(m: int, k: int, n: int, sms: int) -> GemmConfig:
     tiles = -(-n // block_n) * -(-m // block_m)
     split = max(1, min(round(sms / tiles), k // 256))
     block_k = 256 if k // split >= 256 else 128
-    return GemmConfig(block_m, block_n, block_k, split)
+    stages = max(2, min(4, 200 * 1024 // ((block_m + block_n) * block_k * 2)))  # x and W tiles in shared memory
+    return GemmConfig(block_m, block_n, block_k, split, 4, stages)
 
 
 class SplitKWorkspace:
