@@ -191,6 +191,7 @@ def start_stack(args, out: pathlib.Path):
     (out / "logs").mkdir(parents=True, exist_ok=True)
     argv = commands(stack.cfg, model)
     argv["scheduler"] = argv["scheduler"] + args.scheduler_flags.split()
+    argv["worker"] = argv["worker"] + args.worker_flags.split()
     for name in ("cache", "worker", "scheduler", "gateway"):
         stack.start_one(name, argv[name], timeout=600)
     return stack
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="other HumanEval files put above each prefix (longer prompts; see the module doc)")
     ap.add_argument("--scheduler-flags", default="", help="extra scheduler flags, space-separated, for an A/B "
                     "(e.g. --no-adaptive-steps)")
+    ap.add_argument("--worker-flags", default="", help="extra worker flags, space-separated (e.g. --splitk-rows 0)")
     ap.add_argument("--hop-trace", default=None, help="trace each request's hops into this directory (module doc)")
     args = ap.parse_args(argv)
     out = pathlib.Path(args.out)
@@ -242,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             result["extend_graph_max_tokens"] = args.extend_graph_max_tokens
             result["decode_steps"] = args.decode_steps
             result["scheduler_flags"] = args.scheduler_flags
+            result["worker_flags"] = args.worker_flags
             if args.hop_trace:  # cumulative over the modes run so far
                 result["hops"] = hop_report.segments(hop_report.load(args.hop_trace), "client_text")
             (out / f"editor_{mode}.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -35,9 +35,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--extend-graph-max-tokens", type=int, default=1024,
                     help="other batches of up to this many tokens replay piecewise CUDA graphs, attention eager "
                          "between them (flashinfer on CUDA only; 0 = off)")
-    ap.add_argument("--splitk-rows", type=int, default=64,
+    ap.add_argument("--splitk-rows", type=int, default=None,
                     help="CUDA: projections of batches up to this many rows through the split-K Triton GEMM "
-                         "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all)")
+                         "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
+                         "n_embd <= 1024, else 0, as measured on the H200)")
     ap.add_argument("--no-pdl", dest="pdl", action="store_false",
                     help="CUDA: launch the Triton kernels plainly, not as programmatic dependent launches")
     args = ap.parse_args(argv)
@@ -67,7 +68,7 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--cuda-graph-max-batch must be >= 0 (got {args.cuda_graph_max_batch})")
     if args.extend_graph_max_tokens < 0:
         ap.error(f"--extend-graph-max-tokens must be >= 0 (got {args.extend_graph_max_tokens})")
-    if not 0 <= args.splitk_rows <= 256:
+    if args.splitk_rows is not None and not 0 <= args.splitk_rows <= 256:
         ap.error(f"--splitk-rows must be in [0, 256] (got {args.splitk_rows})")
     if not -2**63 <= args.seed < 2**64:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")

@@ -36,7 +36,7 @@ class WorkerOptions:
     seed: int = 0
     cuda_graph_max_batch: int = 256  # decode batches up to this size replay CUDA graphs (flashinfer only); 0 = off
     extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
-    splitk_rows: int = 64  # CUDA: projections of batches up to this many rows through model/skinny_gemm; 0 = off
+    splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
 
 
@@ -96,6 +96,14 @@ def free_bytes(device: torch.device) -> int:
     raise RuntimeError("cannot read MemAvailable from /proc/meminfo")
 
 
+def auto_splitk_rows(cfg) -> int:
+    """Rows up to which the decode projections use the split-K GEMMs with PDL by default: 64 for models of
+    n_embd <= 1024, else 0. H200 run 9 (bench/results/h200-run9/call3, call4; GPU time of a decode step, graph
+    replay): tiny_starcoder_py (768) B = 1 / 64 / 256: 0.78 / 1.04 / 1.50 ms with cuBLAS, 0.64 / 0.98 / 1.49
+    with them; starcoderbase-1b (2048): 1.43 / 1.85 / 2.80 with cuBLAS, 1.57 / 1.94 / 4.33 with them."""
+    return 64 if cfg.n_embd <= 1024 else 0
+
+
 def build_engine(opts: WorkerOptions) -> Engine:
     """Loads the model and allocates the KV pool; the engine's epoch is a fresh uuid4 (boot id).
 
@@ -107,7 +115,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
     dtype = resolve_dtype(opts.dtype, device)
     cfg, model = load_model(opts.model_path, dtype=dtype, device=device)
     # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused, small batches' split-K GEMMs
-    model.use_fused_kernels(splitk_rows=opts.splitk_rows, pdl=opts.pdl)
+    model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
+                            pdl=opts.pdl)
     backend = make_backend(opts.attention, cfg, dtype, device, opts.cuda_graph_max_batch)
     kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
     if kv_tokens is None and kv_fraction is None:
