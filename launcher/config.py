@@ -48,6 +48,10 @@ HELP = {
     "cuda_graph_max_batch": "decode batches up to this size replay CUDA graphs (flashinfer on CUDA only; 0 = off)",
     "extend_graph_max_tokens": "other batches of up to this many tokens replay piecewise CUDA graphs, attention eager "
                                "between them (flashinfer on CUDA only; 0 = off)",
+    "splitk_rows": "CUDA: projections of batches up to this many rows through the split-K Triton GEMM (default: 64 "
+                   "for models of n_embd <= 1024, else 0; 0 = cuBLAS for all)",
+    "pdl": "CUDA: the worker's Triton kernels as programmatic dependent launches: true or false (--pdl false runs "
+           "the worker with its --no-pdl)",
     "chunk_size": "prefill tokens per scheduling round (chunked prefill)",
     "max_running_requests": "requests running at once, at most",
     "max_queued_requests": "waiting requests, at most; beyond it HTTP 429",
@@ -114,6 +118,8 @@ class StackConfig:
     seed: int = 0
     cuda_graph_max_batch: int = 256
     extend_graph_max_tokens: int = 1024
+    splitk_rows: int | None = None
+    pdl: bool = True
     # scheduler
     chunk_size: int = 512
     max_running_requests: int = 64
@@ -140,13 +146,15 @@ class StackConfig:
     probe_timeout: float = 2.0
 
     def __post_init__(self) -> None:
-        """``overlap`` given as text (the launcher's flags are strings): true/false, yes/no, 1/0, on/off.
-        An int given for a float setting becomes a float, a path given for a text setting its text."""
-        if isinstance(self.overlap, str):
-            words = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False, "off": False}
-            if self.overlap.lower() not in words:
-                raise ValueError(f"overlap must be true or false, got {self.overlap!r}")
-            object.__setattr__(self, "overlap", words[self.overlap.lower()])
+        """A switch (``overlap``, ``pdl``) given as text (the launcher's flags are strings): true/false, yes/no,
+        1/0, on/off. An int given for a float setting becomes a float, a path given for a text setting its text."""
+        words = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False, "off": False}
+        for name in ("overlap", "pdl"):
+            text = getattr(self, name)
+            if isinstance(text, str):
+                if text.lower() not in words:
+                    raise ValueError(f"{name} must be true or false, got {text!r}")
+                object.__setattr__(self, name, words[text.lower()])
         for f in dataclasses.fields(self):
             value, kind = getattr(self, f.name), value_type(f)
             if value is None and f.type.endswith("| None"):
@@ -185,7 +193,7 @@ def value_type(f: dataclasses.Field) -> type:
 PASSED: dict[str, tuple[str, ...]] = {
     "cache": ("lease_seconds",),
     "worker": ("device", "dtype", "page_size", "attention", "kv_tokens", "kv_fraction", "seed", "cuda_graph_max_batch",
-               "extend_graph_max_tokens"),
+               "extend_graph_max_tokens", "splitk_rows", "pdl"),
     "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
                   "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap",
                   "overlap_mode"),

@@ -39,8 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CUDA: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
                          "n_embd <= 1024, else 0, as measured on the H200)")
-    ap.add_argument("--no-pdl", dest="pdl", action="store_false",
-                    help="CUDA: launch the Triton kernels plainly, not as programmatic dependent launches")
+    ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
+                    help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
     args = ap.parse_args(argv)
     check_ranges(ap, args)
     return args

@@ -66,6 +66,7 @@ OUT_OF_RANGE = [
     ("--kv-tokens", "0", "--kv-tokens must be >= the page size 1 (got 0)"),
     ("--cuda-graph-max-batch", "-1", "--cuda-graph-max-batch must be >= 0 (got -1)"),
     ("--extend-graph-max-tokens", "-2", "--extend-graph-max-tokens must be >= 0 (got -2)"),
+    ("--splitk-rows", "257", "--splitk-rows must be in [0, 256] (got 257)"),
 ]
 
 

@@ -1,0 +1,52 @@
+"""The split-K GEMM's configuration choice and its defaults, on the CPU (the kernel's own tests need a GPU:
+tests/worker/test_gpu_skinny_gemm.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from worker_svc.build import auto_splitk_rows
+from worker_svc.model.config import ModelConfig
+from worker_svc.model.default import SHAPES, model_config
+from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
+from worker_svc.model.skinny_gemm import choose
+
+SHARED_MEMORY = 227 * 1024  # usable per block on the H100/H200 (sm90)
+
+
+def shape_config(shape: str) -> ModelConfig:
+    return ModelConfig.from_dict(model_config(shape, vocab_size=SHAPES[shape].get("vocab_size", 1024)))
+
+
+@pytest.mark.parametrize("shape", ["tiny_starcoder_py", "starcoderbase-1b", "starcoder"])
+def test_every_choice_fits_in_shared_memory_and_splits_k_into_whole_blocks(shape):
+    d, f = SHAPES[shape]["n_embd"], SHAPES[shape]["n_inner"]
+    for k, n in [(d, d + 2 * (d // SHAPES[shape]["n_head"])), (d, d), (d, f), (f, d)]:
+        for m in range(1, 257):
+            c = choose(m, k, n, 132)
+            assert (c.block_m + c.block_n) * c.block_k * 2 * c.stages <= SHARED_MEMORY, (m, k, n, c)
+            assert c.split >= 1 and k // c.split >= min(k, 128), (m, k, n, c)
+            assert c.block_m >= min(m, 16), (m, c)
+
+
+def test_one_wave_of_ctas_at_64_rows_for_the_1b_projections():
+    for k, n in [(2048, 2048), (8192, 2048), (2048, 8192)]:
+        c = choose(64, k, n, 132)
+        ctas = -(-n // c.block_n) * c.split
+        assert 100 <= ctas <= 160, (k, n, c, ctas)
+
+
+def test_split_k_is_on_by_default_for_small_models_only():
+    assert auto_splitk_rows(shape_config("tiny_starcoder_py")) == 64
+    assert auto_splitk_rows(shape_config("default")) == 64
+    assert auto_splitk_rows(shape_config("starcoderbase-1b")) == 0
+    assert auto_splitk_rows(shape_config("starcoder")) == 0
+
+
+def test_on_the_cpu_the_model_keeps_torch_projections_and_plain_launches():
+    model = GPTBigCodeForCausalLM(shape_config("default"))
+    model.use_fused_kernels(splitk_rows=64, pdl=True)
+    assert model.mm is None and model.pdl is False
+    x = torch.zeros(3, model.cfg.n_embd)
+    assert model._mm(x) is None
