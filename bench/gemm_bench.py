@@ -134,7 +134,6 @@ def main() -> None:
             if "inductor_us" in row:
                 line += f" | inductor {row['inductor_us']:7.2f} us x{row['inductor_vs_cublas']:.2f}"
             print(line, flush=True)
-        del ws, bs
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gemm_bench.json").write_text(json.dumps({"shape": args.shape, "dtype": args.dtype,
                                                           "device": torch.cuda.get_device_name(dev),

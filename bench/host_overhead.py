@@ -15,8 +15,8 @@ Worker (the servicer's ``Forward`` called directly on a real CPU ``Engine``, no 
   commit          last logits -> ``engine.forward`` return (read-back, outputs, request table commit)
   reply_build     -> servicer return (``ForwardResponse`` built from the outputs)
   reply_serialize ``SerializeToString`` of the reply
-  step_feed       (not in the total: CUDA path only) ``StepFeed(...)`` for the Forward's slot tables, the
-                  per-Forward table build of the CUDA-graph multi-step path, here on CPU tensors
+  step_feed       (not in the total: CUDA path only) ``StepFeed(...)`` for the Forward's slot tables and its K
+                  ``step(j)`` calls, the metadata of the CUDA-graph multi-step path, here on CPU tensors
 Scheduler (the real parts on a request table without services, the default model's tokenizer; no gRPC
 transport):
   next_batch      ``planner.continuation`` + ``slots_by_request`` + ``continuation_batch`` (Forward N+1)
@@ -218,8 +218,9 @@ def worker_phases(b: int, k: int, context: int, forwards: int, warmup: int, mode
 
 
 def step_feed_ms(b: int, k: int, context: int, forwards: int) -> float:
-    """Median ms of one ``StepFeed`` build for ``b`` rows of ``context`` prefix slots and ``k`` steps (the CUDA
-    multi-step path's per-Forward table build; CPU tensors here, so the pinned copies are plain copies)."""
+    """Median ms of one ``StepFeed`` build and its ``k`` steps for ``b`` rows of ``context`` prefix slots (the
+    CUDA multi-step path's metadata of a Forward; CPU tensors here, so the pinned copies are plain copies and
+    the gathers run on the CPU)."""
     from worker_svc.step_feed import StepFeed
 
     span = context + k
@@ -229,7 +230,9 @@ def step_feed_ms(b: int, k: int, context: int, forwards: int) -> float:
     times = []
     for _ in range(forwards + 3):
         t0 = time.perf_counter()
-        StepFeed(tables, new, [k] * b, cpu)
+        feed = StepFeed(tables, new, [k] * b, cpu)
+        for j in range(k):
+            feed.step(j)
         times.append(time.perf_counter() - t0)
     return round(_median(times[3:]), 4)
 

@@ -133,7 +133,9 @@ class DecodeGraphs:
         device). Returns a view of the logits [n, vocab] float32 (valid until the next replay)."""
         n = feed.active(j)
         size = self.bucket(n)
-        return self._replay(size, n, input_ids, *feed.step(j, size))
+        if feed.size[j] != size:
+            raise ValueError(f"step {j}'s metadata is padded to {feed.size[j]} rows, its graph bucket is {size}")
+        return self._replay(size, n, input_ids, *feed.step(j))
 
     def _replay(self, size: int, b: int, input_ids: torch.Tensor, kv_indptr_host: torch.Tensor,
                 kv_indices: torch.Tensor, positions: torch.Tensor, out_slots: torch.Tensor,

@@ -64,7 +64,7 @@ def run_multistep(engine, items: Sequence[ForwardItem], clock) -> tuple[ForwardO
     feed = eager = None
     if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
         # CUDA graphs: every step's metadata is built on the device (worker_svc/step_feed.py)
-        feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev)
+        feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev, bucket=engine.graphs.bucket)
     else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
         eager = DecodeSteps(prefixes, [it.slot_ids for it in its], ks)
     clock.start()

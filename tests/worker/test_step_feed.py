@@ -32,11 +32,12 @@ def batches(draw):
 def test_every_step_matches_the_host_layout(batch, extra_rows):
     tables, prefix_lens, ks = batch
     feed = StepFeed([t[:p] for t, p in zip(tables, prefix_lens)], [tuple(t[p:]) for t, p in zip(tables, prefix_lens)], ks,
-                    torch.device("cpu"))
+                    torch.device("cpu"), bucket=lambda n: n + extra_rows)
     for j in range(ks[0]):
         n = feed.active(j)
         size = n + extra_rows
-        indptr, indices, positions, out_slots, last = feed.step(j, size)
+        assert feed.size[j] == size
+        indptr, indices, positions, out_slots, last = feed.step(j)
         want = _host_step(tables, prefix_lens, ks, j, size)
         assert n == sum(k > j for k in ks)
         assert indptr.tolist() == want.kv_indptr.tolist()
@@ -58,10 +59,9 @@ def test_rejects_steps_not_sorted_largest_first():
 
 
 def test_bucket_smaller_than_the_active_rows_is_an_error():
-    feed = StepFeed([np.asarray([1], dtype=np.int32), np.asarray([3], dtype=np.int32)], [(2,), (4,)], [1, 1],
-                    torch.device("cpu"))
     with pytest.raises(ValueError, match="more than the bucket"):
-        feed.step(0, 1)
+        StepFeed([np.asarray([1], dtype=np.int32), np.asarray([3], dtype=np.int32)], [(2,), (4,)], [1, 1],
+                 torch.device("cpu"), bucket=lambda n: 1)
 
 
 def test_flashinfer_decode_max_shim_gives_the_builtin_value():
