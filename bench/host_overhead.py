@@ -289,7 +289,7 @@ def scheduler_phases(b: int, k: int, context: int, forwards: int, warmup: int, t
             prof.enable()
         t0 = time.perf_counter()
         plan = continuation(cur, k)
-        nxt = continuation_batch(plan, slots_by_request(alloc, [(e.req, n) for e, n in plan]))
+        nxt = continuation_batch(plan, [], slots_by_request(alloc, [(e.req, n) for e, n in plan]))
         t1 = time.perf_counter()
         items = forward_items(nxt, eos)
         t2 = time.perf_counter()
