@@ -6,12 +6,14 @@ allocates).
 
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 from scheduler_svc.batch import Batch, Entry
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.multistep import steps_for
 from scheduler_svc.request import Req, State
+from scheduler_svc.worker_client import PendingForward
 
 
 def admits_first(waiting: int, running: int, cfg: SchedulerConfig) -> bool:
@@ -62,3 +64,17 @@ def continuation_batch(plan: list[tuple[Entry, int]], first: list[tuple[Req, int
     return Batch("decode", tuple(Entry(e.req, start=e.start + e.steps, n=1, slot_ids=slots[e.req.rid], sample=True,
                                        steps=k, from_last=True) for e, k in plan)
                  + tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True, steps=k) for r, k in first))
+
+
+def wait_reply_or_arrival(pending: PendingForward, wake: threading.Event, arrived) -> bool:
+    """Waits until ``pending``'s reply is in (False) or ``arrived()`` says a request can be admitted (True),
+    whichever comes first. ``wake`` is the intake's event (set on every submit and abort); the reply sets it
+    too. ``arrived`` runs on this thread after each wake-up."""
+    pending.add_done_callback(wake.set)
+    while True:
+        wake.clear()  # state is read after clearing: a set that comes later wakes the next wait
+        if arrived():
+            return True
+        if pending.done():
+            return False
+        wake.wait(1.0)  # the reply, a submit or an abort sets it; 1 s only bounds a lost wake-up

@@ -26,17 +26,14 @@ When N+1 is sent (``--overlap-mode``, ``overlap_mode.OVERLAP_MODES``):
   of N+1; N's reply and N+1's send and parsing are not hidden (a local round trip per Forward, the GPU idle).
 
 Chaining happens in steady decode (``chain.py``; waiting requests admitted first, the extends ahead of the decode
-in flight applied first, their requests joining the next continuation), else the loop drains. A request finishing
-in N but in a Forward still in flight streams its end at once, released after that one (FINISHING). Steps per
-Forward: ``step_budget.py``; what each mechanism measured: docs/scheduler.md.
+in flight applied first, arrivals admitted meanwhile as in the chain (``_drain_extends``), their requests joining
+the next continuation), else the loop drains. A request finishing in N but in a Forward still in flight streams
+its end at once, released after that one (FINISHING). Steps: ``step_budget.py``; measured: docs/scheduler.md.
 
 Chunked prefill pipelined (``chunk_pipeline``, ``chunk_ahead.py``): an extend whose prefill continues (or with
 requests waiting) is not waited for; the next round sends the extend behind it, then applies it (``_chunk_ahead``).
-
-Releases at the worker cost no round trip of their own: the ids of ended requests (``worker_releases.py``) ride on
-the next ForwardRequest built (``Pipeline.prepare``); the worker drops them when that Forward starts running, after
-its after_seq wait (a Forward that used them was applied before they were queued), but keeps the state a Forward
-with a larger seq created for a reused id. With nothing to run the loop sends them in one Release RPC (idle flush).
+Worker releases ride on the next ForwardRequest (``worker_releases.py``, ``Pipeline.prepare``), or one Release RPC
+when idle.
 """
 
 from __future__ import annotations
@@ -55,7 +52,7 @@ from scheduler_svc.errors import DependencyUnavailable, PoolHeld, SessionLost, W
 from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.pipeline import Pipeline
-from scheduler_svc.chain import admits_first, can_chain
+from scheduler_svc.chain import admits_first, can_chain, wait_reply_or_arrival
 from scheduler_svc.planner import Planner
 from scheduler_svc import results
 from scheduler_svc.recovery import Recovery
@@ -63,23 +60,9 @@ from scheduler_svc.request import Req
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
 from scheduler_svc.step_budget import StepBudget, steps_run
-from scheduler_svc.worker_client import PendingForward, WorkerClient
+from scheduler_svc.worker_client import WorkerClient
 
 __all__ = ["Scheduler", "SchedulerConfig"]
-
-
-def wait_reply_or_arrival(pending: PendingForward, wake: threading.Event, arrived) -> bool:
-    """Waits until ``pending``'s reply is in (False) or ``arrived()`` says a request can be admitted (True),
-    whichever comes first. ``wake`` is the intake's event (set on every submit and abort); the reply sets it
-    too. ``arrived`` runs on this thread after each wake-up."""
-    pending.add_done_callback(wake.set)
-    while True:
-        wake.clear()  # state is read after clearing: a set that comes later wakes the next wait
-        if arrived():
-            return True
-        if pending.done():
-            return False
-        wake.wait(1.0)  # the reply, a submit or an abort sets it; 1 s only bounds a lost wake-up
 
 
 class Scheduler:
@@ -264,7 +247,7 @@ class Scheduler:
         drained = False
         if self.pipeline:
             if len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
-                self._drain(keep_decode=True)  # arrivals' extends sent ahead of a decode Forward: theirs first
+                self._drain_extends()  # arrivals' extends sent ahead of a decode Forward: theirs first
             if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running, len(table.waiting), self.cfg):
                 self._chain()
                 table.abort(running=False)  # a Forward in flight holds the running ones
@@ -317,14 +300,41 @@ class Scheduler:
             now = time.perf_counter()
             self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
 
-    def _drain(self, keep_decode: bool = False) -> None:
-        """Applies the in-flight Forwards in order; ``keep_decode``: up to a decode Forward left alone (the chain's)."""
-        while self.pipeline and not (keep_decode and len(self.pipeline) == 1
-                                     and self.pipeline.head().batch.kind == "decode"):
+    def _drain(self) -> None:
+        """Applies the in-flight Forwards in order."""
+        while self.pipeline:
             t0 = time.perf_counter()
             reply = self.recovery.reply(self.pipeline.head().pending)
             cur = self.pipeline.pop()
             self._apply(cur.batch, reply, cur.seq, t0, t0, time.perf_counter())
+
+    def _drain_extends(self) -> None:
+        """Applies the extends in flight ahead of the decode Forward at the pipeline's tail, admitting arrivals
+        while each runs (``_admit_until``: after the last extend, ahead of that decode). A failure drops all."""
+        try:
+            while len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
+                head, tail = self.pipeline.head(), self.pipeline.inflight[-1]
+                if tail.batch.kind == "decode":
+                    self._admit_until(head.pending, self.pipeline.inflight[-2].seq, tail.seq, False)
+                t0 = time.perf_counter()
+                reply = self.recovery.reply(head.pending)
+                self._apply(self.pipeline.pop().batch, reply, head.seq, t0, t0, time.perf_counter())
+        except BaseException:
+            self.recovery.drop_in_flight()
+            raise
+
+    def _admit_until(self, pending, extend_after: int, ahead_of: int, admit_now: bool) -> int:
+        """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``), each extend sent
+        after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none). Returns the last seq."""
+        while admit_now or wait_reply_or_arrival(pending, self.intake.wake, self._admissible_arrival):
+            admit_now = False
+            extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent
+            self.table.publish()
+            if extend is not None:
+                request = self.pipeline.prepare(self._items(extend), after_seq=extend_after, before_seq=ahead_of)
+                extend_after = self.pipeline.send(extend, request).seq
+                self._stats.add("extends_ahead")
+        return extend_after
 
     def _chain(self) -> None:
         """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, after N); until N's
@@ -341,21 +351,15 @@ class Scheduler:
         try:
             ahead_of = 0  # queued: extends run ahead of N+1 when they reach the worker before it started
             if nxt is not None and queued:
-                self._send_chained(nxt, nxt_request)
+                self.pipeline.send(nxt, nxt_request)
+                self._stats.add("decode_chained")
                 ahead_of = nxt_request.seq
-            extend_after = cur.seq  # extends run after N and after each other
-            admit_now = admits_first(len(self.table.waiting), len(self.table.running), self.cfg)
-            while admit_now or wait_reply_or_arrival(cur.pending, self.intake.wake, self._admissible_arrival):
-                admit_now = False  # requests that waited when the round began are tried first, then arrivals
-                extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent
-                self.table.publish()
-                if extend is not None:
-                    request = self.pipeline.prepare(self._items(extend), after_seq=extend_after, before_seq=ahead_of)
-                    extend_after = self.pipeline.send(extend, request).seq
-                    self._stats.add("extends_ahead")
+            extend_after = self._admit_until(cur.pending, cur.seq, ahead_of,  # waiting ones first, then arrivals
+                                             admits_first(len(self.table.waiting), len(self.table.running), self.cfg))
             if nxt is not None and not queued:
                 nxt_request.after_seq = extend_after
-                self._send_chained(nxt, nxt_request)
+                self.pipeline.send(nxt, nxt_request)
+                self._stats.add("decode_chained")
             reply = cur.pending.result()
         except BaseException:
             self.recovery.drop_in_flight()  # N failed: what follows it at the worker is aborted there (resync requeues)
@@ -367,10 +371,9 @@ class Scheduler:
         return can_send_ahead(inflight, self.table.running, len(self.table.waiting), self.cfg.max_running_requests)
 
     def _chunk_ahead(self) -> None:
-        """Chunked prefill pipelined (``chunk_ahead.py``): while extend k runs, plans and allocates the extend
-        behind it (the chunks that follow at their predicted starts, admissions in the budget left) and sends it
-        with ``after_seq = k``; then waits for k's reply and applies it. A failure of k, or of a cache call
-        meanwhile, drops what is in flight (the worker aborts what follows k; the resync requeues)."""
+        """Chunked prefill pipelined (``chunk_ahead.py``): while extend k runs, plans, allocates and sends the extend
+        behind it (``after_seq = k``: the chunks that follow, admissions in the budget left), then applies k. A
+        failure of k or of a cache call drops what is in flight (the worker aborts what follows k; resync requeues)."""
         cur = self.pipeline.head()
         try:
             nxt = self.planner.extend_ahead(cur.batch)
@@ -386,9 +389,6 @@ class Scheduler:
         now = time.perf_counter()
         self._apply(cur.batch, reply, cur.seq, now, now, now)
 
-    def _send_chained(self, batch: Batch, request) -> None:
-        self.pipeline.send(batch, request)
-        self._stats.add("decode_chained")
 
     def _admissible_arrival(self) -> bool:
         """Takes new requests; True when some arrived now and the running set has room (admission may still

@@ -6,11 +6,12 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
         [--chunk-size 8192] [--chunk-pipeline | --no-chunk-pipeline] [--long N] [--json PATH]
         [--background N --rate R --seconds S] [--no-adaptive-steps] [--run-weight 0.25] [--decode-forward-ms 0]
+        [--extend-forward-ms 0.3] [--hop-trace DIR]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
 duration: ``step-ms`` per decode step (plus ``decode-forward-ms`` a decode Forward), ``extend-us-per-token``
-per computed prompt token (plus 0.3 ms a Forward), answering a fixed token. Defaults are the H200 prefix workload of bench/serve_bench.py (2,048-token
+per computed prompt token (plus ``extend-forward-ms``, 0.3, an extend Forward), answering a fixed token. Defaults are the H200 prefix workload of bench/serve_bench.py (2,048-token
 prompts of which a share f is one of 4 common prefixes, 16 output tokens, concurrency 8, K = 8); requests
 go straight to the scheduler (no gateway, no HTTP); ``think-ms`` spreads the arrivals (closed-loop clients
 otherwise stay in lockstep). Prints TTFT p50/p99 per shared fraction.
@@ -42,7 +43,7 @@ import structlog
 from cache_svc.core import CacheCore
 from cache_svc.service import SERVICE_NAME as CACHE_SERVICE, CacheServicer
 from codeserve.v1 import cache_pb2_grpc, scheduler_pb2, worker_pb2
-from common import grpc_server
+from common import grpc_server, hop_trace
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.detokenizer import load_tokenizer
 from scheduler_svc.output import OutputStream
@@ -65,9 +66,9 @@ class SimWorker:
     run: transfer and parsing, half after: the reply), so hiding it shows."""
 
     def __init__(self, step_s: float, token_s: float, capacity: int, rtt_s: float = 0.0,
-                 decode_forward_s: float = 0.0) -> None:
+                 decode_forward_s: float = 0.0, extend_forward_s: float = 3e-4) -> None:
         self.step_s, self.token_s, self.capacity, self.rtt_s = step_s, token_s, capacity, rtt_s
-        self.decode_forward_s = decode_forward_s
+        self.decode_forward_s, self.extend_forward_s = decode_forward_s, extend_forward_s
         self.epoch = ""
         self._engine = threading.Lock()
         self.order = ForwardOrder()
@@ -87,7 +88,7 @@ class SimWorker:
             extend = any(it.has_prefix or len(it.input_ids) > 1 for it in request.items)
             t0 = time.perf_counter()
             device_s = tokens * self.token_s if extend else steps * self.step_s  # the steps; the rest is fixed
-            time.sleep(device_s + (3e-4 if extend else self.decode_forward_s))
+            time.sleep(device_s + (self.extend_forward_s if extend else self.decode_forward_s))
             reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0,
                                      device_seconds=device_s)
             self.busy_s += reply.forward_seconds
@@ -140,6 +141,10 @@ def main() -> None:
                     help="fewer decode steps per Forward while arrivals come (scheduler_svc/step_budget.py)")
     ap.add_argument("--run-weight", type=float, default=RUN_WEIGHT, help="the step budget's RUN_WEIGHT "
                     "(scheduler_svc/step_budget.py), to sweep it")
+    ap.add_argument("--extend-forward-ms", type=float, default=0.3, help="fixed cost of an extend Forward at the "
+                    "simulated worker (on top of extend-us-per-token per computed token)")
+    ap.add_argument("--hop-trace", default="", help="trace each request's hops (common/hop_trace.py) into this "
+                    "directory and print the time between them (bench/hop_report.py)")
     ap.add_argument("--decode-forward-ms", type=float, default=0.0, help="fixed cost of a decode Forward at the "
                     "worker on top of its steps (host work, read-back), serial with the GPU time")
     ap.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE)
@@ -156,7 +161,9 @@ def main() -> None:
     server = grpc_server.start(lambda s: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), s),
                                [CACHE_SERVICE], "127.0.0.1:0")
     worker = SimWorker(a.step_ms / 1e3, a.extend_us_per_token / 1e6, capacity=1_000_000, rtt_s=a.rtt_ms / 1e3,
-                       decode_forward_s=a.decode_forward_ms / 1e3)
+                       decode_forward_s=a.decode_forward_ms / 1e3, extend_forward_s=a.extend_forward_ms / 1e3)
+    if a.hop_trace:
+        hop_trace.configure("scheduler", a.hop_trace)
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
                       SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap,
                                       overlap_mode=a.overlap_mode, chunk_size=a.chunk_size, max_running_requests=256,
@@ -174,11 +181,13 @@ def main() -> None:
                             tok, sched.info, sched.capacity)
         req.stream = OutputStream(req, tok, sched.info.eos_token_id)
         t0 = time.perf_counter()
+        hop_trace.mark(req.rid, "client_sent")
         sched.submit(req)
         first = None
         while not isinstance(item := req.out.get(), StreamEnd):
             if first is None and item.token_ids:
                 first = time.perf_counter() - t0
+                hop_trace.mark(req.rid, "client_text")
         return first
 
     def drive(prompts: list[list[int]], conc: int, new: int = a.new) -> list[float]:
@@ -246,6 +255,13 @@ def main() -> None:
               f"p90 {p90:6.1f} ms  p99 {p99:6.1f} ms  extends_ahead {sched.stats.get('extends_ahead', '-')}")
         out.update(probes_answered=len(ttft), ttft_ms_p50=statistics.median(ttft), ttft_ms_p90=p90, ttft_ms_p99=p99,
                    ttft_ms_mean=statistics.fmean(ttft), stats=dict(sched.stats))
+        if a.hop_trace:  # the probes' hops only (the background's first tokens came before the arrivals)
+            from bench import hop_report
+            background_ids = {f"q{i}" for i in range(a.background)}
+            hops = {rid: h for rid, h in hop_report.load(a.hop_trace).items() if rid not in background_ids}
+            out["hops"] = hop_report.segments(hops, "client_text")
+            for seg, v in out["hops"].items():
+                print(f"  {seg:28s} p50 {v['p50_ms']:6.2f} ms  mean {v['mean_ms']:6.2f} ms  (n={v['n']})")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(out, f, indent=1, sort_keys=True)

@@ -12,6 +12,8 @@ state, not a timing: no test here measures time.
 - With nothing arriving, N+1 follows N (``after_seq = N.seq``), and every request's output is complete.
 - ``--overlap-mode queued``: N+1 is sent at once, after N; an arrival's extend is sent after N (not after
   N+1) with ``before_seq = N+1``, so the worker runs it before N+1 when N+1 has not started.
+- While such an extend runs (N applied, N+1 queued behind it), a later arrival is admitted at once and its extend
+  sent after that extend and before N+1. Before, the loop waited for the extend's reply before it took arrivals.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class HeldReply(LaterReply):
 
 class RecordingWorker:
     """Stands in for WorkerClient: records each Forward (seq, after_seq, items) and answers TOKEN for every
-    sampled position. ``hold_decode``: async decode replies wait for ``HeldReply.release``."""
+    sampled position. ``hold_decode`` / ``hold_extend``: async decode / extend replies wait for
+    ``HeldReply.release``."""
 
     def __init__(self) -> None:
         self.epoch = ""
@@ -64,6 +67,7 @@ class RecordingWorker:
         self.pending: dict[int, HeldReply] = {}
         self.released: list[str] = []
         self.hold_decode = False
+        self.hold_extend = False
         self.before: dict[int, int] = {}  # seq -> before_seq, of the Forwards sent with one
         self.carried: dict[int, list[str]] = {}  # seq -> release_request_ids, of the Forwards that carry some
         self.changed = threading.Condition()
@@ -89,7 +93,8 @@ class RecordingWorker:
         self.released.extend(request.release_request_ids)  # released when it runs (its replies are in order)
         if request.release_request_ids:
             self.carried[seq] = list(request.release_request_ids)
-        held = HeldReply(forward_response(items, TOKEN), hold=self.hold_decode and kind(items) == "decode")
+        hold = self.hold_decode if kind(items) == "decode" else self.hold_extend
+        held = HeldReply(forward_response(items, TOKEN), hold=hold)
         self.pending[seq] = held
         return held
 
@@ -153,7 +158,7 @@ def let_go(sched: Scheduler, worker: RecordingWorker) -> None:
     """Releases every held reply, stops holding decode replies, and runs the loop until idle."""
     for p in list(worker.pending.values()):
         p.release()
-    worker.hold_decode = False
+    worker.hold_decode = worker.hold_extend = False
     run_until_idle(sched)
 
 
@@ -341,3 +346,42 @@ def test_a_reused_ids_extend_sent_ahead_is_numbered_after_the_forward_carrying_i
     let_go(sched, worker)
     assert tokens(a) == [TOKEN] * 40 and tokens(x2) == [TOKEN] * 3
     assert sorted(worker.released) == ["a", "x", "x"]
+
+
+@pytest.mark.parametrize("loop", ["queued", "just-in-time"], indirect=True)
+def test_an_arrival_while_an_extend_ahead_of_the_next_decode_runs_is_sent_at_once(loop):
+    sched, worker, submit = loop
+    a = submit("a", list(range(10, 30)), 40)
+    assert sched.step()  # extend of a
+    worker.hold_decode = True
+    assert sched.step()  # decode N of a, reply held
+    n_seq = worker.sent[-1][0]
+    worker.hold_extend = True
+    round_n = threading.Thread(target=sched.step)
+    round_n.start()
+    b = submit("b", list(range(40, 52)), 5)  # arrives while N runs: its extend runs after N, before N+1
+    worker.wait_sent(3)
+    worker.pending[n_seq].release()
+    round_n.join(WAIT_S)
+    assert not round_n.is_alive()
+    worker.wait_sent(4)  # N+1 (queued: sent before b's extend; just-in-time: after it)
+    (eb_seq,) = [seq for seq, _, items in worker.sent if [it.request_id for it in items] == ["b"]]
+    (nxt_seq,) = [seq for seq, _, items in worker.sent[2:] if kind(items) == "decode"]
+    assert [f.seq for f in sched.pipeline.inflight] == [eb_seq, nxt_seq]  # b's extend held, N+1 behind it
+
+    round_e = threading.Thread(target=sched.step)  # the round that applies b's extend
+    round_e.start()
+    c = submit("c", list(range(60, 75)), 3)  # arrives while b's extend runs
+    worker.wait_sent(5)  # before: c waited for b's reply (the loop blocked in the drain), nothing was sent
+    ec_seq, ec_after, ec_items = worker.sent[4]
+    assert (kind(ec_items), [it.request_id for it in ec_items], ec_after) == ("extend", ["c"], eb_seq)
+    assert worker.before[ec_seq] == nxt_seq
+    assert [f.seq for f in sched.pipeline.inflight] == [eb_seq, ec_seq, nxt_seq]
+    worker.hold_decode = worker.hold_extend = False
+    for held in list(worker.pending.values()):  # b's, c's, N+1 (the round goes on to chain behind N+1)
+        held.release()
+    round_e.join(WAIT_S)
+    assert not round_e.is_alive()
+    let_go(sched, worker)
+    assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5 and tokens(c) == [TOKEN] * 3
+    assert sorted(worker.released) == ["a", "b", "c"] and sched.stats["extends_ahead"] == 2
