@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="other batches of up to this many tokens replay piecewise CUDA graphs, attention eager "
                          "between them (flashinfer on CUDA only; 0 = off)")
     ap.add_argument("--splitk-rows", type=int, default=None,
-                    help="CUDA: projections of batches up to this many rows through the split-K Triton GEMM "
+                    help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
                          "n_embd <= 1024, else 0, as measured on the H200)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,

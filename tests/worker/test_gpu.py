@@ -225,18 +225,20 @@ def test_cuda_graph_decode_of_rows_sharing_a_prefix_longer_than_the_pool_allows(
         assert run(True, steps) == run(False, steps)
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_piecewise_extend_graphs_match_eager(model_dir, prompts, fused):
+@pytest.mark.parametrize("fused,splitk_rows,pdl", [(False, 0, False), (True, 0, False), (True, 64, True)])
+def test_piecewise_extend_graphs_match_eager(model_dir, prompts, fused, splitk_rows, pdl):
     """Chunked prefill (chunks of 9: batches of 9..63 tokens mixed with decodes, padded to buckets) and decode
     through the captured extend pieces (at most 48 tokens; larger batches eager), with and without the fused
-    kernels: the eager tokens, logprobs within bf16 noise; the decode graphs are off so decode batches take
-    the pieces too."""
+    kernels, and with the split-K GEMMs and PDL as served for small models (every bucket's projections and
+    the eager batches of <= 64 tokens through them): the eager tokens, logprobs within bf16 noise; the
+    decode graphs are off so decode batches take the pieces too."""
     from worker_svc.build import make_extend_graphs
 
     outs = []
     for graphs in (False, True):
         eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
-        eng.model.use_fused_kernels(norms=fused, gelu=fused, kv=fused)
+        eng.model.use_fused_kernels(norms=fused, gelu=fused, kv=fused, splitk_rows=splitk_rows, pdl=pdl)
+        assert (eng.model.mm is not None) == (splitk_rows > 0) and eng.model.pdl == pdl
         if graphs:
             eng.extend_graphs = make_extend_graphs(48, eng.model, eng.kv_pool, eng.backend)
             assert eng.extend_graphs is not None and len(eng.extend_graphs.graphs) == len(eng.extend_graphs.sizes)

@@ -50,3 +50,28 @@ def test_on_the_cpu_the_model_keeps_torch_projections_and_plain_launches():
     assert model.mm is None and model.pdl is False
     x = torch.zeros(3, model.cfg.n_embd)
     assert model._mm(x) is None
+
+
+@pytest.mark.parametrize("dtype,on", [(torch.float32, False), (torch.bfloat16, True), (torch.float16, True)])
+def test_split_k_is_for_16_bit_models_only(monkeypatch, dtype, on):
+    """In float32, Triton's tl.dot rounds the inputs to TF32 (the kernel's default input precision) and the
+    x and W tiles take twice the shared memory ``choose`` budgets (2 bytes an element): fp32 on CUDA, the
+    configuration that must equal transformers token for token, keeps cuBLAS's fp32 GEMMs. Triton and CUDA
+    stand-ins (this is about the switch): ``fused.enabled`` says yes, DecodeGemms records its construction."""
+    from worker_svc.model import fused, skinny_gemm
+
+    made = []
+    monkeypatch.setattr(fused, "enabled", lambda device: True)
+    monkeypatch.setattr(skinny_gemm, "DecodeGemms", lambda shapes, rows, device, pdl: made.append(rows) or "mm")
+    model = GPTBigCodeForCausalLM(shape_config("default")).to(dtype)
+    model.use_fused_kernels(splitk_rows=64, pdl=True)
+    assert (model.mm == "mm") == on and made == ([64] if on else [])
+    assert model.pdl is True  # the fused kernels' PDL does not depend on the dtype
+
+
+def test_splitk_linear_refuses_float32_before_it_needs_triton():
+    from worker_svc.model.skinny_gemm import GemmConfig, SplitKWorkspace, splitk_linear
+
+    x, w = torch.zeros(2, 64), torch.zeros(32, 64)
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        splitk_linear(x, w, None, GemmConfig(16, 32, 128, 1), SplitKWorkspace(0, 0, "cpu"))

@@ -71,7 +71,8 @@ class Attention(nn.Module):
         """The part before attention: x [T, n_embd] (ln_1's output) -> q [T, n_head, head_dim]; writes this
         layer's K/V of the T tokens into ``kv_pool`` at ``out_slots`` [T] (int64). ``fuse_kv`` (multi-query,
         CUDA): K and V written by one kernel from the c_attn output, q a strided view of it (``fused.write_kv``);
-        otherwise q is contiguous. ``mm`` (``skinny_gemm.DecodeGemms``) runs the projection when given; ``pdl``:
+        otherwise q is contiguous. ``mm`` (``skinny_gemm.DecodeGemms``) runs the projection when given, on the
+        ``fuse_kv`` path only (the unfused path keeps ``c_attn``); ``pdl``:
         the K/V write as a programmatic dependent launch."""
         if fuse_kv:
             qkv = self.c_attn(x) if mm is None else mm(x, self.c_attn)  # [T, n_embd + 2 * head_dim]
@@ -209,7 +210,8 @@ class GPTBigCodeForCausalLM(nn.Module):
         """Turns the fused kernels on where they can run (CUDA with Triton; the GELU epilogue only for
         ``gelu_pytorch_tanh``, the family's activation; the K/V write (``kv``) only for multi-query layers,
         and with the fused norms, whose path it rides), off otherwise. ``splitk_rows`` > 0: the projections of
-        batches up to that many rows through ``skinny_gemm`` (split-K Triton GEMMs); ``pdl``: the Triton
+        batches up to that many rows through ``skinny_gemm`` (split-K Triton GEMMs; float16 / bfloat16 models
+        only: in float32 Triton's dot rounds to TF32, so fp32 keeps cuBLAS); ``pdl``: the Triton
         kernels as programmatic dependent launches. Call before capturing graphs."""
         device = self.transformer.wte.weight.device
         ok = fused.enabled(device)
@@ -219,8 +221,9 @@ class GPTBigCodeForCausalLM(nn.Module):
         self.pdl = pdl and ok
         blk = self.transformer.h[0]
         linears = (blk.attn.c_attn, blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj)
+        half = self.transformer.wte.weight.dtype in skinny_gemm.HALF_DTYPES  # fp32 keeps cuBLAS's fp32 GEMMs
         self.mm = (skinny_gemm.DecodeGemms([lin.weight.shape for lin in linears], splitk_rows, device, self.pdl)
-                   if splitk_rows > 0 and ok else None)
+                   if splitk_rows > 0 and ok and half else None)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,15 @@ from dataclasses import dataclass
 import torch
 
 
+# The inputs the kernel takes: 2-byte types. ``choose`` budgets shared memory at 2 bytes an element, and for
+# float32 Triton's tl.dot rounds the inputs to TF32 by default (not the fp32 GEMM cuBLAS runs).
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     """One launch shape: tile sizes (rows, output columns, K per step), K splits, warps, pipeline stages."""
@@ -103,7 +112,7 @@ def _kernel():
                 tl.store(y_ptr + out_off, total.to(y_ptr.dtype.element_ty), mask=out_ok)
                 tl.atomic_xchg(cnt_ptr + tile, 0)
 
-    return skinny_mm, triton.cdiv
+    return skinny_mm
 
 
 def choose(m: int, k: int, n: int, sms: int) -> GemmConfig:
@@ -134,21 +143,23 @@ def splitk_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     """x [M, K] @ weight[N, K].T + bias [N] (or None), then tanh GELU when ``gelu`` (on the float32 sum, as
     the cuBLASLt epilogue of ``fused.mlp_up``) -> [M, N] in x's dtype (into ``out`` when given). ``pdl``:
     launched as a programmatic dependent launch (it may start while the kernel before it runs; it prefetches
-    its weights into L2, then waits for that kernel). Raises ValueError when shapes, dtypes or the workspace
-    do not fit."""
+    its weights into L2, then waits for that kernel). Raises ValueError when shapes, dtypes (float16 or
+    bfloat16 only: ``HALF_DTYPES``) or the workspace do not fit."""
     m, k = x.shape
     n = weight.shape[0]
-    kernel, cdiv = _kernel()
-    k_per_split = cdiv(cdiv(k, cfg.split), cfg.block_k) * cfg.block_k
-    split = cdiv(k, k_per_split)  # splits that get any K
-    tiles = cdiv(n, cfg.block_n) * cdiv(m, cfg.block_m)
+    if x.dtype not in HALF_DTYPES:  # fp32: tl.dot would round to TF32, and the tiles outgrow choose's budget
+        raise ValueError(f"splitk_linear takes float16 or bfloat16 inputs, got {x.dtype}")
+    k_per_split = _cdiv(_cdiv(k, cfg.split), cfg.block_k) * cfg.block_k
+    split = _cdiv(k, k_per_split)  # splits that get any K
+    tiles = _cdiv(n, cfg.block_n) * _cdiv(m, cfg.block_m)
     if (weight.shape[1] != k or x.dtype != weight.dtype or not weight.is_contiguous()
             or (split > 1 and (ws.partials.numel() < split * m * n or ws.counters.numel() < tiles))):
         raise ValueError(f"splitk_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}, "
                          f"split {split} over a workspace of {ws.partials.numel()} floats, {ws.counters.numel()} tiles")
+    kernel = _kernel()
     x = x.contiguous()
     y = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
-    grid = (cdiv(n, cfg.block_n), split, cdiv(m, cfg.block_m))
+    grid = (_cdiv(n, cfg.block_n), split, _cdiv(m, cfg.block_m))
     kernel[grid](x, weight, bias if bias is not None else weight, y, ws.partials, ws.counters, m, n, k, k_per_split,
                  split, HAS_BIAS=bias is not None, GELU=gelu, PDL=pdl,
                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
