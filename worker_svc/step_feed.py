@@ -112,15 +112,18 @@ class StepFeed:
             at += size + 1
         self._ones_at = at
         self._host = pinned(host, device)
-        packed = to_device(np.stack([start, end, cat(pair_src), cat(pair_pos), cat(pair_out)]) if len(plen)
-                           else np.zeros((5, 0), dtype=np.int64), device)  # int64 [5, pairs]
+        # int32 on the device (a Forward's index lists, B x context x K, and slot ids stay under 2**31): half the
+        # transient memory of int64 for the gather (~28 bytes an index at its peak)
+        packed = to_device(np.stack([start, end, cat(pair_src), cat(pair_pos), cat(pair_out)]).astype(np.int32)
+                           if len(plen) else np.zeros((5, 0), dtype=np.int32), device)  # int32 [5, pairs]
         total = int(end[-1]) if len(end) else 0
         flat_dev = to_device(flat, device)
-        t = torch.arange(total, dtype=torch.int64, device=device)
-        p = torch.searchsorted(packed[1], t, right=True)
+        t = torch.arange(total, dtype=torch.int32, device=device)
+        p = torch.searchsorted(packed[1], t, right=True, out_int32=True)
         src = packed[2][p]
-        taken = flat_dev[(src + t - packed[0][p]).clamp_(min=0)] if len(flat) else torch.zeros_like(t, dtype=torch.int32)
-        self.kv_indices = torch.where(src >= 0, taken, torch.zeros((), dtype=torch.int32, device=device))  # int32
+        at = t.add_(src).sub_(packed[0][p]).clamp_(min=0)  # t's storage reused: src_p + t - start_p
+        taken = flat_dev[at] if len(flat) else torch.zeros_like(at)
+        self.kv_indices = taken.masked_fill_(src < 0, 0)  # int32 [total]; padding rows read slot 0
         self.positions, self.out_slots = packed[3], packed[4]
 
     def active(self, j: int) -> int:
@@ -130,8 +133,8 @@ class StepFeed:
     def step(self, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Metadata of step j padded to its bucket, ``size = bucket(active(j))`` rows (views, no work here).
 
-        Returns (kv_indptr int32 [size+1] pinned host, kv_indices int32 [nnz] device, positions int64 [size]
-        device, out_slots int64 [size] device, kv_last_page_len int32 [size] pinned host, all ones)."""
+        Returns (kv_indptr int32 [size+1] pinned host, kv_indices int32 [nnz] device, positions int32 [size]
+        device, out_slots int32 [size] device, kv_last_page_len int32 [size] pinned host, all ones)."""
         size, at = self.size[j], self._indptr_at[j]
         lo, hi = self._pairs[j], self._pairs[j + 1]
         kv_lo, kv_hi = self._kv_at[j]
