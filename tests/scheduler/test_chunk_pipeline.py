@@ -285,3 +285,31 @@ def test_a_pool_that_cannot_fund_the_chunk_behind_sends_nothing_behind_and_the_r
     threading.Thread(target=sched.run, daemon=True).start()
     assert ended(a) == ([TOKEN] * 3, "length")
     settled(sched, core)
+
+
+def test_a_failed_extend_ahead_while_an_arrival_is_admitted_behind_it_leaves_no_slot_held(loop):
+    """Steady decode of a (overlapped, queued): b arrives while decode N runs (its extend runs after N, ahead of
+    N+1); N is applied and, while b's extend runs, c arrives and its extend is sent behind b's (the loop admits
+    arrivals while it applies the extends ahead of a decode, ``Scheduler._drain_extends``). b's extend fails:
+    what is in flight is dropped, the resync requeues everyone, every request still ends with its tokens."""
+    sched, worker, submit, core = loop
+    a = submit("a", list(range(100, 110)), 30)
+    threading.Thread(target=sched.run, daemon=True).start()
+    worker.answer(worker.wait_sent(1)[0].seq)  # a's extend
+    sent = worker.wait_sent(3)  # decode N, and N+1 queued behind it
+    n, nxt = sent[1], sent[2]
+    assert nxt.after_seq == n.seq
+    b = submit("b", list(range(200, 210)), 3)
+    eb = worker.wait_sent(4)[3]
+    assert [it.request_id for it in eb.items] == ["b"] and eb.before_seq == nxt.seq
+    worker.answer(n.seq)  # N applied; the loop now applies b's extend (held), admitting arrivals meanwhile
+    c = submit("c", list(range(300, 310)), 3)
+    ec = worker.wait_sent(5)[4]
+    assert ([it.request_id for it in ec.items], ec.after_seq, ec.before_seq) == (["c"], eb.seq, nxt.seq)
+    with worker.changed:
+        worker.hold = False
+    worker.fail(eb.seq)  # and c's extend behind it is aborted
+    worker.answer(nxt.seq)  # the stale decode's answer, which the resync waits for
+    assert [ended(r) for r in (a, b, c)] == [([TOKEN] * 30, "length"), ([TOKEN] * 3, "length"), ([TOKEN] * 3, "length")]
+    settled(sched, core)
+    assert b.retractions == 1 and c.retractions == 1
