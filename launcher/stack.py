@@ -18,7 +18,7 @@ import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from launcher.config import StackConfig, commands
-from launcher.ports import ensure_free, free_port, service_ports
+from launcher.ports import ensure_free, free_ports, service_ports
 from launcher.replicas import Replica, layout
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -78,7 +78,9 @@ class Stack:
     ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = {name: port or free_port(self.cfg.bind_host) for name, port in service_ports(self.cfg).items()}
+        wanted = service_ports(self.cfg)
+        picked = iter(free_ports(sum(1 for port in wanted.values() if not port), self.cfg.bind_host))
+        self.ports = {name: port or next(picked) for name, port in wanted.items()}
         first = self.replicas[0]
         self.cfg = dataclasses.replace(self.cfg, http_port=self.ports["gateway"], cache_port=self.ports["cache"],
                                        worker_port=self.ports[first.worker],

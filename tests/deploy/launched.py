@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from launcher.ports import free_port
+from launcher.ports import free_ports
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def start(tmp_path: pathlib.Path, flags: tuple[str, ...]) -> Launched:
     """Starts ``python -m launcher`` on free ports and waits for its banner (at most 200 s). Raises
     AssertionError with the launcher's output when it exits first or the banner does not come; PortTaken when
     it exited because one of the ports picked here was taken meanwhile (the pick-then-bind race)."""
-    ports = {name: free_port() for name in ("http", "cache", "worker", "scheduler")}
+    ports = dict(zip(("http", "cache", "worker", "scheduler"), free_ports(4)))
     argv = [sys.executable, "-m", "launcher", "--device", "cpu", "--dtype", "float32", "--kv-tokens", "4096",
             "--start-timeout", "180", *(a for name, port in ports.items() for a in (f"--{name}-port", str(port))), *flags]
     out = tmp_path / f"launcher-{len(list(tmp_path.glob('launcher-*.out')))}.out"

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from launcher.config import StackConfig
-from launcher.ports import free_port
+from launcher.ports import free_ports
 from launcher.validate import MODULES, check
 from tests.deploy.launched import alive, wait_for
 
@@ -72,7 +72,7 @@ OUT_OF_RANGE = [
 
 def run_launcher(*flags: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """``python -m launcher`` on free ports with ``flags``, CPU; its output captured."""
-    ports = [a for name in ("http", "cache", "worker", "scheduler") for a in (f"--{name}-port", str(free_port()))]
+    ports = [a for name, port in zip(("http", "cache", "worker", "scheduler"), free_ports(4)) for a in (f"--{name}-port", str(port))]
     return subprocess.run([sys.executable, "-m", "launcher", "--device", "cpu", *ports, *flags], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -182,7 +182,7 @@ def test_a_signal_during_start_up_stops_what_was_started(tmp_path: pathlib.Path,
     """Sent once the cache serves and the worker is loading: the launcher stops the cache and the worker and exits
     0 (as after start-up) within 10 s; neither the scheduler nor the gateway is started. Was: the signal was only
     looked at after start-up (up to 180 s per service)."""
-    ports = [a for name in ("http", "cache", "worker", "scheduler") for a in (f"--{name}-port", str(free_port()))]
+    ports = [a for name, port in zip(("http", "cache", "worker", "scheduler"), free_ports(4)) for a in (f"--{name}-port", str(port))]
     out = tmp_path / "launcher.out"
     with open(out, "wb") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "launcher", "--device", "cpu", "--dtype", "float32",
