@@ -32,7 +32,7 @@ def test_split_k_matches_linear(m, k, n, split, bias):
     assert got.dtype == torch.bfloat16 and got.shape == (m, n)
     cublas_err = (F.linear(x, w, b).float() - want).abs().max().item()
     assert (got.float() - want).abs().max().item() <= 2 * cublas_err + 1e-3
-    assert int(lin.counters.abs().sum()) == 0
+    assert int(lin.ws.counters.abs().sum()) == 0
     assert torch.equal(lin(x), got)  # the same partial sums in the same order
 
 
@@ -50,7 +50,7 @@ def test_split_k_replays_in_a_cuda_graph():
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, lin(x)), scale
-    assert int(lin.counters.abs().sum()) == 0
+    assert int(lin.ws.counters.abs().sum()) == 0
 
 
 @pytest.mark.parametrize("pdl", [False, True])

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from worker_svc.model import skinny_gemm
-from worker_svc.model.skinny_gemm import GemmConfig, SplitKWorkspace, choose, splitk_linear
+from worker_svc.model.skinny_gemm import GemmConfig, SplitKWorkspace, choose, splitk_linear, workspace_size
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="needs Triton importable (pip install triton; the interpreter runs on CPU)")
@@ -36,7 +36,7 @@ def _check(m: int, k: int, n: int, cfg: GemmConfig, bias: bool, gelu: bool) -> N
     x = torch.randn(m, k, generator=g).half()
     w = (torch.randn(n, k, generator=g) * k ** -0.5).half()
     b = (torch.randn(n, generator=g) * 0.1).half() if bias else None
-    ws = SplitKWorkspace(cfg.split * m * n, -(-n // cfg.block_n) * -(-m // cfg.block_m), "cpu")
+    ws = SplitKWorkspace(*workspace_size(m, n, cfg), "cpu")
     want = F.linear(x.double(), w.double(), None if b is None else b.double())
     if gelu:
         want = F.gelu(want, approximate="tanh")

@@ -115,6 +115,7 @@ def _kernel():
     return skinny_mm
 
 
+@functools.cache
 def choose(m: int, k: int, n: int, sms: int) -> GemmConfig:
     """A configuration for [m, k] x [k, n] on ``sms`` SMs: about one wave of CTAs (run 9's sweep at M = 64 on
     the H200, bench/results/h200-run9/call2: the best grids were 128 CTAs of 32- or 64-column tiles)."""
@@ -125,6 +126,11 @@ def choose(m: int, k: int, n: int, sms: int) -> GemmConfig:
     block_k = 256 if k // split >= 256 else 128
     stages = max(2, min(4, 200 * 1024 // ((block_m + block_n) * block_k * 2)))  # x and W tiles in shared memory
     return GemmConfig(block_m, block_n, block_k, split, 4, stages)
+
+
+def workspace_size(m: int, n: int, cfg: GemmConfig) -> tuple[int, int]:
+    """(float32 partials, int32 tile counters) a call of ``m`` rows and ``n`` output columns with ``cfg`` needs."""
+    return cfg.split * m * n, _cdiv(n, cfg.block_n) * _cdiv(m, cfg.block_m)
 
 
 class SplitKWorkspace:
@@ -150,8 +156,8 @@ def splitk_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if x.dtype not in HALF_DTYPES:  # fp32: tl.dot would round to TF32, and the tiles outgrow choose's budget
         raise ValueError(f"splitk_linear takes float16 or bfloat16 inputs, got {x.dtype}")
     k_per_split = _cdiv(_cdiv(k, cfg.split), cfg.block_k) * cfg.block_k
-    split = _cdiv(k, k_per_split)  # splits that get any K
-    tiles = _cdiv(n, cfg.block_n) * _cdiv(m, cfg.block_m)
+    split = _cdiv(k, k_per_split)  # splits that get any K (<= cfg.split: workspace_size's bound holds)
+    tiles = workspace_size(m, n, cfg)[1]
     if (weight.shape[1] != k or x.dtype != weight.dtype or not weight.is_contiguous()
             or (split > 1 and (ws.partials.numel() < split * m * n or ws.counters.numel() < tiles))):
         raise ValueError(f"splitk_linear: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}, "
@@ -173,12 +179,8 @@ class SkinnyLinear:
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, max_rows: int, cfg: GemmConfig,
                  pdl: bool = False):
-        n, k = weight.shape
         self.weight, self.bias, self.cfg, self.pdl = weight, bias, cfg, pdl
-        self.ws = SplitKWorkspace(cfg.split * max_rows * n, -(-n // cfg.block_n) * -(-max_rows // cfg.block_m),
-                                  weight.device)
-        self.counters = self.ws.counters
-        self.split = -(-k // (-(-(-(-k // cfg.split)) // cfg.block_k) * cfg.block_k))
+        self.ws = SplitKWorkspace(*workspace_size(max_rows, weight.shape[0], cfg), weight.device)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return splitk_linear(x, self.weight, self.bias, self.cfg, self.ws, pdl=self.pdl, out=out)
@@ -193,13 +195,8 @@ class DecodeGemms:
     def __init__(self, shapes, max_rows: int, device: torch.device | str, pdl: bool = False):
         self.max_rows, self.pdl = max_rows, pdl
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
-        floats = tiles = 0
-        for n, k in shapes:
-            for m in range(1, max_rows + 1):
-                c = choose(m, k, n, self.sms)
-                floats = max(floats, c.split * m * n)
-                tiles = max(tiles, -(-n // c.block_n) * -(-m // c.block_m))
-        self.ws = SplitKWorkspace(floats, tiles, device)
+        sizes = [workspace_size(m, n, choose(m, k, n, self.sms)) for n, k in shapes for m in range(1, max_rows + 1)]
+        self.ws = SplitKWorkspace(max(f for f, _ in sizes), max(t for _, t in sizes), device)
 
     def __call__(self, x: torch.Tensor, linear, gelu: bool = False) -> torch.Tensor:
         """x [M, K] (M <= max_rows) -> linear(x) [M, N], tanh GELU after it when ``gelu``."""
