@@ -130,12 +130,9 @@ class DecodeGraphs:
 
     def run_step(self, feed: StepFeed, j: int, input_ids: torch.Tensor) -> torch.Tensor:
         """Replays step j of a multi-step Forward for its active rows (``input_ids`` int64 [n] on the
-        device). Returns a view of the logits [n, vocab] float32 (valid until the next replay)."""
-        n = feed.active(j)
-        size = self.bucket(n)
-        if feed.size[j] != size:
-            raise ValueError(f"step {j}'s metadata is padded to {feed.size[j]} rows, its graph bucket is {size}")
-        return self._replay(size, n, input_ids, *feed.step(j))
+        device); ``feed`` was padded to this object's buckets (``StepFeed(..., bucket=self.bucket)``). Returns a
+        view of the logits [n, vocab] float32 (valid until the next replay)."""
+        return self._replay(feed.size[j], feed.active(j), input_ids, *feed.step(j))
 
     def _replay(self, size: int, b: int, input_ids: torch.Tensor, kv_indptr_host: torch.Tensor,
                 kv_indices: torch.Tensor, positions: torch.Tensor, out_slots: torch.Tensor,
