@@ -28,6 +28,7 @@ Loop thread only, except ``worker_stalled`` and ``stall_error`` (any thread).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -114,6 +115,17 @@ class Recovery:
         answers before a new Forward is sent) and finishing requests are orphaned (the new session frees them)."""
         self.stale += self.pipeline.drop()
         self.table.lose_finishing()
+
+    @contextlib.contextmanager
+    def dropping_in_flight(self):
+        """For a block that waits on Forwards in flight or sends more behind them: an exception raised in it (a
+        Forward's failure, a cache call's) first drops what is in flight (``drop_in_flight``: the worker aborts
+        what follows a failed Forward, the resync requeues), then propagates unchanged."""
+        try:
+            yield
+        except BaseException:
+            self.drop_in_flight()
+            raise
 
     def fail_all(self, code: grpc.StatusCode, message: str) -> None:
         """Drops the Forwards in flight and ends every request (``RequestTable.fail_all``)."""

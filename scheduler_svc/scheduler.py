@@ -311,7 +311,7 @@ class Scheduler:
     def _drain_extends(self) -> None:
         """Applies the extends in flight ahead of the decode Forward at the pipeline's tail, admitting arrivals
         while each runs (``_admit_until``: after the last extend, ahead of that decode). A failure drops all."""
-        try:
+        with self.recovery.dropping_in_flight():
             while len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
                 head, tail = self.pipeline.head(), self.pipeline.inflight[-1]
                 if tail.batch.kind == "decode":
@@ -319,9 +319,6 @@ class Scheduler:
                 t0 = time.perf_counter()
                 reply = self.recovery.reply(head.pending)
                 self._apply(self.pipeline.pop().batch, reply, head.seq, t0, t0, time.perf_counter())
-        except BaseException:
-            self.recovery.drop_in_flight()
-            raise
 
     def _admit_until(self, pending, extend_after: int, ahead_of: int, admit_now: bool) -> int:
         """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``), each extend sent
@@ -348,7 +345,7 @@ class Scheduler:
         # built now, while N runs: only the send waits for N's reply (just-in-time)
         nxt_request = self.pipeline.prepare(self._items(nxt), after_seq=cur.seq) if nxt is not None else None
         t1 = time.perf_counter()
-        try:
+        with self.recovery.dropping_in_flight():  # N failed: what follows it at the worker is aborted there
             ahead_of = 0  # queued: extends run ahead of N+1 when they reach the worker before it started
             if nxt is not None and queued:
                 self.pipeline.send(nxt, nxt_request)
@@ -361,9 +358,6 @@ class Scheduler:
                 self.pipeline.send(nxt, nxt_request)
                 self._stats.add("decode_chained")
             reply = cur.pending.result()
-        except BaseException:
-            self.recovery.drop_in_flight()  # N failed: what follows it at the worker is aborted there (resync requeues)
-            raise
         self.pipeline.pop()
         self._apply(cur.batch, reply, cur.seq, t0, t1, time.perf_counter())
 
@@ -375,20 +369,16 @@ class Scheduler:
         behind it (``after_seq = k``: the chunks that follow, admissions in the budget left), then applies k. A
         failure of k or of a cache call drops what is in flight (the worker aborts what follows k; resync requeues)."""
         cur = self.pipeline.head()
-        try:
+        with self.recovery.dropping_in_flight():
             nxt = self.planner.extend_ahead(cur.batch)
             self.table.publish()
             if nxt is not None:
                 self.pipeline.send(nxt, self.pipeline.prepare(self._items(nxt), after_seq=cur.seq))
                 self._stats.add("chunks_ahead")
             reply = self.recovery.reply(cur.pending)
-        except BaseException:
-            self.recovery.drop_in_flight()
-            raise
         self.pipeline.pop()
         now = time.perf_counter()
         self._apply(cur.batch, reply, cur.seq, now, now, now)
-
 
     def _admissible_arrival(self) -> bool:
         """Takes new requests; True when some arrived now and the running set has room (admission may still
