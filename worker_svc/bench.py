@@ -11,7 +11,8 @@ each ``--prefill`` size after ``--prefill-prefix`` cached tokens, eager and thro
 graphs (ratio printed). For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
 bytes read per step) / step time, over the device-to-device copy bandwidth measured in the same run.
 With ``--decode-steps K`` (> 1) it also times Forwards of K decode steps each (per-step time = Forward / K),
-and with CUDA graphs the replay of the captured graph alone (CUDA events, no planning or host work: the GPU
+the same Forwards chained as the scheduler sends them (two in flight, ``after_seq``) with the worker's launch
+ahead on and off (``worker_svc/launch_ahead.py``), and with CUDA graphs the replay of the captured graph alone (CUDA events, no planning or host work: the GPU
 time of a step, the floor the host-side preparation is measured against). ``--profile DIR`` writes a
 torch.profiler trace and an operator table of one multi-step Forward at the largest batch.
 The KV contents are random (timing does not depend on them); request state is set up with ``has_prefix``.
@@ -99,6 +100,50 @@ def replay_seconds(graph, device: torch.device, iters: int = 20) -> float:
     return statistics.median(times)
 
 
+CHAINED_WARMUP = 2
+
+
+def chained_seconds(eng: Engine, reqs: list, slot, k: int, launch_ahead: bool, warmup: int, forwards: int) -> float:
+    """Seconds a Forward of ``k`` decode steps takes when Forwards are sent as the scheduler's overlapped decode
+    sends them: ``input_from_last_sample`` items, Forward s+1 (``after_seq`` s) sent while s runs, at most two
+    in flight (two server threads). ``reqs``: [request id, slot list, token list] each, extended in place;
+    ``slot``: an iterator of free slots. ``launch_ahead`` sets the engine's (``worker_svc/launch_ahead.py``)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    eng.launch_ahead = launch_ahead
+    seq0 = getattr(eng, "_bench_seq", 0)
+
+    def items():
+        out = []
+        for rid, slots, toks in reqs:
+            new = [next(slot) for _ in range(k)]
+            out.append(ForwardItem(request_id=rid, input_ids=(), position_start=len(slots), slot_ids=tuple(new),
+                                   decode_steps=k, input_from_last_sample=True))
+            slots.extend(new)
+            toks.extend([0] * k)
+        return out
+
+    def run(n: int, first_seq: int) -> None:
+        in_flight: deque = deque()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for i in range(n):
+                seq = first_seq + i
+                in_flight.append(pool.submit(eng.forward, items(), eng.epoch, seq=seq, after_seq=seq - 1 if i else 0))
+                if len(in_flight) == 2:
+                    in_flight.popleft().result()
+            for f in in_flight:
+                f.result()
+
+    run(warmup, seq0 + 1)
+    sync(eng.device)
+    t0 = time.perf_counter()
+    run(forwards, seq0 + 1 + warmup)
+    sync(eng.device)
+    eng._bench_seq = seq0 + warmup + forwards
+    return (time.perf_counter() - t0) / forwards
+
+
 def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) -> None:
     """Writes ``trace-b{batch}.json`` (chrome trace) and ``ops-b{batch}.txt`` (operator table, CPU and CUDA
     time) of one call of ``fn`` under torch.profiler into ``out_dir``."""
@@ -165,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
-    multi_calls = max(3, args.iters // 2) + 2 if args.decode_steps > 1 else 0  # warm-up, timed, profile
+    chained_calls = 2 * (CHAINED_WARMUP + max(4, args.iters))  # launch ahead on, then off
+    multi_calls = max(3, args.iters // 2) + 2 + chained_calls if args.decode_steps > 1 else 0  # warm-up, timed, profile
     prefills = [int(n) for n in args.prefill.split(",")]
     kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix + max(prefills) + 16
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
@@ -251,6 +297,12 @@ def main(argv: list[str] | None = None) -> None:
                     sync(device)
                     torch.cuda.cudart().cudaProfilerStop()
             results.append(rec)
+            for on in (True, False):  # the same Forwards, sent as the scheduler sends them (two in flight)
+                csecs = chained_seconds(eng, reqs, slot, k, on, CHAINED_WARMUP, max(4, args.iters)) / k
+                results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,
+                                "launch_ahead": on, "step_ms": csecs * 1e3, "tokens_per_s": b / csecs})
+                print(f"decode batch {b:4d} ctx {ctx} K={k} chained, launch ahead {'on ' if on else 'off'}: "
+                      f"{csecs * 1e3:8.2f} ms/step  {b / csecs:10.1f} tok/s", flush=True)
             if args.profile and b == max(batches):
                 profile_forward(multi, device, args.profile, b)
     eng.requests.clear()

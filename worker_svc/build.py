@@ -38,6 +38,7 @@ class WorkerOptions:
     extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
+    launch_ahead: bool = True  # a continuing multi-step decode Forward launches before the one ahead commits
 
 
 def resolve_device(name: str) -> torch.device:
@@ -128,7 +129,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
                     free_bytes=free_bytes(device) if kv_fraction is not None else None, page_size=opts.page_size)
     pool = KVPool(cfg, geom, dtype, device)
     engine = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, worker_id=opts.worker_id,
-                    model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed)
+                    model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed,
+                    launch_ahead=opts.launch_ahead)
     engine.warmup()
     engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend)
     engine.extend_graphs = make_extend_graphs(opts.extend_graph_max_tokens, model, pool, backend)

@@ -41,7 +41,8 @@ from worker_svc.forward_batch import build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
-from worker_svc.multistep import run_multistep
+from worker_svc.launch_ahead import Pending, continues, projected
+from worker_svc.multistep import launch_multistep
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
@@ -108,9 +109,11 @@ class Engine:
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
-                 extend_graphs=None):
+                 extend_graphs=None, launch_ahead: bool = True):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
-        ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the other batches that fit it."""
+        ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the other batches that fit it;
+        ``launch_ahead``: a multi-step decode Forward that continues one not yet committed may launch before
+        that commit (``launch_ahead``; off: it waits for the commit)."""
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
         self.graphs, self.extend_graphs = graphs, extend_graphs
         self.epoch, self.worker_id, self.model_path = epoch, worker_id, model_path
@@ -120,7 +123,8 @@ class Engine:
         self._lock = threading.Lock()
         self.order = ForwardOrder()
         self._seq = 0  # seq of the Forward running under the lock (``commit`` stamps the states it creates)
-        self._clock = StepClock(self.device)  # the device time of each Forward's steps (under the lock)
+        self.launch_ahead = launch_ahead
+        self._pending = Pending(self._lock)  # multi-step Forwards launched, not yet committed (launch_ahead.py)
 
     def info(self) -> EngineInfo:
         """Model facts, pool geometry, epoch."""
@@ -154,27 +158,53 @@ class Engine:
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.insert_before(seq, before_seq, after_seq)
-            self.order.wait_for(after_seq, seq)
+            ahead_of = after_seq if self.launch_ahead and after_seq > 0 and continues(items) else 0
+            self.order.wait_for(after_seq, seq, launched_ok=ahead_of > 0)
             if after_seq > 0 and cancelled is not None and cancelled():
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
+            clock = StepClock(self.device)
             with self._lock:
+                ahead = self._pending.wait_turn(seq, ahead_of)
                 self._drop_released(release_ids, seq)
                 self._seq = seq
                 stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
-                validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
+                known = self.requests if ahead is None else projected(self.requests, ahead.rows)
+                validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, known, stored)
                 t0 = time.perf_counter()
-                clock = self._clock
-                clock.reset()
-                outputs = self._run_unskipped(items, clock)
-                result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
-                                       device_seconds=clock.seconds() if clock.ran else 0.0)
+                outputs, launched = self._launch(items, known, clock, ahead)
+                if launched is not None:
+                    self._pending.add(seq, launched)
+            if launched is not None:
+                outputs = self._finish(launched, items, outputs, seq, after_seq if ahead is not None else 0)
+            result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
+                                   device_seconds=clock.seconds() if clock.ran else 0.0)
         except BaseException as e:  # recorded for the Forwards that follow this one, then raised
             self.order.done(seq, f"{e.code}: {e.message}" if isinstance(e, WorkerError) else f"{type(e).__name__}: {e}")
             raise
         self.order.done(seq)
         return result
+
+    def _finish(self, launched, items, outputs, seq: int, ahead_of: int) -> tuple[ForwardOutput, ...]:
+        """The second part of a launched multi-step Forward (see ``launch_ahead``): waits for its steps without
+        the lock, for the outcome of the Forward it was launched ahead of (``ahead_of`` > 0), then commits under
+        the lock. It leaves the pending set whatever happens."""
+        try:
+            self.order.launched(seq)
+            launched.wait()
+            self.order.wait_done(ahead_of, seq)
+        except BaseException:
+            with self._lock:
+                self._pending.remove(launched)
+            raise
+        with self._lock:  # the commit and the leaving in one hold: no Forward sees it committed and still pending
+            try:
+                self._seq = seq
+                done = iter(launched.finish(self, self.requests))
+                return tuple(next(done) if o is None else o for o in outputs)
+            finally:
+                self._pending.remove(launched)
 
     def _drop_released(self, request_ids: Sequence[str], seq: int) -> None:
         """Drops the state of ``request_ids`` (lock held) for Forward ``seq``; unknown ids are ignored. With seq > 0
@@ -186,15 +216,21 @@ class Engine:
             if state is not None and not (seq > 0 and state.created_seq > seq):
                 del self.requests[rid]
 
-    def _run_unskipped(self, items: Sequence[ForwardItem], clock: StepClock) -> tuple[ForwardOutput, ...]:
-        """Runs the items that are not skipped (continuations of stopped requests) and answers those skipped;
-        ``clock`` times the model's steps."""
-        skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
+    def _launch(self, items: Sequence[ForwardItem], known, clock: StepClock, ahead):
+        """Runs the items that are not skipped (continuations of stopped requests, as ``known`` says) and answers
+        those skipped; ``clock`` times the model's steps. A multi-step batch is only launched: returns (outputs
+        with None where its rows' outputs will come, its ``LaunchedSteps``); any other batch runs to its commit:
+        (outputs, None). ``ahead``: the pending Forward this one continues (``launch_ahead``), or None."""
+        skip = [it.input_from_last_sample and known[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]
-        done = iter(() if not run else run_multistep(self, run, clock) if any(it.decode_steps > 1 for it in run)
-                    else self._run(run, clock))
+        launched = None
+        if run and any(it.decode_steps > 1 for it in run):
+            launched = launch_multistep(self, run, clock, ahead)
+            done = iter([None] * len(run))
+        else:
+            done = iter(self._run(run, clock) if run else ())
         return tuple(ForwardOutput(request_id=it.request_id, sampled=False, skipped=True) if s else next(done)
-                     for it, s in zip(items, skip))
+                     for it, s in zip(items, skip)), launched
 
     def item_inputs(self, it: ForwardItem) -> tuple[int, ...]:
         """The item's new input token ids: ``input_ids``, or (the request's kept last token,) for

@@ -7,6 +7,13 @@ ids are a slice of a device tensor): row b writes the K/V of its input at ``slot
 CUDA with ``DecodeGraphs`` each step replays the captured graph of its bucket. The sampled ids (and
 logprobs) of all steps are read back once, at the end.
 
+A Forward runs in two parts (``launch_multistep`` and ``LaunchedSteps.finish``): the launch enqueues every step
+and the asynchronous read-back of their tokens, then the engine's lock is free while the device runs them, and
+``finish`` waits for the tokens and commits. A Forward that continues this one (``ahead``: launched before this
+one's commit, ``worker_svc/launch_ahead.py``) takes its rows' first inputs from this one's tokens on the device
+and its slot tables as they will be after this one's commit, so its steps queue behind these ones with no idle
+device between them.
+
 A row that samples one of its ``stop_token_ids`` at step i keeps running to k_b (its later K/V goes to
 its own slots, which stay unused), but only tokens up to and including the stop token are returned and
 committed: K/V counts as written for ``len(next_token_ids)`` tokens. The scheduler sends the stop ids
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import operator
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -42,10 +49,88 @@ def sample_on_device(logits: torch.Tensor, items: Sequence[ForwardItem], positio
     return chosen
 
 
-def run_multistep(engine, items: Sequence[ForwardItem], clock) -> tuple[ForwardOutput, ...]:
-    """Runs a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller
-    holds its lock) and commits each request's written tokens; ``clock`` (``step_clock.StepClock``) times the
-    steps, from the first one's launch to the last one's end. Returns outputs in item order."""
+def _host_copy(t: torch.Tensor, cuda: bool) -> torch.Tensor:
+    """A host copy of device tensor ``t``, enqueued without waiting on CUDA (page-locked destination)."""
+    if not cuda:
+        return t.clone()
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    out.copy_(t, non_blocking=True)
+    return out
+
+
+class LaunchedSteps:
+    """The enqueued steps of one multi-step decode Forward, rows ordered by steps (largest first).
+
+    ``toks`` int64 [K, B] (and ``lps`` float32 [K, B] when a row asked for logprobs) on the device: row b's
+    token of step j; ``host_toks``/``host_lps``: their asynchronous copies (page-locked on CUDA), valid once
+    ``wait()`` returned. ``rows``: request id -> (row, steps, new slot ids) for the Forwards that continue this
+    one; ``states``: the request state each row was validated against (None for a ``has_prefix`` row), so a row
+    whose request was released or replaced meanwhile is answered ``skipped`` instead of committed."""
+
+    def __init__(self, items, order, states, toks, lps, ahead_rows, clock):
+        self.items, self.order, self.states = items, order, states
+        self.toks, self.lps = toks, lps
+        self.ahead_rows = ahead_rows  # rows whose first input came from the Forward ahead (set of row indices)
+        self.rows = {it.request_id: (r, it.decode_steps, it.slot_ids) for r, it in enumerate(items)}
+        self.clock = clock
+        cuda = toks.device.type == "cuda"
+        self.host_toks = _host_copy(toks, cuda)
+        self.host_lps = _host_copy(lps, cuda) if lps is not None else None
+        self._ready = None
+        if cuda:
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+
+    def first_token_index(self, request_id: str) -> int:
+        """Index into ``toks.view(-1)`` of the request's last token of this Forward (the next one's input)."""
+        r, k, _ = self.rows[request_id]
+        return (k - 1) * self.toks.shape[1] + r
+
+    def wait(self) -> None:
+        """Blocks until every step ran and the tokens are on the host (call it without the engine's lock)."""
+        if self._ready is not None:
+            self._ready.synchronize()
+
+    def finish(self, engine, requests: Mapping[str, object]) -> tuple[ForwardOutput, ...]:
+        """After ``wait()``, under the engine's lock: commits each row's written tokens and returns the outputs in
+        the order of the items given to ``launch_multistep``. A row whose request state is no longer the one it
+        was launched against (released, or replaced by a newer request of that id), or, for a row that
+        continued the Forward ahead, whose request stopped there or did not commit every step there, is answered
+        ``skipped`` and commits nothing (its K/V went to its own new slots, which the scheduler owns)."""
+        rows_toks = self.host_toks.numpy().T.tolist()  # [B][steps] ints
+        rows_lps = self.host_lps.numpy().T.tolist() if self.host_lps is not None else None
+        outputs: list = [None] * len(self.items)
+        for row, (b, it) in enumerate(zip(self.order, self.items)):
+            state = self.states[row]
+            if state is not None:
+                live = requests.get(it.request_id)
+                if live is not state or (row in self.ahead_rows and (
+                        state.stopped or len(state.slots) != it.position_start or state.last_token is None)):
+                    outputs[b] = ForwardOutput(request_id=it.request_id, sampled=False, skipped=True)
+                    continue
+                first = state.last_token if it.input_from_last_sample else it.input_ids[0]
+            else:
+                first = it.input_ids[0]
+            got = rows_toks[row][: it.decode_steps]
+            stops = it.stop_token_ids
+            n = next((i + 1 for i, t in enumerate(got) if t in stops), len(got)) if stops else len(got)
+            del got[n:]
+            lp = tuple(rows_lps[row][:n]) if rows_lps is not None and it.return_logprob else ()
+            outputs[b] = ForwardOutput.make(request_id=it.request_id, sampled=True, next_token_id=got[-1],
+                                            logprob=lp[-1] if lp else 0.0, top_logprobs=(), prompt_logprobs=(),
+                                            prompt_top_logprobs=(), next_token_ids=tuple(got), logprobs=lp,
+                                            skipped=False)
+            got.insert(0, first)  # written: the input, then every sampled token but the last
+            engine.commit(it, it.slot_ids[:n], got[:n], last_token=got[n])
+        return tuple(outputs)
+
+
+def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: LaunchedSteps | None = None) -> LaunchedSteps:
+    """Enqueues a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller holds
+    its lock); ``clock`` (``step_clock.StepClock``) times the steps, from the first one's launch to the last
+    one's end. ``ahead``: the launched, not yet committed Forward this one continues: a row of a request in it
+    reads its K/V through that Forward's new slots too and takes its step-0 input from that Forward's tokens on
+    the device. Returns the ``LaunchedSteps`` to ``wait()`` for and ``finish``."""
     dev = engine.device
     order = sorted(range(len(items)), key=lambda b: -items[b].decode_steps)  # active rows = a prefix
     its = [items[b] for b in order]
@@ -53,10 +138,25 @@ def run_multistep(engine, items: Sequence[ForwardItem], clock) -> tuple[ForwardO
     steps = ks[0]
     active = [bisect.bisect_left(ks, -j, key=operator.neg) for j in range(steps)]  # rows with k > j
     requests = engine.requests
-    prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
-                else requests[it.request_id].slots.view() for it in its]  # K/V before this Forward
-    first = engine.first_inputs(its)  # step-0 input of each row (ints)
+    pending = ahead.rows if ahead is not None else {}
+    states = [None if it.has_prefix else requests[it.request_id] for it in its]
+    prefixes, first, from_ahead, src = [], [], [], []
+    for row, (it, state) in enumerate(zip(its, states)):
+        if it.has_prefix:  # K/V before this Forward
+            prefixes.append(np.asarray(it.prefix_slot_ids, dtype=np.int32))
+            first.append(it.input_ids[0])
+        elif it.request_id in pending:  # its table after the Forward ahead commits; its input from that one
+            prefixes.append(np.concatenate([state.slots.view(), np.asarray(pending[it.request_id][2], np.int32)]))
+            first.append(0)
+            from_ahead.append(row)
+            src.append(ahead.first_token_index(it.request_id))
+        else:
+            prefixes.append(state.slots.view())
+            first.append(state.last_token if it.input_from_last_sample else it.input_ids[0])
     cur = to_device(np.asarray(first, dtype=np.int64), dev)  # [B] int64 on the device: inputs of this step
+    if from_ahead:
+        where = to_device(np.asarray([from_ahead, src], dtype=np.int64), dev)  # [2, n]: row, index into ahead.toks
+        cur[where[0]] = ahead.toks.view(-1)[where[1]]
     want_lp = any(it.return_logprob for it in its)
     all_greedy = all(it.sampling.greedy for it in its)
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
@@ -88,18 +188,4 @@ def run_multistep(engine, items: Sequence[ForwardItem], clock) -> tuple[ForwardO
         toks[j, :n] = nxt
         cur = nxt  # rows past n never run again (k sorted, largest first)
     clock.stop()
-    rows_toks = toks.cpu().numpy().T.tolist()  # the one read-back of the Forward; [B][steps] ints
-    rows_lps = lps.cpu().numpy().T.tolist() if lps is not None else None
-    outputs: list = [None] * len(items)
-    for row, (b, it) in enumerate(zip(order, its)):
-        got = rows_toks[row][: it.decode_steps]
-        stops = it.stop_token_ids
-        n = next((i + 1 for i, t in enumerate(got) if t in stops), len(got)) if stops else len(got)
-        del got[n:]
-        lp = tuple(rows_lps[row][:n]) if rows_lps is not None and it.return_logprob else ()
-        outputs[b] = ForwardOutput.make(request_id=it.request_id, sampled=True, next_token_id=got[-1],
-                                        logprob=lp[-1] if lp else 0.0, top_logprobs=(), prompt_logprobs=(),
-                                        prompt_top_logprobs=(), next_token_ids=tuple(got), logprobs=lp, skipped=False)
-        got.insert(0, first[row])  # written: the input, then every sampled token but the last
-        engine.commit(it, it.slot_ids[:n], got[:n], last_token=got[n])
-    return tuple(outputs)
+    return LaunchedSteps(its, order, states, toks, lps, frozenset(from_ahead), clock)

@@ -19,8 +19,8 @@ import torch
 class StepClock:
     """``start()`` before the first step is launched, ``stop()`` after the last one is; ``seconds()`` (float,
     seconds) once both ran: it waits for the stop event on CUDA (a read-back has usually done so already).
-    ``reset()`` before the next Forward (the engine keeps one clock: its two events are made once, not per
-    Forward). Raises RuntimeError from ``seconds()`` when ``start`` or ``stop`` did not run since the reset."""
+    ``reset()`` to use it again (the engine makes one per Forward: a launched Forward's clock is read at its
+    finish, after the next Forward may have started). Raises RuntimeError from ``seconds()`` when ``start`` or ``stop`` did not run since the reset."""
 
     def __init__(self, device: torch.device) -> None:
         self._cuda = device.type == "cuda"

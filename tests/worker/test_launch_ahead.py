@@ -1,0 +1,217 @@
+"""Launch ahead (worker_svc/launch_ahead.py): a multi-step decode Forward that continues the one before it
+launches its steps before that one's commit, takes its first inputs from that one's tokens on the device, and
+gives the tokens a strictly ordered run gives; rows whose request stopped, or was released, in the Forward ahead
+are answered ``skipped`` and commit nothing; a failure of the Forward ahead aborts it with nothing committed;
+any other Forward waits for the commit."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+
+from tests.worker.helpers import hf_greedy, make_engine
+from worker_svc import multistep
+from worker_svc.types import ForwardItem, WorkerError
+
+WAIT_S = 10.0
+K = 3
+
+
+def _prefill(eng, prompts):
+    """r0, r1, ... prefilled at slots 1.. (in order); returns the next free slot."""
+    at = 1
+    for i, p in enumerate(prompts):
+        eng.forward([ForwardItem(f"r{i}", tuple(p), 0, tuple(range(at, at + len(p))), has_prefix=True)], "epoch-1")
+        at += len(p)
+    return at
+
+
+def _decode(prompts, at, step, rows=None, stops=()):
+    """Forward ``step`` (0, 1, ...) of K from-last decode steps for each prompt's request (``rows``: which)."""
+    rows = range(len(prompts)) if rows is None else rows
+    return [ForwardItem(f"r{i}", (), len(prompts[i]) + K * step,
+                        tuple(at + (step * len(prompts) + i) * K + j for j in range(K)), decode_steps=K,
+                        input_from_last_sample=True, stop_token_ids=tuple(stops)) for i in rows]
+
+
+class Gate:
+    """Holds the first Forward's ``wait()`` (its steps are enqueued, its commit not done) until released, and
+    records the ``ahead`` every launch was given."""
+
+    def __init__(self, monkeypatch):
+        self.release = threading.Event()
+        self.aheads: list = []
+        self.first = True
+        launch, wait = multistep.launch_multistep, multistep.LaunchedSteps.wait
+
+        def launch_spy(engine, items, clock, ahead=None):
+            self.aheads.append(ahead)
+            return launch(engine, items, clock, ahead)
+
+        def held_wait(run):
+            if self.first:
+                self.first = False
+                assert self.release.wait(WAIT_S), "the Forward ahead was never released"
+            wait(run)
+
+        monkeypatch.setattr("worker_svc.engine.launch_multistep", launch_spy)
+        monkeypatch.setattr(multistep.LaunchedSteps, "wait", held_wait)
+
+
+def _started(fn):
+    out: dict = {}
+
+    def run():
+        try:
+            out["result"] = fn()
+        except BaseException as e:  # handed to the test thread, which asserts on it
+            out["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def test_the_next_forward_launches_before_the_commit_and_equals_transformers(model_dir, prompts, hf_model, monkeypatch):
+    """Forward 2 (after_seq 1) launches while Forward 1 is held between its launch and its commit (red before
+    launch ahead: it waited for Forward 1's commit, which never came); both give transformers' greedy tokens."""
+    ps = prompts[:3]
+    eng = make_engine(model_dir)
+    at = _prefill(eng, ps)
+    firsts = [eng.requests[f"r{i}"].last_token for i in range(len(ps))]
+    gate = Gate(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
+    deadline = threading.Event()
+    for _ in range(int(WAIT_S * 20)):  # Forward 2 launches while Forward 1 is still held
+        if len(gate.aheads) == 2:
+            break
+        deadline.wait(0.05)
+    assert len(gate.aheads) == 2 and gate.aheads[1] is not None, "Forward 2 did not launch ahead of the commit"
+    assert t1.is_alive() and len(eng.requests["r0"].slots) == len(ps[0])  # nothing committed yet
+    gate.release.set()
+    t1.join(WAIT_S)
+    t2.join(WAIT_S)
+    assert "error" not in out1 and "error" not in out2
+    for i, p in enumerate(ps):
+        got = [firsts[i]] + list(out1["result"].outputs[i].next_token_ids) + list(out2["result"].outputs[i].next_token_ids)
+        assert got == hf_greedy(hf_model, p, 1 + 2 * K)[0]
+        assert len(eng.requests[f"r{i}"].slots) == len(p) + 2 * K
+        assert eng.requests[f"r{i}"].tokens == list(p) + got[:-1]
+
+
+def test_a_row_stopped_in_the_forward_ahead_is_skipped_and_commits_nothing(model_dir, prompts, monkeypatch):
+    """r0 stops at its first step of Forward 1 (its stop id is the token it samples there): Forward 2, launched
+    ahead, answers r0 ``skipped`` and commits nothing for it; r1 continues as in an ordered run."""
+    ps = prompts[:2]
+    ref = make_engine(model_dir)
+    at = _prefill(ref, ps)
+    ref_first = ref.forward(_decode(ps, at, 0), "epoch-1").outputs
+    stop = ref_first[0].next_token_ids[0]
+    ref_second = ref.forward(_decode(ps, at, 1, rows=[1]), "epoch-1").outputs[0].next_token_ids
+
+    eng = make_engine(model_dir)
+    _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    first = _decode(ps, at, 0)
+    first[0] = dataclasses.replace(first[0], stop_token_ids=(stop,))
+    t1, out1 = _started(lambda: eng.forward(first, "epoch-1", seq=1))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
+    for _ in range(int(WAIT_S * 20)):
+        if len(gate.aheads) == 2:
+            break
+        threading.Event().wait(0.05)
+    gate.release.set()
+    t1.join(WAIT_S)
+    t2.join(WAIT_S)
+    o1, o2 = out1["result"].outputs, out2["result"].outputs
+    assert gate.aheads[1] is not None
+    assert o1[0].next_token_ids == (stop,) and eng.requests["r0"].stopped
+    assert o2[0].skipped and not o2[0].sampled
+    assert len(eng.requests["r0"].slots) == len(ps[0]) + 1  # its input of Forward 1 only
+    assert o2[1].next_token_ids == ref_second
+    assert len(eng.requests["r1"].slots) == len(ps[1]) + 2 * K
+
+
+def test_a_failure_of_the_forward_ahead_aborts_the_next_with_nothing_committed(model_dir, prompts, monkeypatch):
+    ps = prompts[:2]
+    eng = make_engine(model_dir)
+    at = _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    real_finish = multistep.LaunchedSteps.finish
+    calls = []
+
+    def failing_finish(run, engine, requests):
+        calls.append(run)
+        if len(calls) == 1:
+            raise RuntimeError("device fault while reading back Forward 1")
+        return real_finish(run, engine, requests)
+
+    monkeypatch.setattr(multistep.LaunchedSteps, "finish", failing_finish)
+    t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
+    for _ in range(int(WAIT_S * 20)):
+        if len(gate.aheads) == 2:
+            break
+        threading.Event().wait(0.05)
+    gate.release.set()
+    t1.join(WAIT_S)
+    t2.join(WAIT_S)
+    assert isinstance(out1.get("error"), RuntimeError)
+    err = out2.get("error")
+    assert isinstance(err, WorkerError) and err.code == "ABORTED" and "after seq 1, which failed" in err.message
+    assert len(calls) == 1  # Forward 2 never committed
+    for i, p in enumerate(ps):
+        assert len(eng.requests[f"r{i}"].slots) == len(p)
+    assert not eng._pending._launched  # nothing left pending: the next Forward may run
+    again = eng.forward(_decode(ps, at, 0), "epoch-1", seq=3)
+    assert all(o.sampled for o in again.outputs)
+
+
+def test_a_request_released_while_its_forward_is_in_flight_is_answered_skipped(model_dir, prompts, monkeypatch):
+    ps = prompts[:2]
+    eng = make_engine(model_dir)
+    at = _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
+    for _ in range(int(WAIT_S * 20)):
+        if gate.aheads:
+            break
+        threading.Event().wait(0.05)
+    assert eng.release(["r0"]) == 1  # the Release RPC while Forward 1's steps are in flight
+    gate.release.set()
+    t1.join(WAIT_S)
+    o = out1["result"].outputs
+    assert o[0].skipped and "r0" not in eng.requests
+    assert o[1].sampled and len(eng.requests["r1"].slots) == len(ps[1]) + K
+
+
+@pytest.mark.parametrize("launch_ahead", [True, False])
+def test_other_forwards_wait_for_the_commit(model_dir, prompts, monkeypatch, launch_ahead):
+    """An extend (no after_seq) arriving while Forward 1 is held runs only after its commit, and so does
+    Forward 2 when launch ahead is off; each is validated against the committed table."""
+    ps = prompts[:2]
+    eng = make_engine(model_dir)
+    eng.launch_ahead = launch_ahead
+    at = _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
+    for _ in range(int(WAIT_S * 20)):
+        if gate.aheads:
+            break
+        threading.Event().wait(0.05)
+    p2 = prompts[2]
+    new = tuple(range(at + 100, at + 100 + len(p2)))
+    te, oute = _started(lambda: eng.forward([ForwardItem("r2", tuple(p2), 0, new, has_prefix=True)], "epoch-1"))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
+    threading.Event().wait(0.3)
+    assert te.is_alive() and "r2" not in eng.requests  # waiting for Forward 1's commit
+    assert len(gate.aheads) == (2 if launch_ahead else 1)
+    gate.release.set()
+    for t in (t1, te, t2):
+        t.join(WAIT_S)
+    assert all("error" not in o for o in (out1, oute, out2))
+    assert len(eng.requests["r0"].slots) == len(ps[0]) + 2 * K
+    assert len(eng.requests["r2"].slots) == len(p2)

@@ -1,0 +1,93 @@
+"""Forwards launched ahead of the commit of the Forward they follow (issue 15, technique 3: no host gap).
+
+A multi-step decode Forward N runs in two parts under the engine's lock: its launch (validate, build the steps'
+metadata, enqueue every step and the asynchronous read-back of its tokens) and, once the device ran them, its
+finish (commit, outputs). Between the two the lock is free. Forward N+1 that continues N (``continues``: every
+item an ``input_from_last_sample`` decode item, ``after_seq = N``) may launch in that gap: its rows read their
+K/V through N's new slots too and take their step-0 inputs from N's tokens on the device
+(``multistep.launch_multistep(..., ahead=N)``), so its steps queue on the stream right behind N's and the device
+does not idle through N's read-back, commit and reply, nor N+1's validation and metadata build (measured on the
+H200, bench/results/h200-run10/call1: (step - graph replay) x 8 = ~1.3 ms a Forward at tiny B = 1, ~2.4 ms at
+the 1B's B = 64, ~5 ms at B = 256).
+
+The rules that keep the request table right:
+- at most the one Forward a Forward follows is launched and not committed when it launches ahead; every other
+  Forward (extends, one-step decode, a Forward that follows nothing) launches only when nothing is pending
+  (``Pending.wait_turn``);
+- N+1 is validated against each request as it will be after N commits (``projected``): N's new slots appended,
+  a last token present, not stopped; whether N in fact stopped the request, or committed fewer steps, is known
+  only at N+1's finish, which then answers that row ``skipped`` and commits nothing for it
+  (``LaunchedSteps.finish``);
+- N+1's finish commits only after N's outcome is recorded; when N failed, N+1 fails ABORTED and commits nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Mapping, Sequence
+
+from worker_svc.types import ForwardItem, WorkerError
+
+
+def continues(items: Sequence[ForwardItem]) -> bool:
+    """True for a multi-step decode batch of ``input_from_last_sample`` items only: one that may launch ahead
+    of the commit of the Forward it follows."""
+    return bool(items) and any(it.decode_steps > 1 for it in items) and all(
+        it.input_from_last_sample and not it.has_prefix for it in items)
+
+
+class Projected:
+    """A request as validation sees it once the pending Forward ahead has committed every step it launched:
+    ``slots`` its length (a range), a last token present, not stopped."""
+
+    __slots__ = ("slots", "last_token", "stopped")
+
+    def __init__(self, held: int):
+        self.slots = range(held)
+        self.last_token = 0  # a placeholder: the real one is on the device (the ahead Forward's tokens)
+        self.stopped = False
+
+
+def projected(requests: Mapping[str, object], ahead_rows: Mapping[str, tuple]) -> dict:
+    """``requests`` with each request of the Forward ahead (``LaunchedSteps.rows``: id -> (row, steps, new
+    slots)) replaced by its ``Projected`` state. A request the Forward ahead does not know stays as it is."""
+    view = dict(requests)
+    for rid, (_, _, slots) in ahead_rows.items():
+        state = requests.get(rid)
+        if state is not None:
+            view[rid] = Projected(len(state.slots) + len(slots))
+    return view
+
+
+class Pending:
+    """The launched, not yet committed Forwards of one engine (at most two: one, and the one launched ahead of
+    its commit). Every method runs with the engine's lock held (``lock``, which the waits release)."""
+
+    def __init__(self, lock: threading.Lock, timeout_s: float = 60.0):
+        self._cond = threading.Condition(lock)
+        self._launched: list[tuple[int, object]] = []  # (seq, LaunchedSteps) in launch order
+        self.timeout_s = timeout_s
+
+    def wait_turn(self, seq: int, ahead_of: int) -> object | None:
+        """Blocks until Forward ``seq`` may launch: ``ahead_of`` > 0 (it continues that Forward): when nothing
+        but that Forward is pending, which is returned (None when it has committed already); ``ahead_of`` 0:
+        when nothing is pending (returns None). Raises WorkerError ABORTED after ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            others = [s for s, _ in self._launched if not (ahead_of > 0 and s == ahead_of)]
+            if not others:
+                return next((run for s, run in self._launched if s == ahead_of), None) if ahead_of > 0 else None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError("ABORTED", f"Forward seq {seq} waited {self.timeout_s:g} s for the commit of "
+                                             f"Forward seq {others[0]}, launched before it")
+            self._cond.wait(left)
+
+    def add(self, seq: int, run: object) -> None:
+        self._launched.append((seq, run))
+
+    def remove(self, run: object) -> None:
+        """Drops ``run`` (committed or failed) and wakes the Forwards waiting for their turn."""
+        self._launched = [(s, r) for s, r in self._launched if r is not run]
+        self._cond.notify_all()
