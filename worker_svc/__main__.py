@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
     ap.add_argument("--launch-ahead", action=argparse.BooleanOptionalAction, default=True,
-                    help="a multi-step decode Forward that continues the one before it launches its steps before "
+                    help="CUDA: a multi-step decode Forward that continues the one before it launches its steps before "
                          "that one's commit (worker_svc/launch_ahead.py; --no-launch-ahead: it waits for the commit)")
     args = ap.parse_args(argv)
     check_ranges(ap, args)

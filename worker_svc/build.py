@@ -38,7 +38,7 @@ class WorkerOptions:
     extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
-    launch_ahead: bool = True  # a continuing multi-step decode Forward launches before the one ahead commits
+    launch_ahead: bool = True  # CUDA: a continuing multi-step decode Forward launches before the one ahead commits
 
 
 def resolve_device(name: str) -> torch.device:
@@ -130,7 +130,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
     pool = KVPool(cfg, geom, dtype, device)
     engine = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, worker_id=opts.worker_id,
                     model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed,
-                    launch_ahead=opts.launch_ahead)
+                    launch_ahead=opts.launch_ahead and device.type == "cuda")  # CPU steps run inside the launch
     engine.warmup()
     engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend)
     engine.extend_graphs = make_extend_graphs(opts.extend_graph_max_tokens, model, pool, backend)

@@ -159,7 +159,7 @@ class Engine:
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.insert_before(seq, before_seq, after_seq)
             ahead_of = after_seq if self.launch_ahead and after_seq > 0 and continues(items) else 0
-            self.order.wait_for(after_seq, seq, launched_ok=ahead_of > 0)
+            self.order.wait_for(after_seq, seq, launched_ok=ahead_of > 0, until_near=lambda: self._near(after_seq))
             if after_seq > 0 and cancelled is not None and cancelled():
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
@@ -185,6 +185,14 @@ class Engine:
             raise
         self.order.done(seq)
         return result
+
+    def _near(self, seq: int) -> None:
+        """Blocks until the device reached the last step of pending Forward ``seq`` (at once when it is not
+        pending: it has committed)."""
+        with self._lock:
+            run = self._pending.get(seq)
+        if run is not None:
+            run.wait_near()
 
     def _finish(self, launched, items, outputs, seq: int, ahead_of: int) -> tuple[ForwardOutput, ...]:
         """The second part of a launched multi-step Forward (see ``launch_ahead``): waits for its steps without

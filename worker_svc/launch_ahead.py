@@ -10,6 +10,13 @@ does not idle through N's read-back, commit and reply, nor N+1's validation and 
 H200, bench/results/h200-run10/call1: (step - graph replay) x 8 = ~1.3 ms a Forward at tiny B = 1, ~2.4 ms at
 the 1B's B = 64, ~5 ms at B = 256).
 
+N+1 launches once the device reached N's last step (``LaunchedSteps.wait_near``), not as soon as N's steps are
+enqueued: until then an extend of a request that arrived while N runs can still be inserted ahead of N+1
+(``before_seq``, worker_svc/ordering.py) and run right after N. Launched at once, N+1 took that place for all of
+N and the arrivals' first tokens waited a whole Forward more (H200, bench/results/h200-run10/call4: c64 15.8k ->
+12.6-13.5k tok/s, TTFT p50 227 -> 270 ms, while the worker alone gained 8-13%). On the CPU the steps run inside the
+launch, so there is nothing to overlap: the worker turns it on for CUDA only (``build.build_engine``).
+
 The rules that keep the request table right:
 - at most the one Forward a Forward follows is launched and not committed when it launches ahead; every other
   Forward (extends, one-step decode, a Forward that follows nothing) launches only when nothing is pending
@@ -83,6 +90,10 @@ class Pending:
                 raise WorkerError("ABORTED", f"Forward seq {seq} waited {self.timeout_s:g} s for the commit of "
                                              f"Forward seq {others[0]}, launched before it")
             self._cond.wait(left)
+
+    def get(self, seq: int) -> object | None:
+        """The pending Forward ``seq`` (None when it is not pending)."""
+        return next((run for s, run in self._launched if s == seq), None)
 
     def add(self, seq: int, run: object) -> None:
         self._launched.append((seq, run))

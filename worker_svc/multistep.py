@@ -67,12 +67,13 @@ class LaunchedSteps:
     one; ``states``: the request state each row was validated against (None for a ``has_prefix`` row), so a row
     whose request was released or replaced meanwhile is answered ``skipped`` instead of committed."""
 
-    def __init__(self, items, order, states, toks, lps, ahead_rows, clock):
+    def __init__(self, items, order, states, toks, lps, ahead_rows, clock, near=None):
         self.items, self.order, self.states = items, order, states
         self.toks, self.lps = toks, lps
         self.ahead_rows = ahead_rows  # rows whose first input came from the Forward ahead (set of row indices)
         self.rows = {it.request_id: (r, it.decode_steps, it.slot_ids) for r, it in enumerate(items)}
         self.clock = clock
+        self._near = near  # CUDA event recorded before the last step's launch (None: one step, or the CPU)
         cuda = toks.device.type == "cuda"
         self.host_toks = _host_copy(toks, cuda)
         self.host_lps = _host_copy(lps, cuda) if lps is not None else None
@@ -85,6 +86,13 @@ class LaunchedSteps:
         """Index into ``toks.view(-1)`` of the request's last token of this Forward (the next one's input)."""
         r, k, _ = self.rows[request_id]
         return (k - 1) * self.toks.shape[1] + r
+
+    def wait_near(self) -> None:
+        """Blocks until the device reached this Forward's last step (at once on the CPU or for one step): when a
+        Forward launched ahead of this one's commit may launch without taking the place of an extend that asks to
+        run before it (``before_seq``) for the whole of this Forward."""
+        if self._near is not None:
+            self._near.synchronize()
 
     def wait(self) -> None:
         """Blocks until every step ran and the tokens are on the host (call it without the engine's lock)."""
@@ -167,8 +175,12 @@ def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: Launche
         feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev, bucket=engine.graphs.bucket)
     else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
         eager = DecodeSteps(prefixes, [it.slot_ids for it in its], ks)
+    near = None
     clock.start()
     for j in range(steps):
+        if j == steps - 1 and j > 0 and dev.type == "cuda":
+            near = torch.cuda.Event()
+            near.record()
         n = active[j]
         ids = cur[:n]
         if feed is not None:
@@ -188,4 +200,4 @@ def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: Launche
         toks[j, :n] = nxt
         cur = nxt  # rows past n never run again (k sorted, largest first)
     clock.stop()
-    return LaunchedSteps(its, order, states, toks, lps, frozenset(from_ahead), clock)
+    return LaunchedSteps(its, order, states, toks, lps, frozenset(from_ahead), clock, near)

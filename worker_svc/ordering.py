@@ -56,11 +56,14 @@ class ForwardOrder:
                 self._ahead.popitem(last=False)
             return True
 
-    def wait_for(self, after_seq: int, seq: int, launched_ok: bool = False) -> None:
+    def wait_for(self, after_seq: int, seq: int, launched_ok: bool = False, until_near=None) -> None:
         """Blocks until the Forward ``after_seq`` completed (none for after_seq <= 0), or with ``launched_ok``
         until it completed or launched (``launched``: its steps are enqueued, its commit still to come;
         ``worker_svc/launch_ahead.py``), and every Forward inserted ahead of ``seq`` has an outcome; then ``seq``
-        counts as started (later insertions do not wait for it). Raises WorkerError ABORTED when ``after_seq``
+        counts as started (later insertions do not wait for it). ``until_near`` (with ``launched_ok``): called
+        once, without this object's lock, when ``after_seq`` launched and has no outcome yet; it blocks until that
+        Forward's last step is reached, so an extend inserted ahead of ``seq`` meanwhile still runs first (the
+        wait then starts over). Raises WorkerError ABORTED when ``after_seq``
         failed, or when they did not all come within ``timeout_s``; INVALID_ARGUMENT when after_seq is seq."""
         if after_seq == seq and seq > 0:
             raise WorkerError("INVALID_ARGUMENT", f"Forward seq {seq} cannot run after itself (after_seq {after_seq})")
@@ -70,9 +73,17 @@ class ForwardOrder:
         with self._cond:
             while True:
                 missing = [s for s in self._ahead.get(seq, ()) if s not in self._outcomes]
-                if after_seq > 0 and after_seq not in self._outcomes and not (
-                        launched_ok and after_seq in self._launched):
+                early = after_seq > 0 and after_seq not in self._outcomes
+                if early and not (launched_ok and after_seq in self._launched):
                     missing.insert(0, after_seq)
+                if not missing and early and until_near is not None:
+                    near, until_near = until_near, None
+                    self._cond.release()
+                    try:
+                        near()
+                    finally:
+                        self._cond.acquire()
+                    continue  # an extend may have been inserted ahead meanwhile
                 if not missing:
                     break
                 left = deadline - time.monotonic()

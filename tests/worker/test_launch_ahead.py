@@ -215,3 +215,43 @@ def test_other_forwards_wait_for_the_commit(model_dir, prompts, monkeypatch, lau
     assert all("error" not in o for o in (out1, oute, out2))
     assert len(eng.requests["r0"].slots) == len(ps[0]) + 2 * K
     assert len(eng.requests["r2"].slots) == len(p2)
+
+
+def test_an_extend_inserted_ahead_while_the_next_forward_waits_for_the_last_step_runs_first(model_dir, prompts,
+                                                                                         monkeypatch):
+    """Forward 2 (after 1) waits until the device reached Forward 1's last step before it launches; an extend of
+    a new request sent meanwhile with before_seq 2 runs right after Forward 1, ahead of Forward 2 (red when
+    Forward 2 launched as soon as Forward 1's steps were enqueued: it took the extend's place)."""
+    ps = prompts[:2]
+    eng = make_engine(model_dir)
+    at = _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    near_go, in_near = threading.Event(), threading.Event()
+    real_near = multistep.LaunchedSteps.wait_near
+
+    def held_near(run):
+        in_near.set()
+        assert near_go.wait(WAIT_S)
+        real_near(run)
+
+    monkeypatch.setattr(multistep.LaunchedSteps, "wait_near", held_near)
+    ran: list[str] = []
+    launch = eng._launch
+    monkeypatch.setattr(eng, "_launch", lambda items, known, clock, ahead: ran.append(items[0].request_id)
+                        or launch(items, known, clock, ahead))
+    t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
+    assert in_near.wait(WAIT_S)  # Forward 2 waits for Forward 1's last step
+    p2 = prompts[2]
+    extend = ForwardItem("r2", tuple(p2), 0, tuple(range(at + 100, at + 100 + len(p2))), has_prefix=True)
+    te, oute = _started(lambda: eng.forward([extend], "epoch-1", seq=3, after_seq=1, before_seq=2))
+    threading.Event().wait(0.2)
+    near_go.set()
+    threading.Event().wait(0.2)
+    assert ran == ["r0"]  # Forward 2 did not launch: the extend inserted ahead of it waits for Forward 1
+    gate.release.set()
+    for t in (t1, te, t2):
+        t.join(WAIT_S)
+    assert all("error" not in o for o in (out1, oute, out2))
+    assert ran == ["r0", "r2", "r0"]
+    assert len(eng.requests["r0"].slots) == len(ps[0]) + 2 * K and len(eng.requests["r2"].slots) == len(p2)
