@@ -120,7 +120,8 @@ class Engine:
         self.device = kv_pool.device
         self.requests: dict[str, RequestState] = {}
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the request table (validation, commit, release)
+        self._device_lock = threading.Lock()  # launches: one Forward enqueues its work at a time
         self.order = ForwardOrder()
         self._seq = 0  # seq of the Forward running under the lock (``commit`` stamps the states it creates)
         self.launch_ahead = launch_ahead
@@ -164,18 +165,11 @@ class Engine:
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
             clock = StepClock(self.device)
-            with self._lock:
-                ahead = self._pending.wait_turn(seq, ahead_of)
-                self._drop_released(release_ids, seq)
-                self._seq = seq
-                stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
-                          if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
-                known = self.requests if ahead is None else projected(self.requests, ahead.rows)
-                validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, known, stored)
-                t0 = time.perf_counter()
-                outputs, launched = self._launch(items, known, clock, ahead)
-                if launched is not None:
-                    self._pending.add(seq, launched)
+            ahead = self._take_turn(seq, ahead_of)  # both locks held from here
+            try:
+                outputs, launched, t0 = self._validate_and_launch(items, expected_epoch, seq, ahead, release_ids, clock)
+            finally:
+                self._device_lock.release()
             if launched is not None:
                 outputs = self._finish(launched, items, outputs, seq, after_seq if ahead is not None else 0)
             result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
@@ -185,6 +179,51 @@ class Engine:
             raise
         self.order.done(seq)
         return result
+
+    def _take_turn(self, seq: int, ahead_of: int):
+        """Waits for Forward ``seq``'s turn (``Pending.wait_turn``) without the device lock, which a Forward
+        launching ahead needs meanwhile, then takes the device lock and the table lock (in that order, as every
+        launch does) and returns with both held once the turn still holds, with the pending Forward it continues
+        (or None). Raises WorkerError ABORTED when the turn does not come (``Pending.timeout_s``)."""
+        while True:
+            with self._lock:
+                self._pending.wait_turn(seq, ahead_of)
+            self._device_lock.acquire()
+            self._lock.acquire()
+            if self._pending.ready(ahead_of):
+                return self._pending.get(ahead_of) if ahead_of > 0 else None
+            self._lock.release()  # another Forward launched in between: wait for its commit again
+            self._device_lock.release()
+
+    def _validate_and_launch(self, items, expected_epoch: str, seq: int, ahead, release_ids, clock):
+        """With the device lock and the table lock held (``_take_turn``): drops the released ids, validates and
+        launches; a multi-step batch gives the table lock back before its steps are enqueued (they touch no
+        request state), so the Forward ahead can commit and reply meanwhile, and takes it again to join the
+        pending set. Releases the table lock (not the device lock). Returns (outputs, launched or None, t0)."""
+        held = [True]
+
+        def unlock() -> None:
+            self._lock.release()
+            held[0] = False
+
+        try:
+            self._drop_released(release_ids, seq)
+            self._seq = seq
+            stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
+                      if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
+            known = self.requests if ahead is None else projected(self.requests, ahead.rows)
+            validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, known, stored)
+            t0 = time.perf_counter()
+            outputs, launched = self._launch(items, known, clock, ahead, unlock=unlock)
+            if launched is not None:
+                if not held[0]:
+                    self._lock.acquire()
+                    held[0] = True
+                self._pending.add(seq, launched)
+            return outputs, launched, t0
+        finally:
+            if held[0]:
+                self._lock.release()
 
     def _near(self, seq: int) -> None:
         """Blocks until the device reached the last step of pending Forward ``seq`` (at once when it is not
@@ -224,16 +263,18 @@ class Engine:
             if state is not None and not (seq > 0 and state.created_seq > seq):
                 del self.requests[rid]
 
-    def _launch(self, items: Sequence[ForwardItem], known, clock: StepClock, ahead):
+    def _launch(self, items: Sequence[ForwardItem], known, clock: StepClock, ahead, unlock=None):
         """Runs the items that are not skipped (continuations of stopped requests, as ``known`` says) and answers
         those skipped; ``clock`` times the model's steps. A multi-step batch is only launched: returns (outputs
         with None where its rows' outputs will come, its ``LaunchedSteps``); any other batch runs to its commit:
-        (outputs, None). ``ahead``: the pending Forward this one continues (``launch_ahead``), or None."""
+        (outputs, None). ``ahead``: the pending Forward this one continues (``launch_ahead``), or None;
+        ``unlock``: gives the table lock back once a multi-step batch's metadata is built (see
+        ``launch_multistep``)."""
         skip = [it.input_from_last_sample and known[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]
         launched = None
         if run and any(it.decode_steps > 1 for it in run):
-            launched = launch_multistep(self, run, clock, ahead)
+            launched = launch_multistep(self, run, clock, ahead, unlock=unlock)
             done = iter([None] * len(run))
         else:
             done = iter(self._run(run, clock) if run else ())
@@ -255,7 +296,7 @@ class Engine:
     def warmup(self) -> None:
         """Runs one extend and one decode step on slots 1..3 (no request state is kept), so the attention
         kernels are compiled before serving. The garbage K/V written there is overwritten by later use."""
-        with self._lock:
+        with self._device_lock, self._lock:
             dev = self.device
             s = [1 + i % (self.kv_pool.pool_slots - 1) for i in range(3)]  # slots 1, 2, 3 (fewer in tiny pools)
             for prefix, new, table in (([0], [2], [s[:2]]), ([2], [1], [s])):

@@ -82,14 +82,18 @@ class Pending:
         when nothing is pending (returns None). Raises WorkerError ABORTED after ``timeout_s``."""
         deadline = time.monotonic() + self.timeout_s
         while True:
+            if self.ready(ahead_of):
+                return self.get(ahead_of) if ahead_of > 0 else None
             others = [s for s, _ in self._launched if not (ahead_of > 0 and s == ahead_of)]
-            if not others:
-                return next((run for s, run in self._launched if s == ahead_of), None) if ahead_of > 0 else None
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WorkerError("ABORTED", f"Forward seq {seq} waited {self.timeout_s:g} s for the commit of "
                                              f"Forward seq {others[0]}, launched before it")
             self._cond.wait(left)
+
+    def ready(self, ahead_of: int) -> bool:
+        """True when nothing is pending but (with ``ahead_of`` > 0) that Forward: a Forward may launch now."""
+        return all(ahead_of > 0 and s == ahead_of for s, _ in self._launched)
 
     def get(self, seq: int) -> object | None:
         """The pending Forward ``seq`` (None when it is not pending)."""

@@ -133,12 +133,16 @@ class LaunchedSteps:
         return tuple(outputs)
 
 
-def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: LaunchedSteps | None = None) -> LaunchedSteps:
+def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: LaunchedSteps | None = None,
+                     unlock=None) -> LaunchedSteps:
     """Enqueues a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller holds
     its lock); ``clock`` (``step_clock.StepClock``) times the steps, from the first one's launch to the last
     one's end. ``ahead``: the launched, not yet committed Forward this one continues: a row of a request in it
     reads its K/V through that Forward's new slots too and takes its step-0 input from that Forward's tokens on
-    the device. Returns the ``LaunchedSteps`` to ``wait()`` for and ``finish``."""
+    the device. ``unlock`` (optional) is called once the request table has been read (before the steps are
+    enqueued: plan and replay wait for the device to run about one step behind the host, so enqueuing K steps
+    takes about K - 1 steps of device time, and the Forward ahead must be able to commit meanwhile). Returns the
+    ``LaunchedSteps`` to ``wait()`` for and ``finish``."""
     dev = engine.device
     order = sorted(range(len(items)), key=lambda b: -items[b].decode_steps)  # active rows = a prefix
     its = [items[b] for b in order]
@@ -175,6 +179,8 @@ def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: Launche
         feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev, bucket=engine.graphs.bucket)
     else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
         eager = DecodeSteps(prefixes, [it.slot_ids for it in its], ks)
+    if unlock is not None:
+        unlock()
     near = None
     clock.start()
     for j in range(steps):

@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from tests.worker.helpers import hf_greedy, make_engine
+from worker_svc import engine as engine_module
 from worker_svc import multistep
 from worker_svc.types import ForwardItem, WorkerError
 
@@ -46,9 +47,9 @@ class Gate:
         self.first = True
         launch, wait = multistep.launch_multistep, multistep.LaunchedSteps.wait
 
-        def launch_spy(engine, items, clock, ahead=None):
+        def launch_spy(engine, items, clock, ahead=None, **kw):
             self.aheads.append(ahead)
-            return launch(engine, items, clock, ahead)
+            return launch(engine, items, clock, ahead, **kw)
 
         def held_wait(run):
             if self.first:
@@ -237,8 +238,8 @@ def test_an_extend_inserted_ahead_while_the_next_forward_waits_for_the_last_step
     monkeypatch.setattr(multistep.LaunchedSteps, "wait_near", held_near)
     ran: list[str] = []
     launch = eng._launch
-    monkeypatch.setattr(eng, "_launch", lambda items, known, clock, ahead: ran.append(items[0].request_id)
-                        or launch(items, known, clock, ahead))
+    monkeypatch.setattr(eng, "_launch", lambda items, known, clock, ahead, **kw: ran.append(items[0].request_id)
+                        or launch(items, known, clock, ahead, **kw))
     t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
     t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
     assert in_near.wait(WAIT_S)  # Forward 2 waits for Forward 1's last step
@@ -255,3 +256,44 @@ def test_an_extend_inserted_ahead_while_the_next_forward_waits_for_the_last_step
     assert all("error" not in o for o in (out1, oute, out2))
     assert ran == ["r0", "r2", "r0"]
     assert len(eng.requests["r0"].slots) == len(ps[0]) + 2 * K and len(eng.requests["r2"].slots) == len(p2)
+
+
+def test_the_forward_ahead_commits_while_the_next_one_enqueues_its_steps(model_dir, prompts, monkeypatch):
+    """Enqueuing K steps takes about K - 1 steps of device time (each plan waits for the step before it to
+    start), so the table lock is given back before the steps are enqueued: Forward 1 commits and replies while
+    Forward 2 is still in its step loop (red when the launch held the lock throughout: on the H200 Forward 1's
+    reply came ~a Forward late, bench/results/h200-run10/call5: c64 16.1k -> 14.2k tok/s)."""
+    ps = prompts[:2]
+    eng = make_engine(model_dir)
+    at = _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    first_done = threading.Event()
+    wrapped = engine_module.launch_multistep  # Gate's spy
+
+    def slow_second(engine, items, clock, ahead=None, unlock=None):
+        if ahead is None:
+            return wrapped(engine, items, clock, ahead, unlock=unlock)
+
+        def unlock_then_wait():
+            unlock()
+            gate.release.set()  # Forward 1 may now finish: it must commit while this loop has not started
+            assert first_done.wait(WAIT_S), "Forward 1 could not commit while Forward 2 enqueued its steps"
+
+        return wrapped(engine, items, clock, ahead, unlock=unlock_then_wait)
+
+    monkeypatch.setattr("worker_svc.engine.launch_multistep", slow_second)
+
+    def first():
+        try:
+            return eng.forward(_decode(ps, at, 0), "epoch-1", seq=1)
+        finally:
+            first_done.set()
+
+    t1, out1 = _started(first)
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
+    t1.join(WAIT_S)
+    t2.join(WAIT_S)
+    assert "error" not in out1 and "error" not in out2, (out1.get("error"), out2.get("error"))
+    assert gate.aheads[1] is not None
+    assert all(o.sampled for o in out2["result"].outputs)
+    assert len(eng.requests["r0"].slots) == len(ps[0]) + 2 * K
