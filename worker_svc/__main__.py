@@ -35,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--extend-graph-max-tokens", type=int, default=1024,
                     help="other batches of up to this many tokens replay piecewise CUDA graphs, attention eager "
                          "between them (flashinfer on CUDA only; 0 = off)")
+    ap.add_argument("--extend-whole-graph", action=argparse.BooleanOptionalAction, default=False,
+                    help="extends of one request up to --extend-graph-max-tokens tokens replay one CUDA graph of the "
+                         "whole forward, flashinfer's attention inside it (flashinfer on CUDA only; default off)")
     ap.add_argument("--splitk-rows", type=int, default=None,
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
-                         pdl=args.pdl)
+                         pdl=args.pdl, extend_whole_graph=args.extend_whole_graph)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()
