@@ -48,7 +48,8 @@ def _engine(model_dir, fused: bool, splitk_rows: int, pdl: bool) -> Engine:
 def test_whole_graphs_match_eager_flashinfer(model_dir, fused, splitk_rows, pdl):
     """t new tokens (1 to 256: below, at and just above buckets) after 0 to 1,700 cached tokens of random K/V at
     scattered slots, replayed back to back (each replay re-planned for its own lengths): hidden rows, the last
-    row's logits and the K/V written equal eager flashinfer's within bf16 noise, the last row's argmax the same."""
+    row's logits and the K/V written equal eager flashinfer's within bf16 noise, the top token the same (or
+    within 0.05 of eager's top logit)."""
     eng = _engine(model_dir, fused, splitk_rows, pdl)
     pool, dev = eng.kv_pool, eng.device
     g = torch.Generator(device=dev).manual_seed(0)
@@ -71,7 +72,8 @@ def test_whole_graphs_match_eager_flashinfer(model_dir, fused, splitk_rows, pdl)
             case = (prefix, new)
             assert _rel(hidden, want) < 2e-2 and _rel(logits, want_logits) < 2e-2, case
             assert _rel(k_graph, k_eager) < 2e-2, case
-            assert logits.argmax().item() == want_logits.argmax().item(), case
+            top = logits.argmax().item()  # eager's top token, or one within a near-tie of it
+            assert want_logits[0, top] >= want_logits.max() - 0.05, case
 
 
 def _serve(eng: Engine, prompts) -> list[tuple[list[int], list[float]]]:
