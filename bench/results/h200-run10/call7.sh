@@ -1,5 +1,5 @@
 #!/bin/bash
-# H200 run 10, call 4 (branch extend-whole-graph, issue 13): --extend-whole-graph, one CUDA graph of the whole
+# H200 run 10, call 7 (branch extend-whole-graph, issue 13): --extend-whole-graph, one CUDA graph of the whole
 # forward per token bucket for one-request extends (worker_svc/extend_whole_graph.py).
 # In this order, the later steps only while time is left (total < 450 s even when every step runs to its timeout):
 # 1. GPU tests, tests/worker/test_gpu_whole_graph.py: the captured graphs vs eager flashinfer, t = 1..256 new tokens
