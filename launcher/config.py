@@ -50,10 +50,12 @@ HELP = {
                                "between them (flashinfer on CUDA only; 0 = off)",
     "splitk_rows": "CUDA: projections of batches up to this many rows through the split-K Triton GEMM (default: 64 "
                    "for models of n_embd <= 1024, else 0; 0 = cuBLAS for all)",
+    "extend_whole_graph": "extends of one request up to --extend-graph-max-tokens tokens replay one CUDA graph of "
+                          "the whole forward (flashinfer on CUDA only): true or false (default false)",
     "pdl": "CUDA: the worker's Triton kernels as programmatic dependent launches: true or false (--pdl false runs "
            "the worker with its --no-pdl)",
     "launch_ahead": "a multi-step decode Forward that continues the one before it launches before that one's commit: "
-                    "true or false (false runs the worker with its --no-launch-ahead)",
+                    "true or false (default false; true runs the worker with its --launch-ahead)",
     "chunk_size": "prefill tokens per scheduling round (chunked prefill)",
     "max_running_requests": "requests running at once, at most",
     "max_queued_requests": "waiting requests, at most; beyond it HTTP 429",
@@ -120,9 +122,10 @@ class StackConfig:
     seed: int = 0
     cuda_graph_max_batch: int = 256
     extend_graph_max_tokens: int = 1024
+    extend_whole_graph: bool = False
     splitk_rows: int | None = None
     pdl: bool = True
-    launch_ahead: bool = True
+    launch_ahead: bool = False
     # scheduler
     chunk_size: int = 512
     max_running_requests: int = 64
@@ -149,10 +152,11 @@ class StackConfig:
     probe_timeout: float = 2.0
 
     def __post_init__(self) -> None:
-        """A switch (``overlap``, ``pdl``, ``launch_ahead``) given as text (the launcher's flags are strings): true/false, yes/no,
-        1/0, on/off. An int given for a float setting becomes a float, a path given for a text setting its text."""
+        """A switch (``overlap``, ``pdl``, ``launch_ahead``, ``extend_whole_graph``) given as text (the launcher's
+        flags are strings): true/false, yes/no, 1/0, on/off. An int given for a float setting becomes a float, a path
+        given for a text setting its text."""
         words = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False, "off": False}
-        for name in ("overlap", "pdl", "launch_ahead"):
+        for name in ("overlap", "pdl", "launch_ahead", "extend_whole_graph"):
             text = getattr(self, name)
             if isinstance(text, str):
                 if text.lower() not in words:
@@ -192,11 +196,12 @@ def value_type(f: dataclasses.Field) -> type:
 
 
 # The settings each service receives as ``--<name with dashes> VALUE`` (None: the flag is left out; a bool is a
-# switch that is on by default at the service: False is ``--no-<name>``, True passes nothing).
+# switch with the same default at the service as here, passed only when it differs: ``--<name>`` when True,
+# ``--no-<name>`` when False).
 PASSED: dict[str, tuple[str, ...]] = {
     "cache": ("lease_seconds",),
     "worker": ("device", "dtype", "page_size", "attention", "kv_tokens", "kv_fraction", "seed", "cuda_graph_max_batch",
-               "extend_graph_max_tokens", "splitk_rows", "pdl", "launch_ahead"),
+               "extend_graph_max_tokens", "extend_whole_graph", "splitk_rows", "pdl", "launch_ahead"),
     "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
                   "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap",
                   "overlap_mode"),
@@ -269,13 +274,14 @@ def flag_value(value: object) -> str:
 
 def passed_flags(cfg: StackConfig, service: str) -> list[str]:
     """``--flag value`` pairs of the settings ``PASSED`` to ``service``, None values left out, then the switches
-    turned off (``--no-flag``)."""
+    that differ from their default (``--flag`` / ``--no-flag``)."""
     argv: list[str] = []
     switches: list[str] = []
+    defaults = {f.name: f.default for f in dataclasses.fields(StackConfig)}
     for name in PASSED[service]:
         value, flag = getattr(cfg, name), name.replace("_", "-")
         if isinstance(value, bool):
-            switches += [] if value else ["--no-" + flag]
+            switches += [] if value == defaults[name] else ["--" + flag if value else "--no-" + flag]
         elif value is not None:
             argv += ["--" + flag, flag_value(value)]
     return argv + switches

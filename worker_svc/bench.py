@@ -3,12 +3,13 @@
     python -m worker_svc.bench [--model-path DIR | --shape starcoderbase-1b] [--device cpu|cuda]
                                [--dtype float32|bfloat16|...] [--attention auto|torch|flashinfer]
                                [--batches 1,32,256] [--context 1024] [--prefill 96,1024] [--prefill-prefix 0]
-                               [--extend-graph-max-tokens 1024] [--json-out FILE]
+                               [--extend-graph-max-tokens 1024] [--no-whole-graph] [--json-out FILE]
                                [--decode-steps 8] [--profile DIR]
 
 Cases: decode steps at each batch size with every request holding ``--context`` tokens, and one extend of
-each ``--prefill`` size after ``--prefill-prefix`` cached tokens, eager and through the piecewise extend
-graphs (ratio printed). For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
+each ``--prefill`` size after ``--prefill-prefix`` cached tokens, eager, through the piecewise extend graphs
+and through the whole extend graphs (``extend_whole_graph``, with the GPU time of their replay alone; ratios to
+eager printed). For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
 bytes read per step) / step time, over the device-to-device copy bandwidth measured in the same run.
 With ``--decode-steps K`` (> 1) it also times Forwards of K decode steps each (per-step time = Forward / K),
 the same Forwards chained as the scheduler sends them (two in flight, ``after_seq``) with the worker's launch
@@ -29,7 +30,8 @@ import uuid
 
 import torch
 
-from worker_svc.build import make_backend, make_extend_graphs, make_graphs, resolve_device, resolve_dtype
+from worker_svc.build import (make_backend, make_extend_graphs, make_graphs, make_whole_graphs, resolve_device,
+                              resolve_dtype)
 from worker_svc.engine import Engine
 from worker_svc.kv_pool import KVPool, geometry
 from worker_svc.model.config import ModelConfig
@@ -177,6 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefill-prefix", type=int, default=0, help="cached tokens before each extend")
     ap.add_argument("--extend-graph-max-tokens", type=int, default=1024,
                     help="piecewise extend graphs up to this many tokens (0 = eager extends only)")
+    ap.add_argument("--whole-graph", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time the one-request extends through whole extend graphs up to "
+                         "--extend-graph-max-tokens (flashinfer only)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--cuda-graph-max-batch", type=int, default=256, help="0 = eager decode")
     ap.add_argument("--decode-steps", type=int, default=1)
@@ -217,11 +222,13 @@ def main(argv: list[str] | None = None) -> None:
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
     for t in pool.k + pool.v:
         t.normal_()
-    backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch)
+    whole_tokens = args.extend_graph_max_tokens if args.whole_graph else 0
+    backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch, whole_tokens)
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
     eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend)
     eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
+    whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend)  # on for the prefill cases' "whole" mode
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bw = copy_bandwidth(device, 1 << 30 if device.type == "cuda" else 1 << 27)
     results = []
@@ -317,26 +324,36 @@ def main(argv: list[str] | None = None) -> None:
                                      prefix_token_ids=tuple(toks[:pre]))], eng.epoch)
             eng.release(["p"])
 
-        # the same extend eager and (where it fits) through the piecewise graphs, back to back
-        modes = [("eager", None)] + ([("graphs", graphs)] if graphs is not None and n <= graphs.max_tokens else [])
+        # the same extend eager, through the piecewise graphs and through the whole graphs (where they fit), back
+        # to back: (mode, piecewise graphs, whole graphs)
+        modes = [("eager", None, None)] + ([("graphs", graphs, None)] if graphs is not None and n <= graphs.max_tokens
+                                           else []) + ([("whole", graphs, whole)] if whole is not None and
+                                                       n <= whole.max_tokens else [])
         timed = {}
-        for mode, g_ext in modes:
-            eng.extend_graphs = g_ext
+        for mode, g_ext, g_whole in modes:
+            eng.extend_graphs, eng.whole_graphs = g_ext, g_whole
             timed[mode] = secs = time_steps(prefill, device, warmup=1, iters=max(3, args.iters // 2))
             flops = 2 * (weight_bytes / pool.k[0].element_size()) * n
-            results.append({"case": "prefill", "tokens": n, "prefix": pre, "mode": mode, "step_ms": secs * 1e3,
-                            "tokens_per_s": n / secs, "approx_tflops": flops / secs / 1e12})
+            rec = {"case": "prefill", "tokens": n, "prefix": pre, "mode": mode, "step_ms": secs * 1e3,
+                   "tokens_per_s": n / secs, "approx_tflops": flops / secs / 1e12}
+            results.append(rec)
             print(f"prefill {n} tokens after {pre} ({mode}): {secs * 1e3:8.2f} ms  {n / secs:10.1f} tok/s  "
                   f"~{flops / secs / 1e12:.1f} TFLOP/s (2 * params * tokens)"
                   + (f"  {timed['eager'] / secs:.2f}x eager" if mode != "eager" else ""), flush=True)
+            if g_whole is not None:  # the last prefill's plan is in place: its lengths
+                rsecs = replay_seconds(g_whole.graphs[g_whole.bucket(n)], device)
+                rec["graph_replay_ms"] = rsecs * 1e3
+                print(f"    whole graph replay alone (GPU time of the extend): {rsecs * 1e3:8.2f} ms; "
+                      f"host/GPU = {secs / rsecs:.2f}", flush=True)
             if args.profile:  # where an extend's host time goes (ops-prefill<N>-<mode>.txt, trace-...json)
                 profile_forward(prefill, device, args.profile, f"prefill{n}-{mode}")
-        eng.extend_graphs = graphs
+        eng.extend_graphs, eng.whole_graphs = graphs, None
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"model": cfg.name, "dtype": str(dtype), "device": str(device), "attention": backend.name,
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
+                       "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
                        "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl,
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

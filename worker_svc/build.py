@@ -36,9 +36,11 @@ class WorkerOptions:
     seed: int = 0
     cuda_graph_max_batch: int = 256  # decode batches up to this size replay CUDA graphs (flashinfer only); 0 = off
     extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
+    extend_whole_graph: bool = False  # one-request extends up to extend_graph_max_tokens: one graph of the forward
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
-    launch_ahead: bool = True  # CUDA: a continuing multi-step decode Forward launches before the one ahead commits
+    launch_ahead: bool = False  # CUDA: a continuing multi-step decode Forward launches before the one ahead commits
+    # (off by default: two forms measured on the H200 lost end to end, bench/results/h200-run10/call4, call5)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -63,13 +65,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def make_backend(name: str, cfg: ModelConfig, dtype: torch.dtype, device: torch.device,
-                 cuda_graph_max_batch: int = 0) -> AttentionBackend:
+                 cuda_graph_max_batch: int = 0, whole_graph_tokens: int = 0) -> AttentionBackend:
     """auto -> flashinfer on CUDA (fp16/bf16) when it imports, else torch. Raises ValueError/RuntimeError
     when an explicit choice cannot run here.
 
-    flashinfer: the one float workspace of the worker is allocated here, sized for eager batches and for
-    CUDA-graph decode up to ``cuda_graph_max_batch`` (``attention.workspace``); the graphs share it
-    (``make_graphs``). Call this before sizing the KV pool, so the pool is sized after it."""
+    flashinfer: the one float workspace of the worker is allocated here, sized for eager batches, for
+    CUDA-graph decode up to ``cuda_graph_max_batch`` and for whole extend graphs up to ``whole_graph_tokens``
+    (0: none; ``attention.workspace``); the graphs share it (``make_graphs``, ``make_whole_graphs``). Call this
+    before sizing the KV pool, so the pool is sized after it."""
     scale = cfg.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
     if name == "auto":
         ok = device.type == "cuda" and dtype != torch.float32 and flashinfer_backend.available()
@@ -80,8 +83,11 @@ def make_backend(name: str, cfg: ModelConfig, dtype: torch.dtype, device: torch.
         from worker_svc.attention.workspace import allocate_workspace
         from worker_svc.cuda_graph import buckets
 
+        from worker_svc.extend_graph import token_buckets
+
         graph_batches = buckets(cuda_graph_max_batch) if cuda_graph_max_batch > 0 else ()
-        workspace = allocate_workspace(cfg.n_head, cfg.kv_heads, cfg.head_dim, device, graph_batches)
+        extend_tokens = token_buckets(whole_graph_tokens) if whole_graph_tokens > 0 else ()
+        workspace = allocate_workspace(cfg.n_head, cfg.kv_heads, cfg.head_dim, device, graph_batches, extend_tokens)
         return flashinfer_backend.FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, scale, dtype, device,
                                                       workspace)
     raise ValueError(f"unknown attention backend {name!r}; choose auto, torch or flashinfer")
@@ -118,7 +124,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
     # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused, small batches' split-K GEMMs
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
                             pdl=opts.pdl)
-    backend = make_backend(opts.attention, cfg, dtype, device, opts.cuda_graph_max_batch)
+    whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
+    backend = make_backend(opts.attention, cfg, dtype, device, opts.cuda_graph_max_batch, whole_tokens)
     kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
     if kv_tokens is None and kv_fraction is None:
         if device.type == "cuda":
@@ -133,8 +140,29 @@ def build_engine(opts: WorkerOptions) -> Engine:
                     launch_ahead=opts.launch_ahead and device.type == "cuda")  # CPU steps run inside the launch
     engine.warmup()
     engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend)
+    engine.whole_graphs = make_whole_graphs(whole_tokens, cfg, model, pool, backend)
     engine.extend_graphs = make_extend_graphs(opts.extend_graph_max_tokens, model, pool, backend)
     return engine
+
+
+def make_whole_graphs(max_tokens: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend):
+    """Whole extend graphs (``extend_whole_graph.WholeExtendGraphs``) up to ``max_tokens`` tokens when the backend
+    is flashinfer (CUDA) and ``max_tokens`` > 0, else None. The backend's workspace must have been sized for them
+    (``make_backend(..., whole_graph_tokens=max_tokens)``); a smaller one raises RuntimeError here."""
+    if max_tokens <= 0 or backend.name != "flashinfer":
+        return None
+    from worker_svc.attention.workspace import workspace_bytes
+    from worker_svc.extend_graph import token_buckets
+    from worker_svc.extend_whole_graph import WholeExtendGraphs
+
+    props = torch.cuda.get_device_properties(pool.device)
+    need = workspace_bytes(cfg.n_head, cfg.kv_heads, cfg.head_dim, props.multi_processor_count, (), props.major,
+                           token_buckets(max_tokens))
+    if backend.workspace.numel() < need:
+        raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, whole extend graphs "
+                           f"up to {max_tokens} tokens need {need}: build the backend with "
+                           f"whole_graph_tokens={max_tokens}")
+    return WholeExtendGraphs(model, pool, max_tokens, sm_scale=backend.sm_scale, workspace=backend.workspace)
 
 
 def make_extend_graphs(max_tokens: int, model, pool: KVPool, backend: AttentionBackend):

@@ -6,8 +6,9 @@ K/V this worker has written (or was told is cached, via ``has_prefix``). A forwa
 1. validates the whole batch (``validation.validate_batch``; nothing changes on error);
 2. lays the batch out flat (``forward_batch.build_layout``), plans the attention backend, runs the model
    (each layer writes the new tokens' K/V at their slots): a decode batch replays a captured graph
-   (``cuda_graph.DecodeGraphs``), another batch of few tokens its pieces' graphs (``extend_graph``), the
-   rest runs eagerly;
+   (``cuda_graph.DecodeGraphs``), an extend of one request of few tokens one graph of its whole forward
+   (``extend_whole_graph``, when enabled), another batch of few tokens its pieces' graphs (``extend_graph``),
+   the rest runs eagerly;
 3. samples the items with ``sample=True`` from the logits of their last new token, and computes prompt
    logprobs where asked;
 4. commits: each request's table grows by its new slots and tokens. The sampled token is *not* added: the
@@ -109,13 +110,14 @@ class Engine:
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
-                 extend_graphs=None, launch_ahead: bool = True):
+                 extend_graphs=None, whole_graphs=None, launch_ahead: bool = False):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
-        ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the other batches that fit it;
+        ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
+        that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it;
         ``launch_ahead``: a multi-step decode Forward that continues one not yet committed may launch before
         that commit (``launch_ahead``; off: it waits for the commit)."""
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
-        self.graphs, self.extend_graphs = graphs, extend_graphs
+        self.graphs, self.extend_graphs, self.whole_graphs = graphs, extend_graphs, whole_graphs
         self.epoch, self.worker_id, self.model_path = epoch, worker_id, model_path
         self.device = kv_pool.device
         self.requests: dict[str, RequestState] = {}
@@ -319,15 +321,21 @@ class Engine:
                     else self.requests[it.request_id].slots.view() for it in items]
         layout = layout_from_parts(prefixes, [it.slot_ids for it in items])
         inputs = [self.item_inputs(it) for it in items]
-        input_ids = torch.tensor([t for ids in inputs for t in ids], dtype=torch.long).to(dev)
+        flat_ids = [t for ids in inputs for t in ids]
         qo = layout.qo_indptr.tolist()
         sample_items = [b for b, it in enumerate(items) if it.sample]
-        hidden = None  # [T, n_embd], eager path only
+        hidden = None  # [T, n_embd], all paths but the decode graphs
         if self.graphs is not None and self.graphs.fits(layout) and not any(it.return_prompt_logprobs for it in items):
             clock.start()  # the graph's plan is in it (run copies the layout in, then replays)
-            all_logits = self.graphs.run(layout, input_ids)  # [B, vocab] float32, one row per item
+            ids = torch.tensor(flat_ids, dtype=torch.long).to(dev)
+            all_logits = self.graphs.run(layout, ids)  # [B, vocab] float32, one row per item
             row_logits = lambda rows: all_logits[rows]  # noqa: E731
+        elif self.whole_graphs is not None and self.whole_graphs.fits(layout):
+            clock.start()  # its plan is in it, as for the decode graphs
+            hidden, last_logits = self.whole_graphs.run(layout, flat_ids)  # [T, n_embd], [1, vocab] float32
+            row_logits = lambda rows: last_logits  # noqa: E731  (one item: the only row it samples is its last)
         else:
+            input_ids = torch.tensor(flat_ids, dtype=torch.long).to(dev)
             self.backend.plan(AttentionMeta.from_layout(layout, dev))
             clock.start()
             if self.extend_graphs is not None and self.extend_graphs.fits(layout):
@@ -341,8 +349,7 @@ class Engine:
         # Sampling rows: the last new token of each item that samples.
         results: dict[int, object] = {}
         if sample_items:
-            rows_idx = torch.tensor([qo[b + 1] - 1 for b in sample_items], dtype=torch.long, device=dev)
-            logits = row_logits(rows_idx)  # [S, vocab] float32
+            logits = row_logits([qo[b + 1] - 1 for b in sample_items])  # [S, vocab] float32
             rows = []
             for b in sample_items:
                 it = items[b]

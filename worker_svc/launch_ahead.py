@@ -14,8 +14,14 @@ N+1 launches once the device reached N's last step (``LaunchedSteps.wait_near``)
 enqueued: until then an extend of a request that arrived while N runs can still be inserted ahead of N+1
 (``before_seq``, worker_svc/ordering.py) and run right after N. Launched at once, N+1 took that place for all of
 N and the arrivals' first tokens waited a whole Forward more (H200, bench/results/h200-run10/call4: c64 15.8k ->
-12.6-13.5k tok/s, TTFT p50 227 -> 270 ms, while the worker alone gained 8-13%). On the CPU the steps run inside the
-launch, so there is nothing to overlap: the worker turns it on for CUDA only (``build.build_engine``).
+12.6-13.5k tok/s, TTFT p50 227 -> 270 ms, while the worker alone gained 8-13%). Launching that late still lost
+(call 5: c64 14.2k against 15.3-16.1k off; the worker alone -9% to -13% a step): the launch held the request
+table's lock while it enqueued its K steps, which takes about K - 1 steps of device time (each plan waits for the
+step before it to start), so N committed and replied ~a Forward late. Now the launch gives the table lock back
+before it enqueues its steps (a device lock orders launches; ``multistep.launch_multistep(..., unlock=)``). That
+form is not measured on the H200 yet (bench/results/h200-run10/call6.sh is its A/B), so the worker runs with
+launch ahead off unless asked (``--launch-ahead``; the launcher's ``launch_ahead: true``). On the CPU the steps run
+inside the launch, so there is nothing to overlap: the worker turns it on for CUDA only (``build.build_engine``).
 
 The rules that keep the request table right:
 - at most the one Forward a Forward follows is launched and not committed when it launches ahead; every other

@@ -20,6 +20,13 @@ WAIT_S = 10.0
 K = 3
 
 
+def _engine(model_dir):
+    """A CPU engine with launch ahead on (the served worker turns it on for CUDA only, when asked)."""
+    eng = make_engine(model_dir)
+    eng.launch_ahead = True
+    return eng
+
+
 def _prefill(eng, prompts):
     """r0, r1, ... prefilled at slots 1.. (in order); returns the next free slot."""
     at = 1
@@ -79,7 +86,7 @@ def test_the_next_forward_launches_before_the_commit_and_equals_transformers(mod
     """Forward 2 (after_seq 1) launches while Forward 1 is held between its launch and its commit (red before
     launch ahead: it waited for Forward 1's commit, which never came); both give transformers' greedy tokens."""
     ps = prompts[:3]
-    eng = make_engine(model_dir)
+    eng = _engine(model_dir)
     at = _prefill(eng, ps)
     firsts = [eng.requests[f"r{i}"].last_token for i in range(len(ps))]
     gate = Gate(monkeypatch)
@@ -113,7 +120,7 @@ def test_a_row_stopped_in_the_forward_ahead_is_skipped_and_commits_nothing(model
     stop = ref_first[0].next_token_ids[0]
     ref_second = ref.forward(_decode(ps, at, 1, rows=[1]), "epoch-1").outputs[0].next_token_ids
 
-    eng = make_engine(model_dir)
+    eng = _engine(model_dir)
     _prefill(eng, ps)
     gate = Gate(monkeypatch)
     first = _decode(ps, at, 0)
@@ -138,7 +145,7 @@ def test_a_row_stopped_in_the_forward_ahead_is_skipped_and_commits_nothing(model
 
 def test_a_failure_of_the_forward_ahead_aborts_the_next_with_nothing_committed(model_dir, prompts, monkeypatch):
     ps = prompts[:2]
-    eng = make_engine(model_dir)
+    eng = _engine(model_dir)
     at = _prefill(eng, ps)
     gate = Gate(monkeypatch)
     real_finish = multistep.LaunchedSteps.finish
@@ -173,7 +180,7 @@ def test_a_failure_of_the_forward_ahead_aborts_the_next_with_nothing_committed(m
 
 def test_a_request_released_while_its_forward_is_in_flight_is_answered_skipped(model_dir, prompts, monkeypatch):
     ps = prompts[:2]
-    eng = make_engine(model_dir)
+    eng = _engine(model_dir)
     at = _prefill(eng, ps)
     gate = Gate(monkeypatch)
     t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
@@ -224,7 +231,7 @@ def test_an_extend_inserted_ahead_while_the_next_forward_waits_for_the_last_step
     a new request sent meanwhile with before_seq 2 runs right after Forward 1, ahead of Forward 2 (red when
     Forward 2 launched as soon as Forward 1's steps were enqueued: it took the extend's place)."""
     ps = prompts[:2]
-    eng = make_engine(model_dir)
+    eng = _engine(model_dir)
     at = _prefill(eng, ps)
     gate = Gate(monkeypatch)
     near_go, in_near = threading.Event(), threading.Event()
@@ -264,7 +271,7 @@ def test_the_forward_ahead_commits_while_the_next_one_enqueues_its_steps(model_d
     Forward 2 is still in its step loop (red when the launch held the lock throughout: on the H200 Forward 1's
     reply came ~a Forward late, bench/results/h200-run10/call5: c64 16.1k -> 14.2k tok/s)."""
     ps = prompts[:2]
-    eng = make_engine(model_dir)
+    eng = _engine(model_dir)
     at = _prefill(eng, ps)
     gate = Gate(monkeypatch)
     first_done = threading.Event()

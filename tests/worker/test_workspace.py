@@ -91,3 +91,20 @@ def test_start_up_error_names_the_size_and_the_term_that_decides_it(monkeypatch)
         workspace.allocate_workspace(48, 1, 128, "cuda:0", buckets(256))
     with pytest.raises(RuntimeError, match=r"351 MiB workspace .*eager plans decide it"):
         workspace.allocate_workspace(48, 1, 128, "cuda:0")
+
+
+def test_whole_extend_graphs_cost_only_the_15b_shape_more_on_the_h200():
+    # one request of T = 1,024 rows in graph mode: max(264, ceil(1024 * G / 128)) tiles of 128 rows; G = 48 for
+    # starcoder (384 tiles: 1.22 GB against the eager 837 MB), at most 264 for the others (no more than eager)
+    from worker_svc.extend_graph import token_buckets
+
+    whole = token_buckets(1024)
+    assert workspace_bytes(48, 1, 128, H200_SMS, buckets(256), extend_tokens=whole) == 48 * 384 * 128 * 129 * 4 + 32
+    assert workspace_bytes(48, 1, 128, H200_SMS, buckets(256)) == 48 * 264 * 128 * 129 * 4 + 32
+    for shape in ("starcoderbase-7b", "starcoderbase-3b", "starcoderbase-1b", "tiny_starcoder_py"):
+        n_head, head_dim = _heads(shape)
+        assert workspace_bytes(n_head, 1, head_dim, H200_SMS, buckets(256), extend_tokens=whole) == \
+            workspace_bytes(n_head, 1, head_dim, H200_SMS, buckets(256)), shape
+    # below 704 tokens (704 * 48 / 128 = 264 tiles) starcoder needs no more either
+    eager = workspace_bytes(48, 1, 128, H200_SMS)
+    assert workspace_bytes(48, 1, 128, H200_SMS, extend_tokens=token_buckets(704)) == eager

@@ -52,9 +52,12 @@ class FlashInferAttention(AttentionBackend):
 
     def __init__(self, n_head: int, kv_heads: int, head_dim: int, sm_scale: float, dtype: torch.dtype,
                  device: torch.device | str, workspace: torch.Tensor,
-                 graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+                 graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                 prefill_graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
         """``graph_buffers`` (kv_indptr [B+1], kv_indices [N], kv_last_page_len [B], int32 on the device)
         makes a decode-only backend for CUDA-graph capture at batch size B: ``plan`` writes into them.
+        ``prefill_graph_buffers`` (qo_indptr [B+1], kv_indptr [B+1], kv_indices [N], kv_last_page_len [B])
+        makes a prefill-only one for CUDA-graph capture (``plan_prefill``; ``extend_whole_graph``).
         ``workspace``: flashinfer's float workspace (uint8 on the device), shared by every backend of a worker
         (one runs at a time); size it with ``workspace.workspace_bytes`` for the largest batch the backend
         will see (``allocate_workspace``)."""
@@ -79,11 +82,18 @@ class FlashInferAttention(AttentionBackend):
                 paged_kv_indices_buffer=indices, paged_kv_last_page_len_buffer=last)
             self.prefill = None
             return
+        if prefill_graph_buffers is not None:
+            qo, indptr, indices, last = prefill_graph_buffers
+            self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                self.workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=qo, paged_kv_indptr_buf=indptr,
+                paged_kv_indices_buf=indices, paged_kv_last_page_len_buf=last)
+            self.decode = None
+            return
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=True)
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
 
     def plan(self, meta: AttentionMeta) -> None:
-        if meta.is_decode:
+        if meta.is_decode and self.decode is not None:
             self.decode.plan(
                 meta.kv_indptr_cpu, meta.kv_indices, meta.kv_last_page_len,
                 self.n_head, self.kv_heads, self.head_dim, 1,
@@ -112,6 +122,20 @@ class FlashInferAttention(AttentionBackend):
             q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
         )
         self._wrapper = self.decode
+
+    def plan_prefill(self, qo_indptr_host: torch.Tensor, kv_indptr_host: torch.Tensor, kv_indices: torch.Tensor,
+                     kv_last_page_len_host: torch.Tensor) -> None:
+        """Plans causal prefill from pinned host ``qo_indptr`` / ``kv_indptr`` (int32 [B+1]), device
+        ``kv_indices`` (int32) and pinned host ``kv_last_page_len`` (int32 [B], ones), one new token or more per
+        request. On a CUDA-graph backend (``prefill_graph_buffers``) the first plan fixes the most query rows
+        (flashinfer sizes the captured grid from it); later plans may have fewer, never more (ValueError). The
+        page-locked plan buffer rule of ``plan_decode`` holds here too."""
+        self.prefill.plan(
+            qo_indptr_host, kv_indptr_host, kv_indices, kv_last_page_len_host,
+            self.n_head, self.kv_heads, self.head_dim, 1,
+            causal=True, q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
+        )
+        self._wrapper = self.prefill
 
     def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None) -> torch.Tensor:
         """``out`` given: flashinfer writes into it (without it, ``run`` allocates and zero-fills one per

@@ -19,6 +19,9 @@ each aligned to 16 bytes, where
 - CUDA graph of B decode rows (one query each, G = num_qo_heads / num_kv_heads packed rows a request):
   ``cta_tile_q = cta_tile(G)`` and ``padded_batch_size = max(max_batch_size_if_split,
   ceil(B * G / cta_tile_q) + B - 1)``; it always splits.
+- CUDA graph of one extend of up to T new tokens (``extend_whole_graph``: one request, its qo rows fixed at T
+  by the capture's plan): ``cta_tile_q = cta_tile(T * G)`` and ``padded_batch_size =
+  max(max_batch_size_if_split, ceil(T * G / cta_tile_q))``; it always splits too.
 
 Measured on the H200 (132 SMs) on 2026-12-01 with the fixed 256 MiB this replaced: the starcoder shape (48
 heads, head_dim 128) asked 703,070,208 bytes for tmp_v at graph batch 256, starcoderbase-7b (32 heads)
@@ -59,9 +62,10 @@ def _split_bytes(n_head: int, head_dim: int, padded_batch: int, tile: int) -> in
 
 
 def workspace_parts(n_head: int, kv_heads: int, head_dim: int, num_sms: int, graph_batches: Iterable[int] = (),
-                    sm_major: int = 9) -> tuple[int, int]:
+                    sm_major: int = 9, extend_tokens: Iterable[int] = ()) -> tuple[int, int]:
     """(eager bytes, CUDA-graph bytes): what eager extend / decode plans of any size need, and what CUDA-graph
-    decode at the largest of ``graph_batches`` needs (0 without graphs). See ``workspace_bytes``."""
+    decode at the largest of ``graph_batches`` and the one-request extend graphs of ``extend_tokens`` tokens need
+    (0 without graphs). See ``workspace_bytes``."""
     if n_head % kv_heads:
         raise ValueError(f"{n_head} query heads are not a multiple of {kv_heads} K/V heads")
     split_batch = max(1, 2 * num_sms // kv_heads)
@@ -71,40 +75,47 @@ def workspace_parts(n_head: int, kv_heads: int, head_dim: int, num_sms: int, gra
         tile = cta_tile_q(group, head_dim, sm_major)
         padded = max(split_batch, -(-b * group // tile) + b - 1)
         graph = max(graph, _split_bytes(n_head, head_dim, padded, tile))
+    for t in extend_tokens:
+        tile = cta_tile_q(t * group, head_dim, sm_major)
+        padded = max(split_batch, -(-t * group // tile))
+        graph = max(graph, _split_bytes(n_head, head_dim, padded, tile))
     return eager, graph
 
 
 def workspace_bytes(n_head: int, kv_heads: int, head_dim: int, num_sms: int,
-                    graph_batches: Iterable[int] = (), sm_major: int = 9) -> int:
+                    graph_batches: Iterable[int] = (), sm_major: int = 9, extend_tokens: Iterable[int] = ()) -> int:
     """Bytes of float workspace that every plan of this worker fits in: eager extend / decode batches of any
-    size, and CUDA-graph decode at each batch size in ``graph_batches``.
+    size, CUDA-graph decode at each batch size in ``graph_batches``, and one-request extend graphs of each token
+    bucket in ``extend_tokens`` (``extend_whole_graph``).
 
     ``n_head`` query heads, ``kv_heads`` K/V heads (1 for multi-query GPTBigCode), ``num_sms`` the device's
     multiprocessor count, ``sm_major`` its compute capability's major number. Raises ValueError for shapes
     flashinfer cannot run (heads not a multiple of kv_heads). The formula and where it comes from: this
     module's docstring.
     """
-    return max(workspace_parts(n_head, kv_heads, head_dim, num_sms, graph_batches, sm_major))
+    return max(workspace_parts(n_head, kv_heads, head_dim, num_sms, graph_batches, sm_major, extend_tokens))
 
 
 def allocate_workspace(n_head: int, kv_heads: int, head_dim: int, device: torch.device | str,
-                       graph_batches: Iterable[int] = ()) -> torch.Tensor:
+                       graph_batches: Iterable[int] = (), extend_tokens: Iterable[int] = ()) -> torch.Tensor:
     """The workspace (uint8 [workspace_bytes(...)] on ``device``), sized for ``device``'s SM count.
 
     Raises RuntimeError naming the size and the settings that drive it when the GPU cannot hold it."""
     device = torch.device(device)
     props = torch.cuda.get_device_properties(device)
-    graph_batches = tuple(graph_batches)
+    graph_batches, extend_tokens = tuple(graph_batches), tuple(extend_tokens)
     eager, graph = workspace_parts(n_head, kv_heads, head_dim, props.multi_processor_count, graph_batches,
-                                   props.major)
+                                   props.major, extend_tokens)
     nbytes = max(eager, graph)
     try:
         return torch.empty(nbytes, dtype=torch.uint8, device=device)
     except torch.cuda.OutOfMemoryError as e:
         free = torch.cuda.mem_get_info(device)[0]
         if graph > eager:
-            why = (f"CUDA-graph decode up to batch {max(graph_batches)} decides it (eager plans need "
-                   f"{eager / 2**20:.0f} MiB): lower --cuda-graph-max-batch, or use a larger GPU")
+            why = (f"CUDA graphs (decode up to batch {max(graph_batches, default=0)}, one-request extends up to "
+                   f"{max(extend_tokens, default=0)} tokens) decide it (eager plans need {eager / 2**20:.0f} MiB): "
+                   "lower --cuda-graph-max-batch or --extend-graph-max-tokens, leave --extend-whole-graph off, or "
+                   "use a larger GPU")
         else:
             why = ("eager plans decide it (split-KV over 2 CTAs per SM: --cuda-graph-max-batch does not change "
                    "it): use a GPU with more free memory after the weights")
