@@ -119,7 +119,6 @@ def test_write_kv_equals_split_and_index_put(rows, width, dtype):
 def test_flashinfer_reads_a_strided_q_as_its_contiguous_copy(decode):
     """The fused K/V path hands attention q as a view of the c_attn output (row stride n_embd + 2 head_dim)."""
     from worker_svc.attention.base import AttentionMeta
-    from worker_svc.attention.workspace import allocate_workspace
     from worker_svc.forward_batch import build_layout
     from worker_svc.attention.flashinfer_backend import FlashInferAttention
 

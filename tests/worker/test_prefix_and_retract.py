@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.worker.helpers import Driver, Req, make_engine
 from worker_svc.types import ForwardItem

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 from tests.worker.helpers import Driver, Req, make_engine
