@@ -31,7 +31,9 @@ The rules that keep the request table right:
   a last token present, not stopped; whether N in fact stopped the request, or committed fewer steps, is known
   only at N+1's finish, which then answers that row ``skipped`` and commits nothing for it
   (``LaunchedSteps.finish``);
-- N+1's finish commits only after N's outcome is recorded; when N failed, N+1 fails ABORTED and commits nothing.
+- N+1's finish commits only after N's outcome is recorded; when N failed, N+1 fails ABORTED and commits nothing;
+  N+1 does not launch ahead (it waits for N's outcome, then its turn as any Forward) when N left the pending set
+  before N+1 took its turn, or when N+1's ``release_ids`` name a request of N (``Engine._take_turn``).
 """
 
 from __future__ import annotations
