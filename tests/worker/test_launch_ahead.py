@@ -379,3 +379,41 @@ def test_a_release_riding_on_the_next_forward_does_not_overtake_the_forward_ahea
     assert o1[0].sampled and o1[0].next_token_ids == ref_first[0].next_token_ids
     assert o1[1].next_token_ids == ref_first[1].next_token_ids and o2[0].next_token_ids == ref_second
     assert "r0" not in eng.requests and len(eng.requests["r1"].slots) == len(ps[1]) + 2 * K
+
+
+def test_a_request_the_forward_ahead_creates_anew_is_continued_as_in_an_ordered_run(model_dir, prompts, monkeypatch):
+    """Forward 1 carries r1 with has_prefix (its state is created anew at Forward 1's commit, here from the same
+    prefix), Forward 2 continues r1: Forward 2 gives the tokens of an ordered run (red: it launched ahead against
+    r1's old state and answered r1 ``skipped`` at its finish, which the scheduler takes for a broken worker)."""
+    ps = prompts[:2]
+
+    def first_forward(eng, at):
+        items = _decode(ps, at, 0)
+        p1 = ps[1]
+        items[1] = ForwardItem("r1", (eng.requests["r1"].last_token,), len(p1), items[1].slot_ids, decode_steps=K,
+                               has_prefix=True, prefix_slot_ids=tuple(eng.requests["r1"].slots),
+                               prefix_token_ids=tuple(p1))
+        return items
+
+    ref = make_engine(model_dir)
+    at = _prefill(ref, ps)
+    ref.forward(first_forward(ref, at), "epoch-1")
+    ref_second = ref.forward(_decode(ps, at, 1), "epoch-1").outputs
+
+    eng = _engine(model_dir)
+    _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    items1 = first_forward(eng, at)
+    t1, out1 = _started(lambda: eng.forward(items1, "epoch-1", seq=1))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
+    for _ in range(20):  # Forward 2 would launch ahead by now
+        if len(gate.aheads) == 2:
+            break
+        threading.Event().wait(0.05)
+    gate.release.set()
+    t1.join(WAIT_S)
+    t2.join(WAIT_S)
+    assert "error" not in out1 and "error" not in out2, (out1.get("error"), out2.get("error"))
+    o2 = out2["result"].outputs
+    assert [o.next_token_ids for o in o2] == [o.next_token_ids for o in ref_second]
+    assert len(eng.requests["r1"].slots) == len(ps[1]) + 2 * K
