@@ -42,7 +42,7 @@ from worker_svc.forward_batch import build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
-from worker_svc.launch_ahead import Pending, continues, projected
+from worker_svc.launch_ahead import Pending, continues, overtakes, projected
 from worker_svc.multistep import launch_multistep
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
@@ -167,7 +167,7 @@ class Engine:
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
             clock = StepClock(self.device)
-            ahead = self._take_turn(seq, ahead_of)  # both locks held from here
+            ahead = self._take_turn(seq, ahead_of, items, release_ids)  # both locks held from here
             try:
                 outputs, launched, t0 = self._validate_and_launch(items, expected_epoch, seq, ahead, release_ids, clock)
             finally:
@@ -182,19 +182,29 @@ class Engine:
         self.order.done(seq)
         return result
 
-    def _take_turn(self, seq: int, ahead_of: int):
+    def _take_turn(self, seq: int, ahead_of: int, items: Sequence[ForwardItem] = (), release_ids: Sequence[str] = ()):
         """Waits for Forward ``seq``'s turn (``Pending.wait_turn``) without the device lock, which a Forward
         launching ahead needs meanwhile, then takes the device lock and the table lock (in that order, as every
         launch does) and returns with both held once the turn still holds, with the pending Forward it continues
-        (or None). Raises WorkerError ABORTED when the turn does not come (``Pending.timeout_s``)."""
+        (or None). When that Forward is no longer pending (committed or failed), or ``items`` with ``release_ids``
+        launched ahead of it would not give an ordered run's outputs (``launch_ahead.overtakes``), it first waits
+        for that Forward's outcome and then for nothing pending, as a Forward that does not launch ahead. Raises
+        WorkerError ABORTED when the turn does not come (``Pending.timeout_s``), or when that Forward failed or has
+        no outcome in time."""
         while True:
             with self._lock:
                 self._pending.wait_turn(seq, ahead_of)
+                ahead = self._pending.get(ahead_of) if ahead_of > 0 else None
+            if ahead_of > 0 and (ahead is None or overtakes(ahead, items, release_ids)):
+                self.order.wait_done(ahead_of, seq)  # without a lock: its finish needs the table lock
+                ahead_of = 0
             self._device_lock.acquire()
             self._lock.acquire()
             if self._pending.ready(ahead_of):
-                return self._pending.get(ahead_of) if ahead_of > 0 else None
-            self._lock.release()  # another Forward launched in between: wait for its commit again
+                ahead = self._pending.get(ahead_of) if ahead_of > 0 else None
+                if ahead_of == 0 or ahead is not None:
+                    return ahead
+            self._lock.release()  # another Forward launched, or the one it continues left, in between: wait again
             self._device_lock.release()
 
     def _validate_and_launch(self, items, expected_epoch: str, seq: int, ahead, release_ids, clock):

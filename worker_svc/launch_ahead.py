@@ -31,7 +31,10 @@ The rules that keep the request table right:
   a last token present, not stopped; whether N in fact stopped the request, or committed fewer steps, is known
   only at N+1's finish, which then answers that row ``skipped`` and commits nothing for it
   (``LaunchedSteps.finish``);
-- N+1's finish commits only after N's outcome is recorded; when N failed, N+1 fails ABORTED and commits nothing.
+- N+1's finish commits only after N's outcome is recorded; when N failed, N+1 fails ABORTED and commits nothing;
+  N+1 does not launch ahead (it waits for N's outcome, then its turn as any Forward) when N left the pending set
+  before N+1 took its turn, or when launched ahead it would not give an ordered run's outputs (``overtakes``:
+  N+1's ``release_ids`` name a request of N, or N creates anew a request N+1 continues; ``Engine._take_turn``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ def continues(items: Sequence[ForwardItem]) -> bool:
     of the commit of the Forward it follows."""
     return bool(items) and any(it.decode_steps > 1 for it in items) and all(
         it.input_from_last_sample and not it.has_prefix for it in items)
+
+
+def overtakes(ahead, items: Sequence[ForwardItem], release_ids: Sequence[str]) -> bool:
+    """True when Forward ``items`` (releasing ``release_ids``) launched ahead of the commit of ``ahead`` (its
+    ``LaunchedSteps``) could not give what an ordered run gives: it releases a request of ``ahead`` (the release
+    would overtake that commit), or ``ahead`` creates anew (``has_prefix``) a request it continues (``projected``
+    knows the old state only). It then waits for that commit."""
+    fresh = {it.request_id for it in ahead.items if it.has_prefix}
+    return not ahead.rows.keys().isdisjoint(release_ids) or any(it.request_id in fresh for it in items)
 
 
 class Projected:

@@ -304,3 +304,116 @@ def test_the_forward_ahead_commits_while_the_next_one_enqueues_its_steps(model_d
     assert gate.aheads[1] is not None
     assert all(o.sampled for o in out2["result"].outputs)
     assert len(eng.requests["r0"].slots) == len(ps[0]) + 2 * K
+
+
+@pytest.mark.parametrize("rows1, rows2, step2", [([0, 1], [0, 1], 1), ([0], [1], 0)], ids=["same-rows", "other-rows"])
+def test_a_failure_of_the_forward_ahead_before_the_next_takes_its_turn_aborts_it(model_dir, prompts, monkeypatch,
+                                                                                  rows1, rows2, step2):
+    """Forward 2 passed its wait (Forward 1 launched, no outcome yet), then Forward 1 fails and leaves the pending
+    set before Forward 2 takes its turn: Forward 2 fails ABORTED naming Forward 1 and commits nothing (red: it
+    found nothing pending, ran against the table Forward 1 never committed: INVALID_ARGUMENT for Forward 1's rows,
+    and rows of other requests committed after a Forward that failed)."""
+    ps = prompts[:2]
+    eng = _engine(model_dir)
+    at = _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    real_finish, calls = multistep.LaunchedSteps.finish, []
+
+    def failing_finish(run, engine, requests):
+        calls.append(run)
+        if len(calls) == 1:
+            raise RuntimeError("device fault while reading back Forward 1")
+        return real_finish(run, engine, requests)
+
+    monkeypatch.setattr(multistep.LaunchedSteps, "finish", failing_finish)
+    take_turn = eng._take_turn
+
+    def late_turn(seq, ahead_of, *args, **kw):
+        if seq == 2:  # past its wait for Forward 1: Forward 1 fails and leaves the pending set first
+            gate.release.set()
+            for _ in range(int(WAIT_S * 20)):
+                if not eng._pending._launched:
+                    break
+                threading.Event().wait(0.05)
+        return take_turn(seq, ahead_of, *args, **kw)
+
+    monkeypatch.setattr(eng, "_take_turn", late_turn)
+    t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0, rows=rows1), "epoch-1", seq=1))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, step2, rows=rows2), "epoch-1", seq=2, after_seq=1))
+    t1.join(WAIT_S)
+    t2.join(WAIT_S)
+    assert isinstance(out1.get("error"), RuntimeError)
+    err = out2.get("error")
+    assert isinstance(err, WorkerError) and err.code == "ABORTED" and "after seq 1, which failed" in err.message, err
+    assert len(calls) == 1  # Forward 2 never committed
+    for i, p in enumerate(ps):
+        assert len(eng.requests[f"r{i}"].slots) == len(p)
+    assert not eng._pending._launched
+
+
+def test_a_release_riding_on_the_next_forward_does_not_overtake_the_forward_ahead(model_dir, prompts, monkeypatch):
+    """Forward 2 (after 1) releases r0, a request of Forward 1: Forward 1 still commits and answers r0 as in an
+    ordered run, then r0 is dropped (red: Forward 2 launched ahead and dropped r0 before Forward 1's commit, which
+    answered r0 ``skipped``)."""
+    ps = prompts[:2]
+    ref = make_engine(model_dir)
+    at = _prefill(ref, ps)
+    ref_first = ref.forward(_decode(ps, at, 0), "epoch-1").outputs
+    ref_second = ref.forward(_decode(ps, at, 1, rows=[1]), "epoch-1").outputs[0].next_token_ids
+
+    eng = _engine(model_dir)
+    _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1, rows=[1]), "epoch-1", seq=2, after_seq=1,
+                                            release_ids=("r0",)))
+    for _ in range(20):  # Forward 2 would launch ahead by now
+        if len(gate.aheads) == 2:
+            break
+        threading.Event().wait(0.05)
+    gate.release.set()
+    t1.join(WAIT_S)
+    t2.join(WAIT_S)
+    assert "error" not in out1 and "error" not in out2, (out1.get("error"), out2.get("error"))
+    o1, o2 = out1["result"].outputs, out2["result"].outputs
+    assert o1[0].sampled and o1[0].next_token_ids == ref_first[0].next_token_ids
+    assert o1[1].next_token_ids == ref_first[1].next_token_ids and o2[0].next_token_ids == ref_second
+    assert "r0" not in eng.requests and len(eng.requests["r1"].slots) == len(ps[1]) + 2 * K
+
+
+def test_a_request_the_forward_ahead_creates_anew_is_continued_as_in_an_ordered_run(model_dir, prompts, monkeypatch):
+    """Forward 1 carries r1 with has_prefix (its state is created anew at Forward 1's commit, here from the same
+    prefix), Forward 2 continues r1: Forward 2 gives the tokens of an ordered run (red: it launched ahead against
+    r1's old state and answered r1 ``skipped`` at its finish, which the scheduler takes for a broken worker)."""
+    ps = prompts[:2]
+
+    def first_forward(eng, at):
+        items = _decode(ps, at, 0)
+        p1 = ps[1]
+        items[1] = ForwardItem("r1", (eng.requests["r1"].last_token,), len(p1), items[1].slot_ids, decode_steps=K,
+                               has_prefix=True, prefix_slot_ids=tuple(eng.requests["r1"].slots),
+                               prefix_token_ids=tuple(p1))
+        return items
+
+    ref = make_engine(model_dir)
+    at = _prefill(ref, ps)
+    ref.forward(first_forward(ref, at), "epoch-1")
+    ref_second = ref.forward(_decode(ps, at, 1), "epoch-1").outputs
+
+    eng = _engine(model_dir)
+    _prefill(eng, ps)
+    gate = Gate(monkeypatch)
+    items1 = first_forward(eng, at)
+    t1, out1 = _started(lambda: eng.forward(items1, "epoch-1", seq=1))
+    t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
+    for _ in range(20):  # Forward 2 would launch ahead by now
+        if len(gate.aheads) == 2:
+            break
+        threading.Event().wait(0.05)
+    gate.release.set()
+    t1.join(WAIT_S)
+    t2.join(WAIT_S)
+    assert "error" not in out1 and "error" not in out2, (out1.get("error"), out2.get("error"))
+    o2 = out2["result"].outputs
+    assert [o.next_token_ids for o in o2] == [o.next_token_ids for o in ref_second]
+    assert len(eng.requests["r1"].slots) == len(ps[1]) + 2 * K
