@@ -300,11 +300,6 @@ class Engine:
             return (self.requests[it.request_id].last_token,)
         return tuple(it.input_ids)
 
-    def first_inputs(self, its: Sequence[ForwardItem]) -> list[int]:
-        """The first new input token id of each item (multi-step decode: its step-0 input), as ints."""
-        requests = self.requests
-        return [requests[it.request_id].last_token if it.input_from_last_sample else it.input_ids[0] for it in its]
-
     def warmup(self) -> None:
         """Runs one extend and one decode step on slots 1..3 (no request state is kept), so the attention
         kernels are compiled before serving. The garbage K/V written there is overwritten by later use."""

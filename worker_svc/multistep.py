@@ -27,6 +27,7 @@ greedy rows take the argmax of the same logits, seeded rows draw with the genera
 from __future__ import annotations
 
 import bisect
+import functools
 import operator
 from typing import Mapping, Sequence
 
@@ -67,13 +68,11 @@ class LaunchedSteps:
     one; ``states``: the request state each row was validated against (None for a ``has_prefix`` row), so a row
     whose request was released or replaced meanwhile is answered ``skipped`` instead of committed."""
 
-    def __init__(self, items, order, states, toks, lps, ahead_rows, clock, near=None):
+    def __init__(self, items, order, states, toks, lps, ahead_rows, near=None):
         self.items, self.order, self.states = items, order, states
         self.toks, self.lps = toks, lps
         self.ahead_rows = ahead_rows  # rows whose first input came from the Forward ahead (set of row indices)
-        self.rows = {it.request_id: (r, it.decode_steps, it.slot_ids) for r, it in enumerate(items)}
-        self.clock = clock
-        self._near = near  # CUDA event recorded before the last step's launch (None: one step, or the CPU)
+        self._near = near  # CUDA event recorded before the last step's launch (None: one step, the CPU, launch ahead off)
         cuda = toks.device.type == "cuda"
         self.host_toks = _host_copy(toks, cuda)
         self.host_lps = _host_copy(lps, cuda) if lps is not None else None
@@ -81,6 +80,11 @@ class LaunchedSteps:
         if cuda:
             self._ready = torch.cuda.Event()
             self._ready.record()
+
+    @functools.cached_property
+    def rows(self) -> dict[str, tuple[int, int, Sequence[int]]]:
+        """Request id -> (row, steps, new slot ids); built only when a Forward launches ahead of this one."""
+        return {it.request_id: (r, it.decode_steps, it.slot_ids) for r, it in enumerate(self.items)}
 
     def first_token_index(self, request_id: str) -> int:
         """Index into ``toks.view(-1)`` of the request's last token of this Forward (the next one's input)."""
@@ -184,7 +188,7 @@ def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: Launche
     near = None
     clock.start()
     for j in range(steps):
-        if j == steps - 1 and j > 0 and dev.type == "cuda":
+        if j == steps - 1 and j > 0 and dev.type == "cuda" and engine.launch_ahead:  # only launch ahead waits on it
             near = torch.cuda.Event()
             near.record()
         n = active[j]
@@ -206,4 +210,4 @@ def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: Launche
         toks[j, :n] = nxt
         cur = nxt  # rows past n never run again (k sorted, largest first)
     clock.stop()
-    return LaunchedSteps(its, order, states, toks, lps, frozenset(from_ahead), clock, near)
+    return LaunchedSteps(its, order, states, toks, lps, frozenset(from_ahead), near)

@@ -67,6 +67,13 @@ class Gate:
         monkeypatch.setattr("worker_svc.engine.launch_multistep", launch_spy)
         monkeypatch.setattr(multistep.LaunchedSteps, "wait", held_wait)
 
+    def wait_launches(self, n: int) -> None:
+        """Polls (up to WAIT_S) until ``n`` launches were seen; the caller asserts on what they were given."""
+        for _ in range(int(WAIT_S * 20)):
+            if len(self.aheads) >= n:
+                return
+            threading.Event().wait(0.05)
+
 
 def _started(fn):
     out: dict = {}
@@ -92,11 +99,7 @@ def test_the_next_forward_launches_before_the_commit_and_equals_transformers(mod
     gate = Gate(monkeypatch)
     t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
     t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
-    deadline = threading.Event()
-    for _ in range(int(WAIT_S * 20)):  # Forward 2 launches while Forward 1 is still held
-        if len(gate.aheads) == 2:
-            break
-        deadline.wait(0.05)
+    gate.wait_launches(2)  # Forward 2 launches while Forward 1 is still held
     assert len(gate.aheads) == 2 and gate.aheads[1] is not None, "Forward 2 did not launch ahead of the commit"
     assert t1.is_alive() and len(eng.requests["r0"].slots) == len(ps[0])  # nothing committed yet
     gate.release.set()
@@ -127,10 +130,7 @@ def test_a_row_stopped_in_the_forward_ahead_is_skipped_and_commits_nothing(model
     first[0] = dataclasses.replace(first[0], stop_token_ids=(stop,))
     t1, out1 = _started(lambda: eng.forward(first, "epoch-1", seq=1))
     t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
-    for _ in range(int(WAIT_S * 20)):
-        if len(gate.aheads) == 2:
-            break
-        threading.Event().wait(0.05)
+    gate.wait_launches(2)
     gate.release.set()
     t1.join(WAIT_S)
     t2.join(WAIT_S)
@@ -160,10 +160,7 @@ def test_a_failure_of_the_forward_ahead_aborts_the_next_with_nothing_committed(m
     monkeypatch.setattr(multistep.LaunchedSteps, "finish", failing_finish)
     t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
     t2, out2 = _started(lambda: eng.forward(_decode(ps, at, 1), "epoch-1", seq=2, after_seq=1))
-    for _ in range(int(WAIT_S * 20)):
-        if len(gate.aheads) == 2:
-            break
-        threading.Event().wait(0.05)
+    gate.wait_launches(2)
     gate.release.set()
     t1.join(WAIT_S)
     t2.join(WAIT_S)
@@ -184,10 +181,7 @@ def test_a_request_released_while_its_forward_is_in_flight_is_answered_skipped(m
     at = _prefill(eng, ps)
     gate = Gate(monkeypatch)
     t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
-    for _ in range(int(WAIT_S * 20)):
-        if gate.aheads:
-            break
-        threading.Event().wait(0.05)
+    gate.wait_launches(1)
     assert eng.release(["r0"]) == 1  # the Release RPC while Forward 1's steps are in flight
     gate.release.set()
     t1.join(WAIT_S)
@@ -206,10 +200,7 @@ def test_other_forwards_wait_for_the_commit(model_dir, prompts, monkeypatch, lau
     at = _prefill(eng, ps)
     gate = Gate(monkeypatch)
     t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
-    for _ in range(int(WAIT_S * 20)):
-        if gate.aheads:
-            break
-        threading.Event().wait(0.05)
+    gate.wait_launches(1)
     p2 = prompts[2]
     new = tuple(range(at + 100, at + 100 + len(p2)))
     te, oute = _started(lambda: eng.forward([ForwardItem("r2", tuple(p2), 0, new, has_prefix=True)], "epoch-1"))
