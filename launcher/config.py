@@ -51,7 +51,8 @@ HELP = {
     "splitk_rows": "CUDA: projections of batches up to this many rows through the split-K Triton GEMM (default: 64 "
                    "for models of n_embd <= 1024, else 0; 0 = cuBLAS for all)",
     "extend_whole_graph": "extends of one request up to --extend-graph-max-tokens tokens replay one CUDA graph of "
-                          "the whole forward (flashinfer on CUDA only): true or false (default false)",
+                          "the whole forward (flashinfer on CUDA only): true or false (default true; false runs the worker "
+                          "with its --no-extend-whole-graph)",
     "pdl": "CUDA: the worker's Triton kernels as programmatic dependent launches: true or false (--pdl false runs "
            "the worker with its --no-pdl)",
     "launch_ahead": "a multi-step decode Forward that continues the one before it launches before that one's commit: "
@@ -122,7 +123,7 @@ class StackConfig:
     seed: int = 0
     cuda_graph_max_batch: int = 256
     extend_graph_max_tokens: int = 1024
-    extend_whole_graph: bool = False
+    extend_whole_graph: bool = True
     splitk_rows: int | None = None
     pdl: bool = True
     launch_ahead: bool = False

@@ -36,7 +36,7 @@ class WorkerOptions:
     seed: int = 0
     cuda_graph_max_batch: int = 256  # decode batches up to this size replay CUDA graphs (flashinfer only); 0 = off
     extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
-    extend_whole_graph: bool = False  # one-request extends up to extend_graph_max_tokens: one graph of the forward
+    extend_whole_graph: bool = True  # one-request extends up to extend_graph_max_tokens: one graph of the forward
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
     launch_ahead: bool = False  # CUDA: a continuing multi-step decode Forward launches before the one ahead commits

@@ -27,7 +27,7 @@ OWN_DEFAULTS = {"max_queued_tokens"}
 # A value other than the default for every setting the launcher passes (kv_fraction: see KV_FRACTION).
 CHANGED = StackConfig(
     model_name="served-name", device="cpu", dtype="float32", attention="torch", kv_tokens=3000, page_size=2,
-    seed=7, cuda_graph_max_batch=16, extend_whole_graph=True,
+    seed=7, cuda_graph_max_batch=16, extend_whole_graph=False,
     chunk_size=128, max_running_requests=9, max_queued_requests=33,
     max_queued_tokens=5000, policy="lpm", progress_timeout=12.5, outage_timeout=7.0, worker_stall_timeout=4.0, decode_steps=3,
     overlap=False, lease_seconds=11.0, drain_seconds=3.5, api_key="k-123", max_body_bytes=1000, max_n=2,
@@ -77,7 +77,7 @@ def test_each_passed_value_is_what_the_service_reads() -> None:
                 assert getattr(args, name) == getattr(cfg, name), f"{service} --{name}"
     assert parse_service("gateway", commands(CHANGED, "/m")["gateway"]).max_body_bytes == 1000
     assert parse_service("scheduler", commands(CHANGED, "/m")["scheduler"]).overlap is False
-    assert "--extend-whole-graph" in commands(CHANGED, "/m")["worker"]
+    assert "--no-extend-whole-graph" in commands(CHANGED, "/m")["worker"]
     default_worker = set(commands(StackConfig(), "/m")["worker"])
     assert not {"--extend-whole-graph", "--no-extend-whole-graph", "--pdl"} & default_worker
 
