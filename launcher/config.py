@@ -242,7 +242,10 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--log-level": "every service logs JSON at info to the run's log folder; the worker and scheduler have "
                        "no level flag, so one launcher flag could not mean the same for all",
     },
-    "worker": {},
+    "worker": {
+        "--decode-attention": "an A/B switch until the Triton decode kernel is measured end to end on the GPU: "
+                              "bench/serve_bench --worker-flags=--decode-attention=triton runs it",
+    },
     "scheduler": {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",
         "--mixed-chunk": MIXED_CHUNK,

@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
                          "n_embd <= 1024, else 0, as measured on the H200)")
+    ap.add_argument("--decode-attention", default="flashinfer", choices=["flashinfer", "triton"],
+                    help="the decode CUDA graphs' attention: flashinfer's tensor-core decode, or the Triton multi-query "
+                         "kernel (worker_svc/attention/mqa_decode.py; no per-step plan; not yet measured end to end)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
     ap.add_argument("--launch-ahead", action=argparse.BooleanOptionalAction, default=False,
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
-                         pdl=args.pdl, launch_ahead=args.launch_ahead, extend_whole_graph=args.extend_whole_graph)
+                         pdl=args.pdl, decode_attention=args.decode_attention, launch_ahead=args.launch_ahead,
+                         extend_whole_graph=args.extend_whole_graph)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()

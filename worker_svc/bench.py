@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--splitk-rows", type=int, default=0,
                     help="projections of batches up to this many rows through the split-K Triton GEMM "
                          "(model/skinny_gemm.py); 0 = cuBLAS")
+    ap.add_argument("--decode-attention", default="flashinfer", choices=["flashinfer", "triton"],
+                    help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs)")
     ap.add_argument("--pdl", action="store_true", help="the Triton kernels as programmatic dependent launches")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch, whole_tokens)
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
-    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend)
+    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, args.decode_attention)
     eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
     whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend)  # on for the prefill cases' "whole" mode
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())

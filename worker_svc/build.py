@@ -39,6 +39,7 @@ class WorkerOptions:
     extend_whole_graph: bool = True  # one-request extends up to extend_graph_max_tokens: one graph of the forward
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
+    decode_attention: str = "flashinfer"  # the decode graphs' attention: flashinfer or triton (attention/mqa_decode)
     launch_ahead: bool = False  # CUDA: a continuing multi-step decode Forward launches before the one ahead commits
     # (off by default: two forms measured on the H200 lost end to end, bench/results/h200-run10/call4, call5)
 
@@ -139,7 +140,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
                     model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed,
                     launch_ahead=opts.launch_ahead and device.type == "cuda")  # CPU steps run inside the launch
     engine.warmup()
-    engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend)
+    engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, opts.decode_attention)
     engine.whole_graphs = make_whole_graphs(whole_tokens, cfg, model, pool, backend)
     engine.extend_graphs = make_extend_graphs(opts.extend_graph_max_tokens, model, pool, backend)
     return engine
@@ -175,10 +176,12 @@ def make_extend_graphs(max_tokens: int, model, pool: KVPool, backend: AttentionB
     return ExtendGraphs(model, pool, max_tokens)
 
 
-def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend):
+def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend,
+                decode_attention: str = "flashinfer"):
     """Captured decode graphs when the backend is flashinfer and ``max_batch`` > 0, else None. The graphs
     share the backend's workspace, which must have been sized for ``max_batch`` (``make_backend``); a
-    smaller one raises RuntimeError here, at start-up, instead of at the first large decode batch."""
+    smaller one raises RuntimeError here, at start-up, instead of at the first large decode batch.
+    ``decode_attention``: the graphs' attention, ``flashinfer`` or ``triton`` (``cuda_graph.DecodeGraphs``)."""
     if max_batch <= 0 or backend.name != "flashinfer":
         return None
     from worker_svc.attention.workspace import workspace_bytes
@@ -190,4 +193,5 @@ def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: 
     if backend.workspace.numel() < need:
         raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, CUDA graphs up to "
                            f"batch {max_batch} need {need}: build the backend with cuda_graph_max_batch={max_batch}")
-    return DecodeGraphs(cfg, model, pool, backend.sm_scale, backend.workspace, max_batch=max_batch)
+    return DecodeGraphs(cfg, model, pool, backend.sm_scale, backend.workspace, max_batch=max_batch,
+                        decode_attention=decode_attention)

@@ -10,7 +10,9 @@ flashinfer's ``plan`` is not capturable: it runs before each replay and writes t
 slot indices into the buffers the graph reads (``use_cuda_graph=True`` wrappers). Every host array goes to
 the device from pinned memory, so preparing a step never waits for the GPU; the one wait left is that a plan
 does not start before the previous plan's asynchronous copy out of flashinfer's page-locked buffer has run
-(an event), which lets the host prepare step j + 1 while the GPU runs step j.
+(an event), which lets the host prepare step j + 1 while the GPU runs step j. With ``decode_attention="triton"``
+the graphs' attention is the Triton multi-query kernel (``attention/triton_decode.py``) instead: it reads the
+buffers itself, and a step only copies its indptr and slots into them (no plan, no wait).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from worker_svc.attention.base import AttentionMeta
+from worker_svc.attention.base import AttentionBackend, AttentionMeta
 from worker_svc.attention.flashinfer_backend import FlashInferAttention
+from worker_svc.attention.triton_decode import TritonDecodeAttention
 from worker_svc.forward_batch import BatchLayout, build_layout
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
@@ -71,9 +74,13 @@ class DecodeGraphs:
     """Captured decode graphs, one per bucket. ``run(layout, input_ids)`` -> float32 logits [b, vocab]."""
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, sm_scale: float,
-                 workspace: torch.Tensor, max_batch: int = 256):
+                 workspace: torch.Tensor, max_batch: int = 256, decode_attention: str = "flashinfer"):
         """``workspace``: flashinfer's float workspace shared with the eager backend, sized for ``max_batch``
-        (``attention.workspace.workspace_bytes``)."""
+        (``attention.workspace.workspace_bytes``). ``decode_attention``: ``flashinfer`` (its tensor-core decode
+        wrappers, planned before each replay) or ``triton`` (``attention/triton_decode.py``; multi-query models
+        only, RuntimeError otherwise); ValueError for another name."""
+        if decode_attention not in ("flashinfer", "triton"):
+            raise ValueError(f"decode_attention must be flashinfer or triton (got {decode_attention!r})")
         dev, dtype = kv_pool.device, kv_pool.dtype
         self.cfg, self.model, self.kv_pool = cfg, model, kv_pool
         self.max_batch = max_batch
@@ -86,11 +93,16 @@ class DecodeGraphs:
         self.kv_indices = torch.zeros(index_capacity(max_batch, cfg.n_positions), dtype=torch.int32, device=dev)
         self.kv_last = torch.ones(max_batch, dtype=torch.int32, device=dev)
         mempool = torch.cuda.graph_pool_handle()
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, FlashInferAttention, torch.Tensor]] = {}
+        self.decode_attention = decode_attention
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, AttentionBackend, torch.Tensor]] = {}
         for size in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
-            backend = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype, dev, workspace,
-                                          graph_buffers=(self.kv_indptr[: size + 1], self.kv_indices,
-                                                         self.kv_last[:size]))
+            if decode_attention == "triton":
+                backend = TritonDecodeAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype,
+                                                self.kv_indptr[: size + 1], self.kv_indices, size)
+            else:
+                backend = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype, dev, workspace,
+                                              graph_buffers=(self.kv_indptr[: size + 1], self.kv_indices,
+                                                             self.kv_last[:size]))
             layout = pad_layout(build_layout([], [], []), size)
             backend.plan(AttentionMeta.from_layout(layout, dev))
             args = (self.ids[:size], self.positions[:size], kv_pool, backend, self.out_slots[:size])
@@ -142,6 +154,10 @@ class DecodeGraphs:
         self.ids[b:size].zero_()
         self.positions[:size].copy_(positions)
         self.out_slots[:size].copy_(out_slots)
+        if self.decode_attention == "triton":
+            backend.load_step(kv_indptr_host, kv_indices)
+            graph.replay()
+            return logits[:b]
         if self._planned is not None:  # flashinfer's page-locked plan buffer is free again once this ran
             self._planned.synchronize()
         backend.plan_decode(kv_indptr_host, kv_indices, kv_last_host)

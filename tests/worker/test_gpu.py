@@ -138,14 +138,17 @@ def test_default_model_greedy_matches_hf(model_dir, hf_model, prompts):
     print("greedy prefix agreement with HF fp32:", {k: f"{v}/{total}" for k, v in agree.items()})
 
 
-def test_cuda_graph_decode_matches_eager(model_dir, prompts):
+@pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
+def test_cuda_graph_decode_matches_eager(model_dir, prompts, decode_attention):
+    """Decode on the graphs (flashinfer's decode wrappers, or the Triton multi-query kernel) gives eager
+    flashinfer's tokens, with a retract in the middle."""
     from worker_svc.build import make_graphs
 
     outs = []
     for graphs in (False, True):
         eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
         if graphs:
-            eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend)
+            eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend, decode_attention)
         drv = Driver(eng, chunk=8)
         reqs = [Req(f"r{i}", p, 16) for i, p in enumerate(prompts)]  # 7 requests: bucket 8 with one padding row
         while not all(r.done for r in reqs):
@@ -159,9 +162,11 @@ def test_cuda_graph_decode_matches_eager(model_dir, prompts):
         assert max(abs(x - y) for x, y in zip(la, lb)) < 1e-2
 
 
-def test_multistep_on_cuda_graphs_matches_single_step_eager(model_dir, prompts):
+@pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
+def test_multistep_on_cuda_graphs_matches_single_step_eager(model_dir, prompts, decode_attention):
     """Multi-step decode on CUDA graphs (metadata gathered on the device by StepFeed, buckets changing as rows
-    finish their steps, one padding row) gives the tokens of one-step eager decode, and stops at a stop id."""
+    finish their steps, one padding row; flashinfer's decode or the Triton multi-query kernel, which the host
+    does not wait for between steps) gives the tokens of one-step eager decode, and stops at a stop id."""
     from tests.worker.test_multistep import _run
     from worker_svc.build import make_graphs
 
@@ -169,7 +174,7 @@ def test_multistep_on_cuda_graphs_matches_single_step_eager(model_dir, prompts):
         eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
         eng.epoch = "epoch-1"
         if graphs:
-            eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend)
+            eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend, decode_attention)
         return eng
 
     reqs = prompts[:7]
@@ -296,3 +301,19 @@ def test_forwards_launched_ahead_on_cuda_graphs_equal_the_ordered_run(model_dir,
     cut = next(j for j in range(1, len(ordered[1])) if ordered[1][j] == stop)  # the prefill's token is no decode
     assert stopped[1] == ordered[1][: cut + 1]
     assert [o for i, o in enumerate(stopped) if i != 1] == [o for i, o in enumerate(ordered) if i != 1]
+
+
+@pytest.mark.parametrize("heads,dim,splits", [(16, 128, 1), (16, 128, 6), (12, 64, 64), (48, 128, 3)])
+def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits):
+    """The Triton multi-query decode kernel (worker_svc/attention/mqa_decode.py) on the GPU in bf16, one split
+    and several (spans past the end of the 1-token request included), against float32 attention."""
+    from tests.worker.test_mqa_decode_interpreter import make, reference
+    from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode
+
+    q, k, v, indices, indptr = make([1, 37, 300, 1152, 64], heads, dim, slots=8192, seed=heads + splits)
+    dev = torch.device("cuda:0")
+    g = [t.to(dev) for t in (q.bfloat16(), k.bfloat16(), v.bfloat16(), indices, indptr)]
+    ws = MQADecodeWorkspace(5, splits, heads, dim, dev) if splits > 1 else None
+    got = mqa_decode(*g, dim ** -0.5, DecodeConfig(splits=splits), ws)
+    want = reference(*(t.cpu() for t in g), dim ** -0.5)
+    assert (got.double().cpu() - want).abs().max().item() < 2e-2

@@ -7,7 +7,7 @@ all ``n_head`` heads of one request against a span of its KV: the heads are the 
 ``(B, splits)``: CTA ``(b, s)`` takes the s-th of ``splits`` equal spans of request b's KV (``ceil(kv_len /
 splits)`` tokens, found on the device from ``kv_indptr``), so nothing is planned on the host and the launch is
 capturable in a CUDA graph with any lengths. Each CTA writes its span's normalized output and log-sum-exp
-(float32, base 2); a second kernel merges the spans of a request with the weights ``2^(lse_s - max lse)`` (the
+(float32, base 2); a second kernel, one CTA per (request, head), merges the spans with the weights ``2^(lse_s - max lse)`` (the
 split-KV merge of FlashDecoding: Dao et al., 2023, "Flash-Decoding for long-context inference"). With one split
 the first kernel writes the output itself.
 
@@ -97,24 +97,19 @@ def _kernels():
             tl.store(lse_ptr + (b * SPLITS + s) * BLOCK_H + offs_h, lse)
 
     @triton.jit
-    def mqa_decode_merge(o_ptr, lse_ptr, out_ptr, stride_ob, stride_os, stride_outb, stride_outh, H,
-                         SPLITS: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr):
+    def mqa_decode_merge(o_ptr, lse_ptr, out_ptr, stride_ob, stride_os, stride_outb, stride_outh, SPLITS,
+                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
         b = tl.program_id(0)
-        offs_h = tl.arange(0, BLOCK_H)
+        h = tl.program_id(1)  # one CTA per (request, head): the merge of one request is spread over H CTAs
+        offs_s = tl.arange(0, BLOCK_S)
         offs_d = tl.arange(0, D)
-        mask_h = offs_h < H
-        m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-        for s in tl.static_range(SPLITS):
-            m = tl.maximum(m, tl.load(lse_ptr + (b * SPLITS + s) * BLOCK_H + offs_h))
-        den = tl.zeros([BLOCK_H], tl.float32)
-        acc = tl.zeros([BLOCK_H, D], tl.float32)
-        for s in tl.static_range(SPLITS):
-            w = tl.exp2(tl.load(lse_ptr + (b * SPLITS + s) * BLOCK_H + offs_h) - m)  # 0 for an empty span
-            den += w
-            acc += w[:, None] * tl.load(o_ptr + b * stride_ob + s * stride_os + offs_h[:, None] * D + offs_d[None, :],
-                                        mask=mask_h[:, None], other=0.0)
-        tl.store(out_ptr + b * stride_outb + offs_h[:, None] * stride_outh + offs_d[None, :],
-                 (acc / den[:, None]).to(out_ptr.dtype.element_ty), mask=mask_h[:, None])
+        mask_s = offs_s < SPLITS
+        lse = tl.load(lse_ptr + (b * SPLITS + offs_s) * BLOCK_H + h, mask=mask_s, other=float("-inf"))
+        w = tl.exp2(lse - tl.max(lse, 0))  # 0 for an empty span and for the padding splits
+        o = tl.load(o_ptr + b * stride_ob + offs_s[:, None] * stride_os + h * D + offs_d[None, :],
+                    mask=mask_s[:, None], other=0.0)  # [BLOCK_S, D]
+        res = tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)
+        tl.store(out_ptr + b * stride_outb + h * stride_outh + offs_d, res.to(out_ptr.dtype.element_ty))
 
     return mqa_decode_part, mqa_decode_merge
 
@@ -165,6 +160,6 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
                           out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
                           DIRECT=direct, num_warps=cfg.warps, num_stages=cfg.stages)
     if not direct:
-        merge[(B,)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), H,
-                    SPLITS=cfg.splits, D=D, BLOCK_H=bh, num_warps=4)
+        merge[(B, H)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), cfg.splits,
+                      D=D, BLOCK_H=bh, BLOCK_S=max(2, 1 << (cfg.splits - 1).bit_length()), num_warps=2)
     return out
