@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-timeout", type=float, default=240.0, help="seconds each hf baseline process may run")
     ap.add_argument("--hf-from", default=None, help="serve_bench.json of an earlier --phases hf run on this machine: "
                     "its baselines give the ratios (to run the hf phase and the stack as two commands)")
-    ap.add_argument("--worker-flags", default="", help="extra worker flags, space-separated (e.g. --no-launch-ahead)")
+    ap.add_argument("--worker-flags", default="", help="extra worker flags, space-separated (e.g. --no-extend-whole-graph)")
     ap.add_argument("--c1-requests", type=int, default=3)
     ap.add_argument("--prefix-fractions", default="0,0.5,0.75,0.9,0.97", help="shared shares of the prompt (prefix phase)")
     ap.add_argument("--cpu-input-len", type=int, default=64)

@@ -55,8 +55,6 @@ HELP = {
                           "with its --no-extend-whole-graph)",
     "pdl": "CUDA: the worker's Triton kernels as programmatic dependent launches: true or false (--pdl false runs "
            "the worker with its --no-pdl)",
-    "launch_ahead": "a multi-step decode Forward that continues the one before it launches before that one's commit: "
-                    "true or false (default false; true runs the worker with its --launch-ahead)",
     "chunk_size": "prefill tokens per scheduling round (chunked prefill)",
     "max_running_requests": "requests running at once, at most",
     "max_queued_requests": "waiting requests, at most; beyond it HTTP 429",
@@ -126,7 +124,6 @@ class StackConfig:
     extend_whole_graph: bool = True
     splitk_rows: int | None = None
     pdl: bool = True
-    launch_ahead: bool = False
     # scheduler
     chunk_size: int = 512
     max_running_requests: int = 64
@@ -153,11 +150,11 @@ class StackConfig:
     probe_timeout: float = 2.0
 
     def __post_init__(self) -> None:
-        """A switch (``overlap``, ``pdl``, ``launch_ahead``, ``extend_whole_graph``) given as text (the launcher's
+        """A switch (``overlap``, ``pdl``, ``extend_whole_graph``) given as text (the launcher's
         flags are strings): true/false, yes/no, 1/0, on/off. An int given for a float setting becomes a float, a path
         given for a text setting its text."""
         words = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False, "off": False}
-        for name in ("overlap", "pdl", "launch_ahead", "extend_whole_graph"):
+        for name in ("overlap", "pdl", "extend_whole_graph"):
             text = getattr(self, name)
             if isinstance(text, str):
                 if text.lower() not in words:
@@ -202,7 +199,7 @@ def value_type(f: dataclasses.Field) -> type:
 PASSED: dict[str, tuple[str, ...]] = {
     "cache": ("lease_seconds",),
     "worker": ("device", "dtype", "page_size", "attention", "kv_tokens", "kv_fraction", "seed", "cuda_graph_max_batch",
-               "extend_graph_max_tokens", "extend_whole_graph", "splitk_rows", "pdl", "launch_ahead"),
+               "extend_graph_max_tokens", "extend_whole_graph", "splitk_rows", "pdl"),
     "scheduler": ("max_running_requests", "chunk_size", "policy", "max_queued_requests", "max_queued_tokens",
                   "progress_timeout", "outage_timeout", "worker_stall_timeout", "lease_seconds", "drain_seconds", "decode_steps", "overlap",
                   "overlap_mode"),

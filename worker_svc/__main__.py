@@ -48,9 +48,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "kernel (worker_svc/attention/mqa_decode.py; no per-step plan; not yet measured end to end)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
-    ap.add_argument("--launch-ahead", action=argparse.BooleanOptionalAction, default=False,
-                    help="CUDA: a multi-step decode Forward that continues the one before it launches its steps before "
-                         "that one's commit (worker_svc/launch_ahead.py; off by default: it waits for the commit)")
     args = ap.parse_args(argv)
     check_ranges(ap, args)
     return args
@@ -98,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
-                         pdl=args.pdl, decode_attention=args.decode_attention, launch_ahead=args.launch_ahead,
+                         pdl=args.pdl, decode_attention=args.decode_attention,
                          extend_whole_graph=args.extend_whole_graph)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)

@@ -12,10 +12,10 @@ and through the whole extend graphs (``extend_whole_graph``, with the GPU time o
 eager printed). For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
 bytes read per step) / step time, over the device-to-device copy bandwidth measured in the same run.
 With ``--decode-steps K`` (> 1) it also times Forwards of K decode steps each (per-step time = Forward / K),
-the same Forwards chained as the scheduler sends them (two in flight, ``after_seq``) with the worker's launch
-ahead on and off (``worker_svc/launch_ahead.py``), and with CUDA graphs the replay of the captured graph alone (CUDA events, no planning or host work: the GPU
-time of a step, the floor the host-side preparation is measured against). ``--profile DIR`` writes a
-torch.profiler trace and an operator table of one multi-step Forward at the largest batch.
+the same Forwards chained as the scheduler sends them (two in flight, ``after_seq``), and with CUDA graphs the
+replay of the captured graph alone (CUDA events, no planning or host work: the GPU time of a step, the floor the
+host-side preparation is measured against). ``--profile DIR`` writes a torch.profiler trace and an operator
+table of one multi-step Forward at the largest batch.
 The KV contents are random (timing does not depend on them); request state is set up with ``has_prefix``.
 With ``--shape`` the random weights are generated on the device (nothing is written to disk).
 """
@@ -105,15 +105,14 @@ def replay_seconds(graph, device: torch.device, iters: int = 20) -> float:
 CHAINED_WARMUP = 2
 
 
-def chained_seconds(eng: Engine, reqs: list, slot, k: int, launch_ahead: bool, warmup: int, forwards: int) -> float:
+def chained_seconds(eng: Engine, reqs: list, slot, k: int, warmup: int, forwards: int) -> float:
     """Seconds a Forward of ``k`` decode steps takes when Forwards are sent as the scheduler's overlapped decode
     sends them: ``input_from_last_sample`` items, Forward s+1 (``after_seq`` s) sent while s runs, at most two
     in flight (two server threads). ``reqs``: [request id, slot list, token list] each, extended in place;
-    ``slot``: an iterator of free slots. ``launch_ahead`` sets the engine's (``worker_svc/launch_ahead.py``)."""
+    ``slot``: an iterator of free slots."""
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
-    eng.launch_ahead = launch_ahead
     seq0 = getattr(eng, "_bench_seq", 0)
 
     def items():
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
-    chained_calls = 2 * (CHAINED_WARMUP + max(4, args.iters))  # launch ahead on, then off
+    chained_calls = CHAINED_WARMUP + max(4, args.iters)
     multi_calls = max(3, args.iters // 2) + 2 + chained_calls if args.decode_steps > 1 else 0  # warm-up, timed, profile
     prefills = [int(n) for n in args.prefill.split(",")]
     kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix + max(prefills) + 16
@@ -306,12 +305,12 @@ def main(argv: list[str] | None = None) -> None:
                     sync(device)
                     torch.cuda.cudart().cudaProfilerStop()
             results.append(rec)
-            for on in (True, False):  # the same Forwards, sent as the scheduler sends them (two in flight)
-                csecs = chained_seconds(eng, reqs, slot, k, on, CHAINED_WARMUP, max(4, args.iters)) / k
-                results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,
-                                "launch_ahead": on, "step_ms": csecs * 1e3, "tokens_per_s": b / csecs})
-                print(f"decode batch {b:4d} ctx {ctx} K={k} chained, launch ahead {'on ' if on else 'off'}: "
-                      f"{csecs * 1e3:8.2f} ms/step  {b / csecs:10.1f} tok/s", flush=True)
+            # the same Forwards, sent as the scheduler sends them (two in flight)
+            csecs = chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k
+            results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,
+                            "step_ms": csecs * 1e3, "tokens_per_s": b / csecs})
+            print(f"decode batch {b:4d} ctx {ctx} K={k} chained: {csecs * 1e3:8.2f} ms/step  {b / csecs:10.1f} tok/s",
+                  flush=True)
             if args.profile and b == max(batches):
                 profile_forward(multi, device, args.profile, b)
     eng.requests.clear()

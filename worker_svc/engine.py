@@ -24,7 +24,10 @@ completed here (``ordering.ForwardOrder``), and for every Forward that asked to 
 Releases: ``release`` (the Release RPC) drops requests' state at once; a Forward's ``release_ids`` are dropped
 when it starts running (after its ordering wait, under the lock, before validation; ``_drop_released``), so a
 release riding on a Forward never overtakes a Forward queued before it. ``has_prefix=True`` replaces whatever the
-worker held for that id. Thread-safe: one forward at a time.
+worker held for that id. Thread-safe: one forward at a time. A multi-step decode Forward runs in two parts
+(``multistep``): its steps are enqueued under the lock, then the lock is free while the device runs them (a
+Release RPC may drop a request meanwhile: its row is answered ``skipped``), and they are committed under it;
+every other Forward waits for that commit before it validates (``_wait_turn``).
 """
 
 from __future__ import annotations
@@ -42,8 +45,7 @@ from worker_svc.forward_batch import build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
-from worker_svc.launch_ahead import Pending, continues, overtakes, projected
-from worker_svc.multistep import launch_multistep
+from worker_svc.multistep import EnqueuedSteps, enqueue_multistep
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
@@ -110,24 +112,23 @@ class Engine:
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
-                 extend_graphs=None, whole_graphs=None, launch_ahead: bool = False):
+                 extend_graphs=None, whole_graphs=None):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
-        that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it;
-        ``launch_ahead``: a multi-step decode Forward that continues one not yet committed may launch before
-        that commit (``launch_ahead``; off: it waits for the commit)."""
+        that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it."""
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
         self.graphs, self.extend_graphs, self.whole_graphs = graphs, extend_graphs, whole_graphs
         self.epoch, self.worker_id, self.model_path = epoch, worker_id, model_path
         self.device = kv_pool.device
         self.requests: dict[str, RequestState] = {}
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self._lock = threading.Lock()  # the request table (validation, commit, release)
-        self._device_lock = threading.Lock()  # launches: one Forward enqueues its work at a time
+        self._lock = threading.Lock()  # the request table (validation, launch, commit, release)
+        self._turn = threading.Condition(self._lock)  # notified when the pending multi-step Forward leaves
         self.order = ForwardOrder()
         self._seq = 0  # seq of the Forward running under the lock (``commit`` stamps the states it creates)
-        self.launch_ahead = launch_ahead
-        self._pending = Pending(self._lock)  # multi-step Forwards launched, not yet committed (launch_ahead.py)
+        self._pending: tuple[int, EnqueuedSteps] | None = None  # (seq, steps) of the multi-step Forward enqueued,
+        # not yet committed: every other Forward waits for its commit (``_wait_turn``)
+        self.turn_timeout_s = 60.0  # seconds a Forward waits for that commit
 
     def info(self) -> EngineInfo:
         """Model facts, pool geometry, epoch."""
@@ -161,19 +162,24 @@ class Engine:
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.insert_before(seq, before_seq, after_seq)
-            ahead_of = after_seq if self.launch_ahead and after_seq > 0 and continues(items) else 0
-            self.order.wait_for(after_seq, seq, launched_ok=ahead_of > 0, until_near=lambda: self._near(after_seq))
+            self.order.wait_for(after_seq, seq)
             if after_seq > 0 and cancelled is not None and cancelled():
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
             clock = StepClock(self.device)
-            ahead = self._take_turn(seq, ahead_of, items, release_ids)  # both locks held from here
-            try:
-                outputs, launched, t0 = self._validate_and_launch(items, expected_epoch, seq, ahead, release_ids, clock)
-            finally:
-                self._device_lock.release()
-            if launched is not None:
-                outputs = self._finish(launched, items, outputs, seq, after_seq if ahead is not None else 0)
+            with self._lock:
+                self._wait_turn(seq)
+                self._drop_released(release_ids, seq)
+                self._seq = seq
+                stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
+                          if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
+                validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
+                t0 = time.perf_counter()
+                outputs, steps = self._launch(items, clock)
+                if steps is not None:
+                    self._pending = (seq, steps)
+            if steps is not None:
+                outputs = self._finish(steps, outputs, seq)
             result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
                                    device_seconds=clock.seconds() if clock.ran else 0.0)
         except BaseException as e:  # recorded for the Forwards that follow this one, then raised
@@ -182,88 +188,39 @@ class Engine:
         self.order.done(seq)
         return result
 
-    def _take_turn(self, seq: int, ahead_of: int, items: Sequence[ForwardItem] = (), release_ids: Sequence[str] = ()):
-        """Waits for Forward ``seq``'s turn (``Pending.wait_turn``) without the device lock, which a Forward
-        launching ahead needs meanwhile, then takes the device lock and the table lock (in that order, as every
-        launch does) and returns with both held once the turn still holds, with the pending Forward it continues
-        (or None). When that Forward is no longer pending (committed or failed), or ``items`` with ``release_ids``
-        launched ahead of it would not give an ordered run's outputs (``launch_ahead.overtakes``), it first waits
-        for that Forward's outcome and then for nothing pending, as a Forward that does not launch ahead. Raises
-        WorkerError ABORTED when the turn does not come (``Pending.timeout_s``), or when that Forward failed or has
-        no outcome in time."""
-        while True:
-            with self._lock:
-                self._pending.wait_turn(seq, ahead_of)
-                ahead = self._pending.get(ahead_of) if ahead_of > 0 else None
-            if ahead_of > 0 and (ahead is None or overtakes(ahead, items, release_ids)):
-                self.order.wait_done(ahead_of, seq)  # without a lock: its finish needs the table lock
-                ahead_of = 0
-            self._device_lock.acquire()
-            self._lock.acquire()
-            if self._pending.ready(ahead_of):
-                ahead = self._pending.get(ahead_of) if ahead_of > 0 else None
-                if ahead_of == 0 or ahead is not None:
-                    return ahead
-            self._lock.release()  # another Forward launched, or the one it continues left, in between: wait again
-            self._device_lock.release()
+    def _wait_turn(self, seq: int) -> None:
+        """With the lock held: blocks (the lock free meanwhile, so a Release RPC may run) until no multi-step
+        Forward is enqueued and not yet committed: Forward ``seq`` then validates against the committed table and
+        launches. Raises WorkerError ABORTED when that commit does not come within ``turn_timeout_s``."""
+        deadline = time.monotonic() + self.turn_timeout_s
+        while self._pending is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError("ABORTED", f"Forward seq {seq} waited {self.turn_timeout_s:g} s for the commit of "
+                                             f"Forward seq {self._pending[0]}, launched before it")
+            self._turn.wait(left)
 
-    def _validate_and_launch(self, items, expected_epoch: str, seq: int, ahead, release_ids, clock):
-        """With the device lock and the table lock held (``_take_turn``): drops the released ids, validates and
-        launches; a multi-step batch gives the table lock back before its steps are enqueued (they touch no
-        request state), so the Forward ahead can commit and reply meanwhile, and takes it again to join the
-        pending set. Releases the table lock (not the device lock). Returns (outputs, launched or None, t0)."""
-        held = [True]
-
-        def unlock() -> None:
-            self._lock.release()
-            held[0] = False
-
+    def _finish(self, steps: EnqueuedSteps, outputs, seq: int) -> tuple[ForwardOutput, ...]:
+        """The second part of a multi-step Forward: waits for its steps without the lock, then commits under the
+        lock. It leaves the pending place whatever happens (and wakes the Forwards waiting for their turn)."""
         try:
-            self._drop_released(release_ids, seq)
-            self._seq = seq
-            stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
-                      if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
-            known = self.requests if ahead is None else projected(self.requests, ahead.rows)
-            validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, known, stored)
-            t0 = time.perf_counter()
-            outputs, launched = self._launch(items, known, clock, ahead, unlock=unlock)
-            if launched is not None:
-                if not held[0]:
-                    self._lock.acquire()
-                    held[0] = True
-                self._pending.add(seq, launched)
-            return outputs, launched, t0
-        finally:
-            if held[0]:
-                self._lock.release()
-
-    def _near(self, seq: int) -> None:
-        """Blocks until the device reached the last step of pending Forward ``seq`` (at once when it is not
-        pending: it has committed)."""
-        with self._lock:
-            run = self._pending.get(seq)
-        if run is not None:
-            run.wait_near()
-
-    def _finish(self, launched, items, outputs, seq: int, ahead_of: int) -> tuple[ForwardOutput, ...]:
-        """The second part of a launched multi-step Forward (see ``launch_ahead``): waits for its steps without
-        the lock, for the outcome of the Forward it was launched ahead of (``ahead_of`` > 0), then commits under
-        the lock. It leaves the pending set whatever happens."""
-        try:
-            self.order.launched(seq)
-            launched.wait()
-            self.order.wait_done(ahead_of, seq)
+            steps.wait()
         except BaseException:
             with self._lock:
-                self._pending.remove(launched)
+                self._leave()
             raise
         with self._lock:  # the commit and the leaving in one hold: no Forward sees it committed and still pending
             try:
                 self._seq = seq
-                done = iter(launched.finish(self, self.requests))
+                done = iter(steps.finish(self, self.requests))
                 return tuple(next(done) if o is None else o for o in outputs)
             finally:
-                self._pending.remove(launched)
+                self._leave()
+
+    def _leave(self) -> None:
+        """(Lock held.) The pending multi-step Forward committed or failed: the next Forward may take its turn."""
+        self._pending = None
+        self._turn.notify_all()
 
     def _drop_released(self, request_ids: Sequence[str], seq: int) -> None:
         """Drops the state of ``request_ids`` (lock held) for Forward ``seq``; unknown ids are ignored. With seq > 0
@@ -275,23 +232,21 @@ class Engine:
             if state is not None and not (seq > 0 and state.created_seq > seq):
                 del self.requests[rid]
 
-    def _launch(self, items: Sequence[ForwardItem], known, clock: StepClock, ahead, unlock=None):
-        """Runs the items that are not skipped (continuations of stopped requests, as ``known`` says) and answers
-        those skipped; ``clock`` times the model's steps. A multi-step batch is only launched: returns (outputs
-        with None where its rows' outputs will come, its ``LaunchedSteps``); any other batch runs to its commit:
-        (outputs, None). ``ahead``: the pending Forward this one continues (``launch_ahead``), or None;
-        ``unlock``: gives the table lock back once a multi-step batch's metadata is built (see
-        ``launch_multistep``)."""
-        skip = [it.input_from_last_sample and known[it.request_id].stopped for it in items]
+    def _launch(self, items: Sequence[ForwardItem], clock: StepClock):
+        """(Lock held.) Runs the items that are not skipped (continuations of stopped requests) and answers those
+        skipped; ``clock`` times the model's steps. A multi-step batch is only enqueued: returns (outputs with None
+        where its rows' outputs will come, its ``EnqueuedSteps``, which ``_finish`` waits for and commits); any
+        other batch runs to its commit: (outputs, None)."""
+        skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]
-        launched = None
+        steps = None
         if run and any(it.decode_steps > 1 for it in run):
-            launched = launch_multistep(self, run, clock, ahead, unlock=unlock)
+            steps = enqueue_multistep(self, run, clock)
             done = iter([None] * len(run))
         else:
             done = iter(self._run(run, clock) if run else ())
         return tuple(ForwardOutput(request_id=it.request_id, sampled=False, skipped=True) if s else next(done)
-                     for it, s in zip(items, skip)), launched
+                     for it, s in zip(items, skip)), steps
 
     def item_inputs(self, it: ForwardItem) -> tuple[int, ...]:
         """The item's new input token ids: ``input_ids``, or (the request's kept last token,) for
@@ -303,7 +258,7 @@ class Engine:
     def warmup(self) -> None:
         """Runs one extend and one decode step on slots 1..3 (no request state is kept), so the attention
         kernels are compiled before serving. The garbage K/V written there is overwritten by later use."""
-        with self._device_lock, self._lock:
+        with self._lock:
             dev = self.device
             s = [1 + i % (self.kv_pool.pool_slots - 1) for i in range(3)]  # slots 1, 2, 3 (fewer in tiny pools)
             for prefix, new, table in (([0], [2], [s[:2]]), ([2], [1], [s])):

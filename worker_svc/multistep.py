@@ -7,12 +7,9 @@ ids are a slice of a device tensor): row b writes the K/V of its input at ``slot
 CUDA with ``DecodeGraphs`` each step replays the captured graph of its bucket. The sampled ids (and
 logprobs) of all steps are read back once, at the end.
 
-A Forward runs in two parts (``launch_multistep`` and ``LaunchedSteps.finish``): the launch enqueues every step
-and the asynchronous read-back of their tokens, then the engine's lock is free while the device runs them, and
-``finish`` waits for the tokens and commits. A Forward that continues this one (``ahead``: launched before this
-one's commit, ``worker_svc/launch_ahead.py``) takes its rows' first inputs from this one's tokens on the device
-and its slot tables as they will be after this one's commit, so its steps queue behind these ones with no idle
-device between them.
+A Forward runs in two parts (``enqueue_multistep`` and ``EnqueuedSteps.finish``): the first enqueues every step
+and the asynchronous read-back of their tokens, then the engine's lock is free while the device runs them (every
+other Forward waits for the commit; a Release RPC may run), and ``finish`` waits for the tokens and commits.
 
 A row that samples one of its ``stop_token_ids`` at step i keeps running to k_b (its later K/V goes to
 its own slots, which stay unused), but only tokens up to and including the stop token are returned and
@@ -27,7 +24,6 @@ greedy rows take the argmax of the same logits, seeded rows draw with the genera
 from __future__ import annotations
 
 import bisect
-import functools
 import operator
 from typing import Mapping, Sequence
 
@@ -59,20 +55,17 @@ def _host_copy(t: torch.Tensor, cuda: bool) -> torch.Tensor:
     return out
 
 
-class LaunchedSteps:
+class EnqueuedSteps:
     """The enqueued steps of one multi-step decode Forward, rows ordered by steps (largest first).
 
     ``toks`` int64 [K, B] (and ``lps`` float32 [K, B] when a row asked for logprobs) on the device: row b's
     token of step j; ``host_toks``/``host_lps``: their asynchronous copies (page-locked on CUDA), valid once
-    ``wait()`` returned. ``rows``: request id -> (row, steps, new slot ids) for the Forwards that continue this
-    one; ``states``: the request state each row was validated against (None for a ``has_prefix`` row), so a row
-    whose request was released or replaced meanwhile is answered ``skipped`` instead of committed."""
+    ``wait()`` returned. ``states``: the request state each row was validated against (None for a ``has_prefix``
+    row), so a row whose request was released meanwhile is answered ``skipped`` instead of committed."""
 
-    def __init__(self, items, order, states, toks, lps, ahead_rows, near=None):
+    def __init__(self, items, order, states, toks, lps):
         self.items, self.order, self.states = items, order, states
         self.toks, self.lps = toks, lps
-        self.ahead_rows = ahead_rows  # rows whose first input came from the Forward ahead (set of row indices)
-        self._near = near  # CUDA event recorded before the last step's launch (None: one step, the CPU, launch ahead off)
         cuda = toks.device.type == "cuda"
         self.host_toks = _host_copy(toks, cuda)
         self.host_lps = _host_copy(lps, cuda) if lps is not None else None
@@ -81,23 +74,6 @@ class LaunchedSteps:
             self._ready = torch.cuda.Event()
             self._ready.record()
 
-    @functools.cached_property
-    def rows(self) -> dict[str, tuple[int, int, Sequence[int]]]:
-        """Request id -> (row, steps, new slot ids); built only when a Forward launches ahead of this one."""
-        return {it.request_id: (r, it.decode_steps, it.slot_ids) for r, it in enumerate(self.items)}
-
-    def first_token_index(self, request_id: str) -> int:
-        """Index into ``toks.view(-1)`` of the request's last token of this Forward (the next one's input)."""
-        r, k, _ = self.rows[request_id]
-        return (k - 1) * self.toks.shape[1] + r
-
-    def wait_near(self) -> None:
-        """Blocks until the device reached this Forward's last step (at once on the CPU or for one step): when a
-        Forward launched ahead of this one's commit may launch without taking the place of an extend that asks to
-        run before it (``before_seq``) for the whole of this Forward."""
-        if self._near is not None:
-            self._near.synchronize()
-
     def wait(self) -> None:
         """Blocks until every step ran and the tokens are on the host (call it without the engine's lock)."""
         if self._ready is not None:
@@ -105,19 +81,16 @@ class LaunchedSteps:
 
     def finish(self, engine, requests: Mapping[str, object]) -> tuple[ForwardOutput, ...]:
         """After ``wait()``, under the engine's lock: commits each row's written tokens and returns the outputs in
-        the order of the items given to ``launch_multistep``. A row whose request state is no longer the one it
-        was launched against (released, or replaced by a newer request of that id), or, for a row that
-        continued the Forward ahead, whose request stopped there or did not commit every step there, is answered
-        ``skipped`` and commits nothing (its K/V went to its own new slots, which the scheduler owns)."""
+        the order of the items given to ``enqueue_multistep``. A row whose request state is no longer the one it
+        was validated against (released meanwhile) is answered ``skipped`` and commits nothing (its K/V went to
+        its own new slots, which the scheduler owns)."""
         rows_toks = self.host_toks.numpy().T.tolist()  # [B][steps] ints
         rows_lps = self.host_lps.numpy().T.tolist() if self.host_lps is not None else None
         outputs: list = [None] * len(self.items)
         for row, (b, it) in enumerate(zip(self.order, self.items)):
             state = self.states[row]
             if state is not None:
-                live = requests.get(it.request_id)
-                if live is not state or (row in self.ahead_rows and (
-                        state.stopped or len(state.slots) != it.position_start or state.last_token is None)):
+                if requests.get(it.request_id) is not state:
                     outputs[b] = ForwardOutput(request_id=it.request_id, sampled=False, skipped=True)
                     continue
                 first = state.last_token if it.input_from_last_sample else it.input_ids[0]
@@ -137,16 +110,10 @@ class LaunchedSteps:
         return tuple(outputs)
 
 
-def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: LaunchedSteps | None = None,
-                     unlock=None) -> LaunchedSteps:
+def enqueue_multistep(engine, items: Sequence[ForwardItem], clock) -> EnqueuedSteps:
     """Enqueues a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller holds
     its lock); ``clock`` (``step_clock.StepClock``) times the steps, from the first one's launch to the last
-    one's end. ``ahead``: the launched, not yet committed Forward this one continues: a row of a request in it
-    reads its K/V through that Forward's new slots too and takes its step-0 input from that Forward's tokens on
-    the device. ``unlock`` (optional) is called once the request table has been read (before the steps are
-    enqueued: plan and replay wait for the device to run about one step behind the host, so enqueuing K steps
-    takes about K - 1 steps of device time, and the Forward ahead must be able to commit meanwhile). Returns the
-    ``LaunchedSteps`` to ``wait()`` for and ``finish``."""
+    one's end. Returns the ``EnqueuedSteps`` to ``wait()`` for and ``finish``."""
     dev = engine.device
     order = sorted(range(len(items)), key=lambda b: -items[b].decode_steps)  # active rows = a prefix
     its = [items[b] for b in order]
@@ -154,25 +121,16 @@ def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: Launche
     steps = ks[0]
     active = [bisect.bisect_left(ks, -j, key=operator.neg) for j in range(steps)]  # rows with k > j
     requests = engine.requests
-    pending = ahead.rows if ahead is not None else {}
     states = [None if it.has_prefix else requests[it.request_id] for it in its]
-    prefixes, first, from_ahead, src = [], [], [], []
-    for row, (it, state) in enumerate(zip(its, states)):
+    prefixes, first = [], []
+    for it, state in zip(its, states):
         if it.has_prefix:  # K/V before this Forward
             prefixes.append(np.asarray(it.prefix_slot_ids, dtype=np.int32))
             first.append(it.input_ids[0])
-        elif it.request_id in pending:  # its table after the Forward ahead commits; its input from that one
-            prefixes.append(np.concatenate([state.slots.view(), np.asarray(pending[it.request_id][2], np.int32)]))
-            first.append(0)
-            from_ahead.append(row)
-            src.append(ahead.first_token_index(it.request_id))
         else:
             prefixes.append(state.slots.view())
             first.append(state.last_token if it.input_from_last_sample else it.input_ids[0])
     cur = to_device(np.asarray(first, dtype=np.int64), dev)  # [B] int64 on the device: inputs of this step
-    if from_ahead:
-        where = to_device(np.asarray([from_ahead, src], dtype=np.int64), dev)  # [2, n]: row, index into ahead.toks
-        cur[where[0]] = ahead.toks.view(-1)[where[1]]
     want_lp = any(it.return_logprob for it in its)
     all_greedy = all(it.sampling.greedy for it in its)
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
@@ -183,14 +141,8 @@ def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: Launche
         feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev, bucket=engine.graphs.bucket)
     else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
         eager = DecodeSteps(prefixes, [it.slot_ids for it in its], ks)
-    if unlock is not None:
-        unlock()
-    near = None
     clock.start()
     for j in range(steps):
-        if j == steps - 1 and j > 0 and dev.type == "cuda" and engine.launch_ahead:  # only launch ahead waits on it
-            near = torch.cuda.Event()
-            near.record()
         n = active[j]
         ids = cur[:n]
         if feed is not None:
@@ -210,4 +162,4 @@ def launch_multistep(engine, items: Sequence[ForwardItem], clock, ahead: Launche
         toks[j, :n] = nxt
         cur = nxt  # rows past n never run again (k sorted, largest first)
     clock.stop()
-    return LaunchedSteps(its, order, states, toks, lps, frozenset(from_ahead), near)
+    return EnqueuedSteps(its, order, states, toks, lps)

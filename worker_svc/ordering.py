@@ -35,7 +35,6 @@ class ForwardOrder:
         self._outcomes: OrderedDict[int, str] = OrderedDict()  # seq -> "" (completed) or the failure reason
         self._started: OrderedDict[int, None] = OrderedDict()  # seqs that passed wait_for (recent KEEP)
         self._ahead: OrderedDict[int, set[int]] = OrderedDict()  # seq -> seqs inserted ahead of it, not started
-        self._launched: OrderedDict[int, None] = OrderedDict()  # seqs launched, their outcome maybe to come
 
     def insert_before(self, seq: int, before_seq: int, after_seq: int = 0) -> bool:
         """Forward ``seq`` asks to run ahead of Forward ``before_seq``: when that one has not started, it will
@@ -56,15 +55,11 @@ class ForwardOrder:
                 self._ahead.popitem(last=False)
             return True
 
-    def wait_for(self, after_seq: int, seq: int, launched_ok: bool = False, until_near=None) -> None:
-        """Blocks until the Forward ``after_seq`` completed (none for after_seq <= 0), or with ``launched_ok``
-        until it completed or launched (``launched``: its steps are enqueued, its commit still to come;
-        ``worker_svc/launch_ahead.py``), and every Forward inserted ahead of ``seq`` has an outcome; then ``seq``
-        counts as started (later insertions do not wait for it). ``until_near`` (with ``launched_ok``): called
-        once, without this object's lock, when ``after_seq`` launched and has no outcome yet; it blocks until that
-        Forward's last step is reached, so an extend inserted ahead of ``seq`` meanwhile still runs first (the
-        wait then starts over). Raises WorkerError ABORTED when ``after_seq``
-        failed, or when they did not all come within ``timeout_s``; INVALID_ARGUMENT when after_seq is seq."""
+    def wait_for(self, after_seq: int, seq: int) -> None:
+        """Blocks until the Forward ``after_seq`` completed (none for after_seq <= 0) and every Forward inserted
+        ahead of ``seq`` has an outcome; then ``seq`` counts as started (later insertions do not wait for it).
+        Raises WorkerError ABORTED when ``after_seq`` failed, or when they did not all come within
+        ``timeout_s``; INVALID_ARGUMENT when after_seq is seq."""
         if after_seq == seq and seq > 0:
             raise WorkerError("INVALID_ARGUMENT", f"Forward seq {seq} cannot run after itself (after_seq {after_seq})")
         if seq <= 0 and after_seq <= 0:
@@ -73,17 +68,8 @@ class ForwardOrder:
         with self._cond:
             while True:
                 missing = [s for s in self._ahead.get(seq, ()) if s not in self._outcomes]
-                early = after_seq > 0 and after_seq not in self._outcomes
-                if early and not (launched_ok and after_seq in self._launched):
+                if after_seq > 0 and after_seq not in self._outcomes:
                     missing.insert(0, after_seq)
-                if not missing and early and until_near is not None:
-                    near, until_near = until_near, None
-                    self._cond.release()
-                    try:
-                        near()
-                    finally:
-                        self._cond.acquire()
-                    continue  # an extend may have been inserted ahead meanwhile
                 if not missing:
                     break
                 left = deadline - time.monotonic()
@@ -91,7 +77,7 @@ class ForwardOrder:
                     raise WorkerError("ABORTED", f"Forward seq {seq} runs after seq {missing[0]}, which did not "
                                                  f"complete on this worker within {self.timeout_s:g} s")
                 self._cond.wait(left)
-            reason = self._outcomes.get(after_seq, "") if after_seq > 0 else ""
+            reason = self._outcomes[after_seq] if after_seq > 0 else ""
             if seq > 0:
                 self._ahead.pop(seq, None)
                 self._started[seq] = None
@@ -110,31 +96,3 @@ class ForwardOrder:
             while len(self._outcomes) > KEEP:
                 self._outcomes.popitem(last=False)
             self._cond.notify_all()
-
-    def launched(self, seq: int) -> None:
-        """Records that Forward ``seq`` has enqueued its steps (its outcome comes with its commit) and wakes the
-        Forwards that may launch ahead of that commit."""
-        if seq <= 0:
-            return
-        with self._cond:
-            self._launched[seq] = None
-            while len(self._launched) > KEEP:
-                self._launched.popitem(last=False)
-            self._cond.notify_all()
-
-    def wait_done(self, seq: int, waiter: int) -> None:
-        """Blocks until Forward ``seq`` has an outcome (none for seq <= 0). Raises WorkerError ABORTED, naming
-        ``waiter``, when it failed or none came within ``timeout_s``."""
-        if seq <= 0:
-            return
-        deadline = time.monotonic() + self.timeout_s
-        with self._cond:
-            while seq not in self._outcomes:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WorkerError("ABORTED", f"Forward seq {waiter} runs after seq {seq}, which did not "
-                                                 f"complete on this worker within {self.timeout_s:g} s")
-                self._cond.wait(left)
-            reason = self._outcomes[seq]
-        if reason:
-            raise WorkerError("ABORTED", f"Forward seq {waiter} runs after seq {seq}, which failed: {reason}")

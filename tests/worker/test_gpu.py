@@ -256,53 +256,6 @@ def test_piecewise_extend_graphs_match_eager(model_dir, prompts, fused, splitk_r
         assert max(abs(x - y) for x, y in zip(la, lb)) < 5e-2
 
 
-def test_forwards_launched_ahead_on_cuda_graphs_equal_the_ordered_run(model_dir, prompts):
-    """Multi-step Forwards sent two in flight (``after_seq``), each launched ahead of the previous one's commit
-    (worker_svc/launch_ahead.py: first inputs gathered from the previous Forward's tokens on the device, its
-    steps queued behind them on the stream), give the tokens of the same Forwards run one after another with
-    launch ahead off, on the decode graphs; a row that stops mid-Forward is skipped in the next one."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from worker_svc.build import make_graphs
-    from worker_svc.types import ForwardItem
-
-    reqs, k, forwards = prompts[:5], 4, 6
-
-    def run(ahead: bool, stop: tuple[int, ...] = ()) -> list[list[int]]:
-        eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
-        eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend)
-        eng.launch_ahead = ahead
-        at, pos = 1, []
-        out = []
-        for i, p in enumerate(reqs):
-            o = eng.forward([ForwardItem(f"r{i}", tuple(p), 0, tuple(range(at, at + len(p))), has_prefix=True)],
-                            eng.epoch).outputs[0]
-            at += len(p)
-            pos.append(len(p))
-            out.append([o.next_token_id])
-
-        def batch(n: int):
-            items = [ForwardItem(f"r{i}", (), pos[i] + n * k, tuple(at + (n * len(reqs) + i) * k + j for j in range(k)),
-                                 decode_steps=k, input_from_last_sample=True, stop_token_ids=stop if i == 1 else ())
-                     for i in range(len(reqs))]
-            return eng.forward(items, eng.epoch, seq=n + 1, after_seq=n)
-
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            results = [f.result() for f in [pool.submit(batch, n) for n in range(forwards)]]
-        for res in results:
-            for i, o in enumerate(res.outputs):
-                out[i] += [] if o.skipped else list(o.next_token_ids)
-        return out
-
-    ordered = run(False)
-    assert run(True) == ordered
-    stop = ordered[1][k + 2]  # row 1 stops in its second Forward, at its third step
-    stopped = run(True, (stop,))
-    cut = next(j for j in range(1, len(ordered[1])) if ordered[1][j] == stop)  # the prefill's token is no decode
-    assert stopped[1] == ordered[1][: cut + 1]
-    assert [o for i, o in enumerate(stopped) if i != 1] == [o for i, o in enumerate(ordered) if i != 1]
-
-
 @pytest.mark.parametrize("heads,dim,splits", [(16, 128, 1), (16, 128, 6), (12, 64, 64), (48, 128, 3)])
 def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits):
     """The Triton multi-query decode kernel (worker_svc/attention/mqa_decode.py) on the GPU in bf16, one split

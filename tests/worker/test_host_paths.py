@@ -26,7 +26,7 @@ LAYOUT_FIELDS = ("positions", "out_slots", "qo_indptr", "kv_indptr", "kv_indices
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 12), st.integers(1, 5)), min_size=1, max_size=6), st.integers(0, 10 ** 6))
 def test_decode_steps_layout_equals_layout_from_parts(rows, seed):
-    rows = sorted(rows, key=lambda r: -r[1])  # steps non-increasing, as launch_multistep orders them
+    rows = sorted(rows, key=lambda r: -r[1])  # steps non-increasing, as enqueue_multistep orders them
     rng = np.random.default_rng(seed)
     prefixes = [rng.integers(1, 1000, p).astype(np.int32) for p, _ in rows]
     new = [tuple(int(x) for x in rng.integers(1000, 2000, k)) for _, k in rows]
