@@ -24,7 +24,8 @@ def admits_first(waiting: int, running: int, cfg: SchedulerConfig) -> bool:
 
 def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, cfg: SchedulerConfig) -> bool:
     """True in steady decode: the in-flight batch is decode, and no running request is in PREFILL (its extend
-    is not applied yet) or has an abort pending. A decoding request not in the in-flight batch (admitted while
+    is not applied yet). A request with an abort pending does not stop it: the continuation leaves it out, and
+    the loop ends it once no Forward in flight holds it (``RequestTable.abort``). A decoding request not in the in-flight batch (admitted while
     it ran, its extend applied) joins the continuation at its first decode (``Planner.continuation``). Requests
     waiting with room do not stop it: the chain admits them first (``Scheduler._chain``), so an arrival's extend
     runs after the decode in flight, not after a drain of it and of the one queued behind it. Without
@@ -36,7 +37,7 @@ def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, cfg: Schedu
         held = {e.req.rid for e in inflight.entries}
         if (waiting and len(running) < cfg.max_running_requests) or any(r.rid not in held for r in running):
             return False
-    return not any(r.state == State.PREFILL or r.abort_requested for r in running)
+    return not any(r.state == State.PREFILL for r in running)
 
 
 def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:

@@ -25,8 +25,8 @@ are 8 extends of 8,192 tokens, none of whose prompts continues). Admission reads
 prompts before the reply in flight is applied: their reserve is larger than after it (never smaller).
 
 Nothing is sent behind (the loop drains and takes the synchronous path) when the extend in flight holds no
-prefill that continues and no admission is possible, or any running request has an abort pending (the abort path needs no Forward in
-flight). A failure of the extend in flight drops the one behind (``Recovery.drop_in_flight``; the worker
+prefill that continues and no admission is possible. A request with an abort pending gets no chunk or ride
+behind: the loop ends it once no Forward in flight holds it (``RequestTable.abort``). A failure of the extend in flight drops the one behind (``Recovery.drop_in_flight``; the worker
 answers it ABORTED) and the resync's new session frees both's slots at the cache.
 """
 
@@ -47,9 +47,9 @@ def prefill_continues(e: Entry) -> bool:
 
 def can_send_ahead(inflight: Batch, running: Sequence[Req], waiting: int, max_running: int) -> bool:
     """True when an extend can be sent behind ``inflight``: it is an extend, the round after it would be an
-    extend too (a prefill in it continues, or ``waiting`` requests may be admitted: room in the running set),
-    and no running request has an abort pending."""
-    if inflight.kind != "extend" or any(r.abort_requested for r in running):
+    extend too (a prefill in it continues, or ``waiting`` requests may be admitted: room in the running set;
+    a request with an abort pending gets nothing behind: ``chunks_ahead``, ``riders_ahead``)."""
+    if inflight.kind != "extend":
         return False
     return (bool(waiting) and len(running) < max_running) or any(prefill_continues(e) for e in inflight.entries)
 
@@ -61,7 +61,7 @@ def chunks_ahead(inflight: Batch, running: Sequence[Req], budget: int) -> list[t
     ends = {e.req.rid: e.start + e.n for e in inflight.entries if not e.from_last and e.req.state == State.PREFILL}
     plan = []
     for req in running:
-        if req.state != State.PREFILL or budget <= 0:
+        if req.state != State.PREFILL or req.abort_requested or budget <= 0:
             continue
         behind = req.rid in ends
         start = ends[req.rid] if behind else req.kv_len
@@ -79,7 +79,7 @@ def riders_ahead(inflight: Batch, running: Sequence[Req]) -> list[tuple[Req, int
     riding = {e.req.rid: e for e in inflight.entries if e.sample and e.req.state == State.DECODE}
     plan = []
     for req in running:
-        if req.state != State.DECODE:
+        if req.state != State.DECODE or req.abort_requested:
             continue
         e = riding.get(req.rid)
         if e is None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
-from typing import Callable
+from typing import Callable, Collection
 
 import grpc
 
@@ -192,12 +192,13 @@ class RequestTable:
         req.stream.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
         self.intake.forget(req)
 
-    def abort(self, running: bool = True) -> None:
-        """Ends every request with an abort pending (finish "abort"): the waiting ones, and (``running``) the
-        running ones. ``running=False`` while a Forward in flight holds the running ones. A running one caches
-        what its applied Forwards wrote (``all_ids[:kv_len]``, as a retract does: no Forward is in flight then,
-        so those K/V are written) and releases the rest: an editor aborts most completions mid-prefill, and the
-        next keystroke's prompt shares that file prefix."""
+    def abort(self, held: Collection[str] = ()) -> None:
+        """Ends every request with an abort pending (finish "abort"): the waiting ones, and the running ones that
+        no Forward in flight holds (``held``: the ids of the requests in some Forward in flight; those stay pending
+        until their Forwards are applied). A running one caches what its applied Forwards wrote
+        (``all_ids[:kv_len]``, as a retract does: none of its Forwards is in flight, so those K/V are written) and
+        releases the rest: an editor aborts most completions mid-prefill, and the next keystroke's prompt shares
+        that file prefix."""
         # O(1) per abort: only the requests flagged since the last look (no scan of the queues for flags), and
         # one pass over each queue per round that has aborts (not a remove per abort)
         self.aborting = self.intake.take_aborts(self.aborting)
@@ -205,8 +206,8 @@ class RequestTable:
             return
         live = (State.PREFILL, State.DECODE)
         waiting_aborted = [r for r in self.aborting if r.state == State.WAITING]
-        running_aborted = [r for r in self.aborting if r.state in live] if running else []
-        self.aborting = [r for r in self.aborting if r.state in live and not running]
+        running_aborted = [r for r in self.aborting if r.state in live and r.rid not in held]
+        self.aborting = [r for r in self.aborting if r.state in live and r.rid in held]
         if running_aborted:
             written = [r for r in running_aborted if r.kv_len > 0]
             # deferred: sent ahead of the next admission's Match (or the next Allocate), whose counters then show it

@@ -248,14 +248,15 @@ class Scheduler:
         if self.pipeline:
             if len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
                 self._drain_extends()  # arrivals' extends sent ahead of a decode Forward: theirs first
+            table.abort(held=self.pipeline.request_ids())  # aborts no Forward in flight holds end now, not after a drain
             if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running, len(table.waiting), self.cfg):
                 self._chain()
-                table.abort(running=False)  # a Forward in flight holds the running ones
+                table.abort(held=self.pipeline.request_ids())
                 table.publish()
                 return True
             if self.cfg.chunk_pipeline and len(self.pipeline) == 1 and self._ahead(self.pipeline.head().batch):
                 self._chunk_ahead()
-                table.abort(running=False)
+                table.abort(held=self.pipeline.request_ids())
                 table.publish()
                 return True
             self._drain()

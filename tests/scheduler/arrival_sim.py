@@ -6,7 +6,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
         [--chunk-size 8192] [--chunk-pipeline | --no-chunk-pipeline] [--long N] [--json PATH]
         [--background N --rate R --seconds S] [--no-adaptive-steps] [--run-weight 0.25] [--decode-forward-ms 0]
-        [--extend-forward-ms 0.3] [--hop-trace DIR]
+        [--extend-forward-ms 0.3] [--hop-trace DIR] [--typists N --seconds S]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -27,6 +27,13 @@ arrivals, then probes (``prompt-len`` tokens, 1 output token) arrive one at a ti
 apart, closed loop) or, with ``--rate R``, open loop: a Poisson stream of R probes a second for ``--seconds``
 (each in its own thread, whatever the others' state: the editor's keystrokes do not wait for answers), with
 the background's decode tokens/s measured over the same time. ``--json PATH`` writes the figures.
+
+Typist mode (``--typists N``, the editor workload of bench/editor_bench.py without HTTP and the model): each
+typist has a file (``prompt-len`` tokens before the cursor, 100 after it); every 50-150 ms it types 1-2 tokens,
+sends a completion of ``--new`` tokens for the file so far (PSM-like: what follows the cursor is recomputed each
+time) and aborts the one before it; after 5-15 keystrokes it waits for the last one and pauses 0.3-0.8 s. For
+``--seconds``. Prints TTFT p50/p90 of the completions whose first token came before their abort, aborts a second,
+and the loop's counters (batches, chained decodes, extends sent ahead).
 """
 
 from __future__ import annotations
@@ -153,6 +160,7 @@ def main() -> None:
     ap.add_argument("--chunk-size", type=int, default=8192)
     ap.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
                     help="send a prompt's next chunk (or the next admissions) while the extend before it runs")
+    ap.add_argument("--typists", type=int, default=0, help="typist mode: this many simulated typists (module doc)")
     ap.add_argument("--long", type=int, default=0, help="long-prompt mode: this many prompts of prompt-len tokens, "
                     "one at a time, then concurrency at once (TTFT, prefill tokens/s, worker busy share)")
     a = ap.parse_args()
@@ -219,6 +227,12 @@ def main() -> None:
           f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency} chunk={a.chunk_size} "
           f"chunk_pipeline={a.chunk_pipeline}")
     figures: dict = {}
+    if a.typists:
+        figures = typists(a, tok, sched, rng, counter)
+        a.fractions = ""
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"settings": vars(a), "figures": figures}, f, indent=1)
     if a.long:
         figures = long_prompts(a, one, drive, rng, worker, sched)
         a.fractions = ""
@@ -306,6 +320,67 @@ def long_prompts(a, one, drive, rng, worker: SimWorker, sched) -> dict:
           f"busy {solo['worker_busy_share']:.1%}; {a.concurrency} at once: TTFT p50 {burst['ttft_ms_p50']:.1f} ms, "
           f"prefill {burst['prefill_tokens_per_s']:,.0f} tokens/s, worker busy {burst['worker_busy_share']:.1%}")
     return {"one_at_a_time": solo, "concurrent": burst, "simulated_compute_ms_per_prompt": bound}
+
+
+def typists(a, tok, sched, rng: random.Random, counter) -> dict:
+    """The ``--typists`` figures (module doc): TTFT of answered completions, aborts a second, the loop's counters."""
+    ttft: list[float] = []
+    sent, aborted = [0], [0]
+    lock = threading.Lock()
+    end = time.perf_counter() + a.seconds
+
+    def watch(req, t0: float) -> None:  # the stream's first token (if it comes before the abort), then its end
+        first = None
+        while not isinstance(item := req.out.get(), StreamEnd):
+            if first is None and item.token_ids:
+                first = time.perf_counter() - t0
+                hop_trace.mark(req.rid, "client_text")
+                with lock:
+                    ttft.append(first * 1e3)
+
+    def typist(seed: int) -> None:
+        r = random.Random(seed)
+        head = [r.randrange(100, 1000) for _ in range(a.prompt_len)]
+        tail = [r.randrange(100, 1000) for _ in range(100)]
+        while time.perf_counter() < end:
+            prev = None
+            for _ in range(r.randint(5, 15)):
+                head += [r.randrange(100, 1000) for _ in range(r.randint(1, 2))]
+                req = build_request(scheduler_pb2.GenerateRequest(
+                    request_id=f"t{next(counter)}", max_new_tokens=a.new, ignore_eos=True,
+                    input_ids=scheduler_pb2.TokenIds(ids=head + tail)), tok, sched.info, sched.capacity)
+                req.stream = OutputStream(req, tok, sched.info.eos_token_id)
+                t0 = time.perf_counter()
+                hop_trace.mark(req.rid, "client_sent")
+                sched.submit(req)
+                w = threading.Thread(target=watch, args=(req, t0), daemon=True)
+                w.start()
+                if prev is not None and sched.abort(prev[0].rid, "cancelled"):
+                    with lock:
+                        aborted[0] += 1
+                with lock:
+                    sent[0] += 1
+                prev = (req, w)
+                time.sleep(r.uniform(0.05, 0.15))
+            prev[1].join()
+            time.sleep(r.uniform(0.3, 0.8))
+
+    before = dict(sched.stats)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=typist, args=(i,)) for i in range(a.typists)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    delta = {k: sched.stats[k] - before.get(k, 0) for k in ("batches", "decode_batches", "decode_chained",
+                                                          "extends_ahead", "chunks_ahead") if k in sched.stats}
+    ttft.sort()
+    p50, p90 = (ttft[int(q * (len(ttft) - 1))] for q in (0.5, 0.9))
+    print(f"{a.typists} typists, {wall:.1f} s: {sent[0]} completions, {len(ttft)} answered, "
+          f"{aborted[0] / wall:.1f} aborts/s; TTFT p50 {p50:.1f} ms p90 {p90:.1f} ms; loop {delta}")
+    return {"sent": sent[0], "answered": len(ttft), "aborts_per_s": aborted[0] / wall, "ttft_ms_p50": p50,
+            "ttft_ms_p90": p90, "wall_s": wall, "loop": delta}
 
 
 def open_loop(one, rate: float, seconds: float, prompt_len: int, rng: random.Random, sched) -> tuple[list[float], float]:

@@ -78,8 +78,8 @@ class Loop:
     def abort(self, rid: str) -> bool:
         return self.intake.abort(rid, "test")
 
-    def apply_aborts(self, running: bool = True) -> None:
-        self.table.abort(running=running)
+    def apply_aborts(self, held=()) -> None:
+        self.table.abort(held=held)
 
     def take(self) -> None:
         self.table.take_new()
@@ -137,15 +137,19 @@ def test_many_aborts_are_freed_in_one_pass_each_once() -> None:
     assert sched.table.releases.pending == [r.rid for r in doomed_r]
 
 
-def test_running_aborts_wait_while_a_forward_is_in_flight() -> None:
+def test_running_aborts_wait_while_a_forward_in_flight_holds_them() -> None:
+    """A running request whose abort comes while a Forward in flight holds it stays until no Forward in flight
+    does; one that no Forward in flight holds ends in the same round (other Forwards in flight or not)."""
     sched, waiting, running, worker = scheduler_with(10, 5)
     sched.abort(running[0].rid)
+    sched.abort(running[1].rid)
     sched.abort(waiting[0].rid)
-    sched.apply_aborts(running=False)
-    assert waiting[0] not in sched.waiting and running[0] in sched.running
-    assert sched.table.releases.pending == []
-    sched.apply_aborts()
-    assert running[0] not in sched.running and sched.table.releases.pending == [running[0].rid]
+    sched.apply_aborts(held={running[0].rid, running[2].rid})
+    assert waiting[0] not in sched.waiting and running[0] in sched.running and running[1] not in sched.running
+    assert sched.table.releases.pending == [running[1].rid]
+    sched.apply_aborts(held={running[2].rid})
+    assert running[0] not in sched.running and sched.table.releases.pending == [running[1].rid, running[0].rid]
+    assert running[2] in sched.running
 
 
 def test_an_abort_of_a_request_still_in_the_inbox_waits_until_it_is_queued() -> None:

@@ -313,3 +313,35 @@ def test_a_failed_extend_ahead_while_an_arrival_is_admitted_behind_it_leaves_no_
     assert [ended(r) for r in (a, b, c)] == [([TOKEN] * 30, "length"), ([TOKEN] * 3, "length"), ([TOKEN] * 3, "length")]
     settled(sched, core)
     assert b.retractions == 1 and c.retractions == 1
+
+
+def test_an_abort_of_another_request_does_not_stop_the_pipeline(loop):
+    """Keystroke-rate aborts: a decoding request b is aborted while a's chunks are pipelined. b is in no Forward
+    in flight, so the loop ends it at once (released at the worker on the next Forward) and a's next chunk is
+    still sent behind the one running, not after a drain (before: any abort pending stopped the pipeline)."""
+    sched, worker, submit, core = loop
+    worker.hold = False
+    b = submit("b", list(range(300, 305)), 20)
+    assert sched.step() and not sched.pipeline  # b's extend, alone: b decodes next
+    worker.hold = True
+    a = submit("a", list(range(100, 200)), 3)
+    before = len(worker.sent)
+    threading.Thread(target=sched.run, daemon=True).start()
+    sent = worker.wait_sent(before + 2)  # a's chunks 1 and 2
+    c1, c2 = sent[before], sent[before + 1]
+    assert c2.after_seq == c1.seq
+    assert sched.abort("b")
+    worker.answer(c1.seq)
+    sent = worker.wait_sent(before + 3)  # chunk 3 behind chunk 2, which is still running
+    c3 = sent[before + 2]
+    assert c3.after_seq == c2.seq and c2.seq not in worker.answered
+    assert [it.request_id for it in c3.items] == ["a"] and "b" in c3.release_request_ids
+    assert ended(b)[1] == "abort"
+    with worker.changed:
+        worker.hold = False
+        pending = [s for s in worker.replies if s not in worker.answered]
+    for seq in pending:
+        worker.answer(seq)
+    assert ended(a) == ([TOKEN] * 3, "length")
+    settled(sched, core)
+    assert sorted(worker.released) == ["a", "b"]

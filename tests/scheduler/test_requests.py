@@ -137,7 +137,7 @@ def test_aborts_end_waiting_requests_and_release_running_ones_without_caching(pa
     table.admit(a, 0, [])
     a.worker_knows = True
     assert intake.abort("a", "test") and intake.abort("b", "test")  # flagged as Scheduler.abort flags them
-    table.abort(running=False)  # a Forward in flight holds a
+    table.abort(held={"a"})  # a Forward in flight holds a
     assert table.where(a) == Stance.PREFILLING and table.where(b) is None and rec.calls == []
     table.abort()
     assert table.where(a) is None and rec.calls == [("cache.release", ["a"])] and table.releases.pending == ["a"]

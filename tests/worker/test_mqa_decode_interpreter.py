@@ -91,9 +91,11 @@ def test_rejects_what_does_not_fit():
         mqa_decode.mqa_decode(q, k, v, indices, indptr, 0.1, DecodeConfig(splits=2))
     with pytest.raises(ValueError, match="float16 / bfloat16"):
         mqa_decode.mqa_decode(q.float(), k, v, indices, indptr, 0.1, DecodeConfig(splits=1))
+    with pytest.raises(ValueError, match="out must be"):
+        mqa_decode.mqa_decode(q, k, v, indices, indptr, 0.1, DecodeConfig(splits=1), out=torch.empty(1, 16, 64).half())
     with pytest.raises(ValueError, match=r"\[slots, 1, 128\]"):
         mqa_decode.mqa_decode(q, k[:, :, :64], v[:, :, :64], indices, indptr, 0.1, DecodeConfig(splits=1))
 
 
-def test_splits_for_fills_two_ctas_a_sm():
-    assert [splits_for(b, 132) for b in (1, 64, 256, 300)] == [64, 5, 2, 1]
+def test_splits_for_follows_the_measured_best():
+    assert [splits_for(b, 132) for b in (1, 64, 256, 600)] == [32, 9, 3, 1]
