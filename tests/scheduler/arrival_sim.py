@@ -160,6 +160,8 @@ def main() -> None:
     ap.add_argument("--chunk-size", type=int, default=8192)
     ap.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
                     help="send a prompt's next chunk (or the next admissions) while the extend before it runs")
+    ap.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=False,
+                    help="decoding requests ride in extend batches (the scheduler's --mixed-chunk)")
     ap.add_argument("--typists", type=int, default=0, help="typist mode: this many simulated typists (module doc)")
     ap.add_argument("--long", type=int, default=0, help="long-prompt mode: this many prompts of prompt-len tokens, "
                     "one at a time, then concurrency at once (TTFT, prefill tokens/s, worker busy share)")
@@ -175,7 +177,7 @@ def main() -> None:
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
                       SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap,
                                       overlap_mode=a.overlap_mode, chunk_size=a.chunk_size, max_running_requests=256,
-                                      chunk_pipeline=a.chunk_pipeline), structlog.get_logger())
+                                      chunk_pipeline=a.chunk_pipeline, mixed_chunk=a.mixed_chunk), structlog.get_logger())
     sched.budget.run_weight = a.run_weight
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
