@@ -124,7 +124,9 @@ def build_engine(opts: WorkerOptions) -> Engine:
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
                             pdl=opts.pdl)
     whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
-    backend = make_backend(opts.attention, cfg, dtype, device, opts.cuda_graph_max_batch, whole_tokens)
+    # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches then
+    ws_graph_batch = opts.cuda_graph_max_batch if opts.decode_attention == "flashinfer" else 0
+    backend = make_backend(opts.attention, cfg, dtype, device, ws_graph_batch, whole_tokens)
     kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
     if kv_tokens is None and kv_fraction is None:
         if device.type == "cuda":
@@ -185,8 +187,8 @@ def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: 
     from worker_svc.cuda_graph import DecodeGraphs, buckets
 
     props = torch.cuda.get_device_properties(pool.device)
-    need = workspace_bytes(cfg.n_head, cfg.kv_heads, cfg.head_dim, props.multi_processor_count, buckets(max_batch),
-                           props.major)
+    need = workspace_bytes(cfg.n_head, cfg.kv_heads, cfg.head_dim, props.multi_processor_count,
+                           buckets(max_batch) if decode_attention == "flashinfer" else (), props.major)
     if backend.workspace.numel() < need:
         raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, CUDA graphs up to "
                            f"batch {max_batch} need {need}: build the backend with cuda_graph_max_batch={max_batch}")
