@@ -15,7 +15,8 @@ each, so a run cut short still leaves data):
   device copy bandwidth. A baseline that fails or runs past ``--hf-timeout`` is recorded with a typed
   error and the others still run; the final table gives our tok/s over each, and over issue 5's
   reference figure (``bench/hf_phase.py``);
-- ``cN``: N concurrent streams of fixed lengths (2N requests for N <= 64, N for more);
+- ``cN``: N concurrent streams of fixed lengths (2N requests for N <= 64, N for more; times ``--rounds``: one
+  c64 phase of 128 requests lasts ~2 s on the H200 and moves 15-25% between runs, results/h200-run11/call3);
 - ``prefix``: TTFT against the cached fraction: prompts of P tokens of which a share f is one of 4 common
   prefixes (warmed first), the rest unique;
 - ``k1``: concurrency 64 again with ``--decode-steps 1`` (one decode step per Forward) for comparison.
@@ -187,7 +188,7 @@ class Bench:
         return summary
 
     def fixed(self, concurrency: int, name: str | None = None) -> dict:
-        n = 2 * concurrency if concurrency <= 64 else concurrency
+        n = (2 * concurrency if concurrency <= 64 else concurrency) * self.args.rounds
         if concurrency == 1:
             n = self.args.c1_requests
         payloads = [self.payload(self.random_ids(self.input_len), self.output_len) for _ in range(n)]
@@ -348,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
                     "its baselines give the ratios (to run the hf phase and the stack as two commands)")
     ap.add_argument("--worker-flags", default="", help="extra worker flags, space-separated (e.g. --no-extend-whole-graph)")
     ap.add_argument("--c1-requests", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1, help="cN phases (N > 1) send this many times their requests "
+                    "(longer phases for an A/B)")
     ap.add_argument("--prefix-fractions", default="0,0.5,0.75,0.9,0.97", help="shared shares of the prompt (prefix phase)")
     ap.add_argument("--cpu-input-len", type=int, default=64)
     ap.add_argument("--cpu-output-len", type=int, default=16)
