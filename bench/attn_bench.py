@@ -26,31 +26,9 @@ from pathlib import Path
 
 import torch
 
+from bench.gemm_bench import graph_time
 from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode, splits_for
 from worker_svc.model.default import SHAPES
-
-
-def graph_time(fn, reps: int = 20) -> float:
-    """Seconds of one replay of a CUDA graph of ``fn`` (median of ``reps`` timed replays after 3 warm ones)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3):
-        g.replay()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return sorted(times)[len(times) // 2]
 
 
 def case(shape: str, batch: int, context: int, layout: str, layers: int, hbm: float, sms: int) -> dict:
