@@ -240,8 +240,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
                        "no level flag, so one launcher flag could not mean the same for all",
     },
     "worker": {
-        "--decode-attention": "an A/B switch until the Triton decode kernel is measured end to end on the GPU: "
-                              "bench/serve_bench --worker-flags=--decode-attention=triton runs it",
+        "--decode-attention": "the worker picks per model (auto: build.auto_decode_attention, as measured on the "
+                              "H200); the flag is an A/B switch for bench/serve_bench --worker-flags",
     },
     "scheduler": {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",

@@ -43,9 +43,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
                          "n_embd <= 1024, else 0, as measured on the H200)")
-    ap.add_argument("--decode-attention", default="flashinfer", choices=["flashinfer", "triton"],
+    ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode CUDA graphs' attention: flashinfer's tensor-core decode, or the Triton multi-query "
-                         "kernel (worker_svc/attention/mqa_decode.py; no per-step plan; not yet measured end to end)")
+                         "kernel (worker_svc/attention/mqa_decode.py; no per-step plan); auto (default): triton for "
+                         "multi-query models of n_embd <= 1024, flashinfer above, as measured on the H200 "
+                         "(worker_svc/build.py: auto_decode_attention)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
     args = ap.parse_args(argv)

@@ -30,8 +30,8 @@ import uuid
 
 import torch
 
-from worker_svc.build import (make_backend, make_extend_graphs, make_graphs, make_whole_graphs, resolve_device,
-                              resolve_dtype)
+from worker_svc.build import (auto_decode_attention, make_backend, make_extend_graphs, make_graphs, make_whole_graphs,
+                              resolve_device, resolve_dtype)
 from worker_svc.engine import Engine
 from worker_svc.kv_pool import KVPool, geometry
 from worker_svc.model.config import ModelConfig
@@ -196,8 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--splitk-rows", type=int, default=0,
                     help="projections of batches up to this many rows through the split-K Triton GEMM "
                          "(model/skinny_gemm.py); 0 = cuBLAS")
-    ap.add_argument("--decode-attention", default="flashinfer", choices=["flashinfer", "triton"],
-                    help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs)")
+    ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
+                    help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
+                         "default (build.auto_decode_attention)")
     ap.add_argument("--pdl", action="store_true", help="the Triton kernels as programmatic dependent launches")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
@@ -227,7 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch, whole_tokens)
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
-    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, args.decode_attention)
+    decode_attention = auto_decode_attention(cfg) if args.decode_attention == "auto" else args.decode_attention
+    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, decode_attention)
     eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
     whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend)  # on for the prefill cases' "whole" mode
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -355,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl,
+                       "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl, "decode_attention": decode_attention,
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 

@@ -39,7 +39,7 @@ class WorkerOptions:
     extend_whole_graph: bool = True  # one-request extends up to extend_graph_max_tokens: one graph of the forward
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
-    decode_attention: str = "flashinfer"  # the decode graphs' attention: flashinfer or triton (attention/mqa_decode)
+    decode_attention: str = "auto"  # the decode graphs' attention: flashinfer, triton (attention/mqa_decode), or auto
 
 
 def resolve_device(name: str) -> torch.device:
@@ -110,6 +110,16 @@ def auto_splitk_rows(cfg) -> int:
     return 64 if cfg.n_embd <= 1024 else 0
 
 
+def auto_decode_attention(cfg) -> str:
+    """The decode graphs' attention by default: ``triton`` (the multi-query kernel of ``attention/mqa_decode``)
+    for multi-query models of n_embd <= 1024, else ``flashinfer``. H200 run 12 (bench/results/h200-run12/call1,
+    ``worker_svc.bench`` K = 8, context 1,152, GPU time of a decode step, two processes each, flashinfer -> triton):
+    tiny_starcoder_py (768) B = 1 / 64 / 256: 0.79 / 1.04 / 1.50 -> 0.71 / 0.90 / 1.32 ms; starcoderbase-1b
+    (2048): 1.43 / 1.85 / 2.85 -> 1.36 / 1.85 / 2.95 (its attention kernel alone in the graph: 20.4 us a layer
+    with flashinfer, 20.9 + 3.0 for the merge with Triton, call2p's profile)."""
+    return "triton" if cfg.kv_heads == 1 and cfg.n_embd <= 1024 else "flashinfer"
+
+
 def build_engine(opts: WorkerOptions) -> Engine:
     """Loads the model and allocates the KV pool; the engine's epoch is a fresh uuid4 (boot id).
 
@@ -124,8 +134,9 @@ def build_engine(opts: WorkerOptions) -> Engine:
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
                             pdl=opts.pdl)
     whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
+    decode_attention = auto_decode_attention(cfg) if opts.decode_attention == "auto" else opts.decode_attention
     # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches then
-    ws_graph_batch = opts.cuda_graph_max_batch if opts.decode_attention == "flashinfer" else 0
+    ws_graph_batch = opts.cuda_graph_max_batch if decode_attention == "flashinfer" else 0
     backend = make_backend(opts.attention, cfg, dtype, device, ws_graph_batch, whole_tokens)
     kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
     if kv_tokens is None and kv_fraction is None:
@@ -139,7 +150,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
     engine = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, worker_id=opts.worker_id,
                     model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed)
     engine.warmup()
-    engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, opts.decode_attention)
+    engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, decode_attention)
     engine.whole_graphs = make_whole_graphs(whole_tokens, cfg, model, pool, backend)
     engine.extend_graphs = make_extend_graphs(opts.extend_graph_max_tokens, model, pool, backend)
     return engine

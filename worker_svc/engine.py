@@ -139,8 +139,16 @@ class Engine:
             n_positions=c.n_positions, vocab_size=c.vocab_size, eos_token_id=c.eos_token_id,
             dtype=DTYPE_NAMES[self.kv_pool.dtype], kv_bytes_per_token=g.kv_bytes_per_token,
             capacity_tokens=g.capacity_tokens, page_size=g.page_size, pool_slots=g.pool_slots,
-            device=str(self.device), attention_backend=self.backend.name,
+            device=str(self.device), attention_backend=self.attention_name(),
         )
+
+    def attention_name(self) -> str:
+        """The backend's name, with the decode graphs' attention after a ``+`` when it is another kernel
+        (``flashinfer+triton-decode``)."""
+        name = self.backend.name
+        if self.graphs is not None and self.graphs.decode_attention != name:
+            name += f"+{self.graphs.decode_attention}-decode"
+        return name
 
     def release(self, request_ids: Sequence[str]) -> int:
         """Drops the state of these requests; unknown ids are ignored. Returns how many were dropped."""

