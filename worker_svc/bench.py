@@ -30,8 +30,8 @@ import uuid
 
 import torch
 
-from worker_svc.build import (auto_decode_attention, make_backend, make_extend_graphs, make_graphs, make_whole_graphs,
-                              resolve_device, resolve_dtype)
+from worker_svc.build import (auto_decode_attention, auto_splitk_rows, make_backend, make_extend_graphs, make_graphs,
+                              make_whole_graphs, resolve_device, resolve_dtype)
 from worker_svc.engine import Engine
 from worker_svc.kv_pool import KVPool, geometry
 from worker_svc.model.config import ModelConfig
@@ -193,13 +193,14 @@ def main(argv: list[str] | None = None) -> None:
                          "`ncu --profile-from-start off --graph-profiling node` (per-kernel hardware counters)")
     ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
                     help="torch.backends.cuda.preferred_blas_library for the GEMMs (issue 15 technique 2)")
-    ap.add_argument("--splitk-rows", type=int, default=0,
+    ap.add_argument("--splitk-rows", type=int, default=None,
                     help="projections of batches up to this many rows through the split-K Triton GEMM "
-                         "(model/skinny_gemm.py); 0 = cuBLAS")
+                         "(model/skinny_gemm.py); 0 = cuBLAS; default: the worker's (build.auto_splitk_rows)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
                          "default (build.auto_decode_attention)")
-    ap.add_argument("--pdl", action="store_true", help="the Triton kernels as programmatic dependent launches")
+    ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
+                    help="the Triton kernels as programmatic dependent launches (on, as the worker runs them)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
@@ -213,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
             from worker_svc.model.default import ensure_default_model
             args.model_path = str(ensure_default_model())
         cfg, model = load_model(args.model_path, dtype=dtype, device=device)
+    if args.splitk_rows is None:  # as the worker runs (before run 12 this bench ran cuBLAS and no PDL by default)
+        args.splitk_rows = auto_splitk_rows(cfg)
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
     batches = [int(b) for b in args.batches.split(",")]
