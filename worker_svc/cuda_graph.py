@@ -98,7 +98,8 @@ class DecodeGraphs:
         for size in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
             if decode_attention == "triton":
                 backend = TritonDecodeAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype,
-                                                self.kv_indptr[: size + 1], self.kv_indices, size)
+                                                self.kv_indptr[: size + 1], self.kv_indices, size,
+                                                pdl=model.pdl)
             else:
                 backend = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype, dev, workspace,
                                               graph_buffers=(self.kv_indptr[: size + 1], self.kv_indices,

@@ -273,3 +273,43 @@ def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits):
     got = mqa_decode(*g, dim ** -0.5, DecodeConfig(splits=splits), ws)
     want = reference(*(t.cpu() for t in g), dim ** -0.5)
     assert (got.double().cpu() - want).abs().max().item() < 2e-2
+
+
+@pytest.mark.parametrize("splits", [1, 9])
+def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits):
+    """With ``pdl`` both kernels launch early and wait for the kernel ahead: inside a captured graph, behind a
+    PDL-launched K/V write (``fused.write_kv``, as the model runs it) of the very slots attention reads, the output
+    is bit-equal to plain launches (same kernels, same order of sums) and sees the K/V just written."""
+    from tests.worker.test_mqa_decode_interpreter import make
+    from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode
+    from worker_svc.model import fused
+
+    heads, dim, lens = 16, 128, [1, 37, 300, 1152]
+    q, k, v, indices, indptr = make(lens, heads, dim, slots=8192, seed=splits)
+    dev = torch.device("cuda:0")
+    q, k, v, indices, indptr = (t.to(dev) for t in (q.bfloat16(), k.bfloat16(), v.bfloat16(), indices, indptr))
+    last = indptr[1:].long() - 1
+    slots = indices[last].long()  # each request's newest slot, written by the K/V write first
+    qkv = torch.randn(len(lens), heads * dim + 2 * dim, device=dev).bfloat16()
+    cfg = DecodeConfig(splits=splits)
+    outs = []
+    for pdl in (False, True):
+        kk, vv = k.clone(), v.clone()
+        ws = MQADecodeWorkspace(len(lens), splits, heads, dim, dev) if splits > 1 else None
+        out = torch.empty(len(lens), heads, dim, dtype=torch.bfloat16, device=dev)
+
+        def step():
+            fused.write_kv(qkv, kk, vv, slots, heads * dim, dim, pdl=pdl)
+            mqa_decode(q, kk, vv, indices, indptr, dim ** -0.5, cfg, ws, out, pdl=pdl)
+
+        step()  # compiles outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(kk[slots, 0], qkv[:, heads * dim: heads * dim + dim])
+        outs.append(out.clone())
+    assert torch.equal(outs[0], outs[1])

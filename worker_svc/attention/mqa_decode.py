@@ -55,7 +55,11 @@ def _kernels():
     def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr,
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
                         stride_outh, H, SPLITS,
-                        D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr):
+                        D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
+                        PDL: tl.constexpr):
+        if PDL:  # launched before the kernel ahead (the K/V write) finished: let the merge launch, then wait for it
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
         b = tl.program_id(0)
         s = tl.program_id(1)
         start = tl.load(indptr_ptr + b)
@@ -99,7 +103,10 @@ def _kernels():
 
     @triton.jit
     def mqa_decode_merge(o_ptr, lse_ptr, out_ptr, stride_ob, stride_os, stride_outb, stride_outh, SPLITS,
-                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr):
+                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+        if PDL:  # as the first kernel: the projection after it may launch (and prefetch its weights)
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
         b = tl.program_id(0)
         h = tl.program_id(1)  # one CTA per (request, head): the merge of one request is spread over H CTAs
         offs_s = tl.arange(0, BLOCK_S)
@@ -134,13 +141,15 @@ class MQADecodeWorkspace:
 
 def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: torch.Tensor, kv_indptr: torch.Tensor,
                sm_scale: float, cfg: DecodeConfig, ws: MQADecodeWorkspace | None = None,
-               out: torch.Tensor | None = None) -> torch.Tensor:
+               out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """Decode attention of ``q`` (``[B, n_head, head_dim]``, float16 / bfloat16, head_dim a power of two >= 16)
     over one K/V head: ``k``, ``v`` ``[slots, 1, head_dim]`` (the pool's layer, q's dtype), request b's KV the
     slots ``kv_indices[kv_indptr[b]:kv_indptr[b+1]]`` (int32, on q's device; every request has at least one).
     Returns ``out`` (``[B, n_head, head_dim]``, q's dtype; allocated when None). ``cfg.splits`` > 1 needs ``ws``
-    (``MQADecodeWorkspace`` of at least B rows and exactly ``cfg.splits`` splits). Raises ValueError for a shape,
-    dtype or workspace that does not fit."""
+    (``MQADecodeWorkspace`` of at least B rows and exactly ``cfg.splits`` splits). ``pdl``: both kernels as
+    programmatic dependent launches (sm90; each lets the next launch at once and waits for the one ahead before it
+    reads anything, so only the launch latency overlaps: the model's other Triton kernels do the same). Raises
+    ValueError for a shape, dtype or workspace that does not fit."""
     B, H, D = q.shape
     if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must share float16 / bfloat16 (got {q.dtype}, {k.dtype}, {v.dtype})")
@@ -157,12 +166,14 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
     part, merge = _kernels()
     bh = block_heads(H)
     direct = cfg.splits == 1
+    launch = {"launch_pdl": True} if pdl else {}
     o, lse = (out, out) if direct else (ws.o, ws.lse)
     part[(B, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, sm_scale * math.log2(math.e),
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
                           out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
-                          DIRECT=direct, num_warps=cfg.warps, num_stages=cfg.stages)
+                          DIRECT=direct, PDL=pdl, num_warps=cfg.warps, num_stages=cfg.stages, **launch)
     if not direct:
         merge[(B, H)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), cfg.splits,
-                      D=D, BLOCK_H=bh, BLOCK_S=max(2, 1 << (cfg.splits - 1).bit_length()), num_warps=2)
+                      D=D, BLOCK_H=bh, BLOCK_S=max(2, 1 << (cfg.splits - 1).bit_length()), PDL=pdl, num_warps=2,
+                      **launch)
     return out
