@@ -232,6 +232,8 @@ CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/sched
 CHUNK_PIPELINE = ("chunked prefill pipelined stays on (the next extend sent while one runs: bench/README.md); "
                   "bench/serve_bench's nopipe phase runs the scheduler without it for the A/B")
 
+GIL_SWITCH = ("the interpreter's switch interval, measured once for every deployment (common/gil.py); an A/B "
+              "switch for the benchmarks' --worker-flags / --scheduler-flags")
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -240,10 +242,12 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
                        "no level flag, so one launcher flag could not mean the same for all",
     },
     "worker": {
+        "--gil-switch-ms": GIL_SWITCH,
         "--decode-attention": "the worker picks per model (auto: build.auto_decode_attention, as measured on the "
                               "H200); the flag is an A/B switch for bench/serve_bench --worker-flags",
     },
     "scheduler": {
+        "--gil-switch-ms": GIL_SWITCH,
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",
         "--mixed-chunk": MIXED_CHUNK,
         "--no-mixed-chunk": MIXED_CHUNK,
