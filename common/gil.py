@@ -2,12 +2,11 @@
 
 A service runs several Python threads: the worker's gRPC handlers (Forward N+1 is received and waits while N
 runs), the scheduler's loop beside one handler thread per stream. When a thread that waits for the GIL is woken
-(the worker's Forward N+1 once N is recorded done; the scheduler's loop when a Match reply lands) while another
-runs Python (N's reply being built; a handler writing a stream message), CPython lets it wait until the holder
-blocks or for the switch interval, 5 ms by default, before it forces a hand-over. On the H200 the worker's
-chained Forwards (N+1 sent while N runs, as the scheduler sends them) took 0.7-1.3 ms a Forward longer than the
-same Forwards sent one after the other (bench/results/h200-run12/call1: 1B B = 64, K = 8, 2.34 against 2.18 ms a
-step): the GPU waited for N+1's launch behind N's reply. A shorter interval bounds that wait.
+while another runs Python, CPython lets it wait until the holder blocks or for the switch interval (5 ms by
+default) before it forces a hand-over. Measured on the H200 (bench/results/h200-run12/call4, the worker bench's
+chained Forwards at 5 / 0.2 / 0.05 ms): no gain in the worker (1B B = 64: 2.35 / 2.38 / 2.39 ms a step; B = 256
+slower with shorter intervals), so the default stays CPython's; the flag is the A/B switch for the scheduler's
+queue at keystroke rate (issue 13).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-DEFAULT_MS = 0.2  # bench/results/h200-run12 (worker bench --gil-switch-ms, chained Forwards); CPython's own: 5
+DEFAULT_MS = 5.0  # CPython's own; 0.2 and 0.05 did not pay in the worker (bench/results/h200-run12/call4)
 
 
 def add_flag(ap: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ import uuid
 import torch
 
 from common import gil
-from worker_svc.build import (auto_decode_attention, auto_splitk_rows, make_backend, make_extend_graphs, make_graphs,
+from worker_svc.build import (auto_splitk_rows, make_backend, make_extend_graphs, make_graphs,
                               make_whole_graphs, resolve_device, resolve_dtype)
 from worker_svc.engine import Engine
 from worker_svc.kv_pool import KVPool, geometry
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
                          "(model/skinny_gemm.py); 0 = cuBLAS; default: the worker's (build.auto_splitk_rows)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
-                         "default (build.auto_decode_attention)")
+                         "default (build.triton_decode_max_batch)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="the Triton kernels as programmatic dependent launches (on, as the worker runs them)")
     ap.add_argument("--gil-switch-ms", default=str(gil.DEFAULT_MS),
@@ -237,8 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch, whole_tokens)
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
     eng.warmup()
-    decode_attention = auto_decode_attention(cfg) if args.decode_attention == "auto" else args.decode_attention
-    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, decode_attention)
+    eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, args.decode_attention)
     eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
     whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend)  # on for the prefill cases' "whole" mode
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -369,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl, "decode_attention": decode_attention,
+                       "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 

@@ -110,14 +110,23 @@ def auto_splitk_rows(cfg) -> int:
     return 64 if cfg.n_embd <= 1024 else 0
 
 
-def auto_decode_attention(cfg) -> str:
-    """The decode graphs' attention by default: ``triton`` (the multi-query kernel of ``attention/mqa_decode``)
-    for multi-query models of n_embd <= 1024, else ``flashinfer``. H200 run 12 (bench/results/h200-run12/call1,
-    ``worker_svc.bench`` K = 8, context 1,152, GPU time of a decode step, two processes each, flashinfer -> triton):
-    tiny_starcoder_py (768) B = 1 / 64 / 256: 0.79 / 1.04 / 1.50 -> 0.71 / 0.90 / 1.32 ms; starcoderbase-1b
-    (2048): 1.43 / 1.85 / 2.85 -> 1.36 / 1.85 / 2.95 (its attention kernel alone in the graph: 20.4 us a layer
-    with flashinfer, 20.9 + 3.0 for the merge with Triton, call2p's profile)."""
-    return "triton" if cfg.kv_heads == 1 and cfg.n_embd <= 1024 else "flashinfer"
+def triton_decode_max_batch(cfg, decode_attention: str, max_batch: int) -> int:
+    """Decode-graph buckets of up to this many rows take the Triton multi-query attention (``attention/mqa_decode``),
+    the larger ones flashinfer's. ``decode_attention``: ``flashinfer`` (0), ``triton`` (``max_batch``) or ``auto``:
+    for multi-query models, every bucket when n_embd <= 1024, else buckets up to 64 rows; 0 for other models.
+    Raises ValueError for another name. H200 run 12 (bench/results/h200-run12/call4, ``worker_svc.bench`` K = 8,
+    context 1,152, the worker's defaults, GPU time of a decode step, flashinfer -> triton): tiny_starcoder_py (768)
+    B = 1 / 64 / 256: 0.64 / 0.98 / 1.49 -> 0.64 / 0.89 / 1.32 ms; starcoderbase-1b (2048): 1.40 / 1.85 / 2.82 ->
+    1.31 / 1.85 / 2.89 (its 128-wide heads: the kernel gains where it splits a request's KV many ways)."""
+    if decode_attention == "flashinfer":
+        return 0
+    if decode_attention == "triton":
+        return max_batch
+    if decode_attention != "auto":
+        raise ValueError(f"decode_attention must be auto, flashinfer or triton (got {decode_attention!r})")
+    if cfg.kv_heads != 1:
+        return 0
+    return max_batch if cfg.n_embd <= 1024 else min(max_batch, 64)
 
 
 def build_engine(opts: WorkerOptions) -> Engine:
@@ -134,9 +143,10 @@ def build_engine(opts: WorkerOptions) -> Engine:
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
                             pdl=opts.pdl)
     whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
-    decode_attention = auto_decode_attention(cfg) if opts.decode_attention == "auto" else opts.decode_attention
-    # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches then
-    ws_graph_batch = opts.cuda_graph_max_batch if decode_attention == "flashinfer" else 0
+    triton_max = triton_decode_max_batch(cfg, opts.decode_attention, opts.cuda_graph_max_batch)
+    # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches when no
+    # bucket runs flashinfer
+    ws_graph_batch = opts.cuda_graph_max_batch if triton_max < opts.cuda_graph_max_batch else 0
     backend = make_backend(opts.attention, cfg, dtype, device, ws_graph_batch, whole_tokens)
     kv_tokens, kv_fraction = opts.kv_tokens, opts.kv_fraction
     if kv_tokens is None and kv_fraction is None:
@@ -150,7 +160,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
     engine = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, worker_id=opts.worker_id,
                     model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed)
     engine.warmup()
-    engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, decode_attention)
+    engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, opts.decode_attention)
     engine.whole_graphs = make_whole_graphs(whole_tokens, cfg, model, pool, backend)
     engine.extend_graphs = make_extend_graphs(opts.extend_graph_max_tokens, model, pool, backend)
     return engine
@@ -188,20 +198,22 @@ def make_extend_graphs(max_tokens: int, model, pool: KVPool, backend: AttentionB
 
 def make_graphs(max_batch: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend,
                 decode_attention: str = "flashinfer"):
-    """Captured decode graphs when the backend is flashinfer and ``max_batch`` > 0, else None. The graphs
-    share the backend's workspace, which must have been sized for ``max_batch`` (``make_backend``); a
-    smaller one raises RuntimeError here, at start-up, instead of at the first large decode batch.
-    ``decode_attention``: the graphs' attention, ``flashinfer`` or ``triton`` (``cuda_graph.DecodeGraphs``)."""
+    """Captured decode graphs when the backend is flashinfer and ``max_batch`` > 0, else None. The graphs'
+    flashinfer buckets share the backend's workspace, which must have been sized for ``max_batch``
+    (``make_backend``); a smaller one raises RuntimeError here, at start-up, instead of at the first large decode
+    batch. ``decode_attention``: the graphs' attention, ``flashinfer``, ``triton`` or ``auto``
+    (``triton_decode_max_batch``: which buckets take the Triton kernel; ``cuda_graph.DecodeGraphs``)."""
     if max_batch <= 0 or backend.name != "flashinfer":
         return None
     from worker_svc.attention.workspace import workspace_bytes
     from worker_svc.cuda_graph import DecodeGraphs, buckets
 
+    triton_max = triton_decode_max_batch(cfg, decode_attention, max_batch)
     props = torch.cuda.get_device_properties(pool.device)
     need = workspace_bytes(cfg.n_head, cfg.kv_heads, cfg.head_dim, props.multi_processor_count,
-                           buckets(max_batch) if decode_attention == "flashinfer" else (), props.major)
+                           buckets(max_batch) if triton_max < max_batch else (), props.major)
     if backend.workspace.numel() < need:
         raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, CUDA graphs up to "
                            f"batch {max_batch} need {need}: build the backend with cuda_graph_max_batch={max_batch}")
     return DecodeGraphs(cfg, model, pool, backend.sm_scale, backend.workspace, max_batch=max_batch,
-                        decode_attention=decode_attention)
+                        triton_max_batch=triton_max)

@@ -10,9 +10,9 @@ flashinfer's ``plan`` is not capturable: it runs before each replay and writes t
 slot indices into the buffers the graph reads (``use_cuda_graph=True`` wrappers). Every host array goes to
 the device from pinned memory, so preparing a step never waits for the GPU; the one wait left is that a plan
 does not start before the previous plan's asynchronous copy out of flashinfer's page-locked buffer has run
-(an event), which lets the host prepare step j + 1 while the GPU runs step j. With ``decode_attention="triton"``
-the graphs' attention is the Triton multi-query kernel (``attention/triton_decode.py``) instead: it reads the
-buffers itself, and a step only copies its indptr and slots into them (no plan, no wait).
+(an event), which lets the host prepare step j + 1 while the GPU runs step j. Buckets of up to
+``triton_max_batch`` rows take the Triton multi-query kernel (``attention/triton_decode.py``) instead: it reads
+the buffers itself, and a step only copies its indptr and slots into them (no plan, no wait).
 """
 
 from __future__ import annotations
@@ -74,13 +74,14 @@ class DecodeGraphs:
     """Captured decode graphs, one per bucket. ``run(layout, input_ids)`` -> float32 logits [b, vocab]."""
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, sm_scale: float,
-                 workspace: torch.Tensor, max_batch: int = 256, decode_attention: str = "flashinfer"):
+                 workspace: torch.Tensor, max_batch: int = 256, triton_max_batch: int = 0):
         """``workspace``: flashinfer's float workspace shared with the eager backend, sized for ``max_batch``
-        (``attention.workspace.workspace_bytes``). ``decode_attention``: ``flashinfer`` (its tensor-core decode
-        wrappers, planned before each replay) or ``triton`` (``attention/triton_decode.py``; multi-query models
-        only, RuntimeError otherwise); ValueError for another name."""
-        if decode_attention not in ("flashinfer", "triton"):
-            raise ValueError(f"decode_attention must be flashinfer or triton (got {decode_attention!r})")
+        (``attention.workspace.workspace_bytes``). Buckets of up to ``triton_max_batch`` rows take the Triton
+        multi-query kernel (``attention/triton_decode.py``; multi-query models only, RuntimeError otherwise), the
+        others flashinfer's tensor-core decode wrappers, planned before each replay. ValueError for a negative
+        ``triton_max_batch``."""
+        if triton_max_batch < 0:
+            raise ValueError(f"triton_max_batch must be >= 0 (got {triton_max_batch})")
         dev, dtype = kv_pool.device, kv_pool.dtype
         self.cfg, self.model, self.kv_pool = cfg, model, kv_pool
         self.max_batch = max_batch
@@ -93,10 +94,10 @@ class DecodeGraphs:
         self.kv_indices = torch.zeros(index_capacity(max_batch, cfg.n_positions), dtype=torch.int32, device=dev)
         self.kv_last = torch.ones(max_batch, dtype=torch.int32, device=dev)
         mempool = torch.cuda.graph_pool_handle()
-        self.decode_attention = decode_attention
+        self.triton_max_batch = min(triton_max_batch, max_batch)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, AttentionBackend, torch.Tensor]] = {}
         for size in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
-            if decode_attention == "triton":
+            if size <= triton_max_batch:
                 backend = TritonDecodeAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype,
                                                 self.kv_indptr[: size + 1], self.kv_indices, size,
                                                 pdl=model.pdl)
@@ -155,7 +156,7 @@ class DecodeGraphs:
         self.ids[b:size].zero_()
         self.positions[:size].copy_(positions)
         self.out_slots[:size].copy_(out_slots)
-        if self.decode_attention == "triton":
+        if isinstance(backend, TritonDecodeAttention):
             backend.load_step(kv_indptr_host, kv_indices)
             graph.replay()
             return logits[:b]

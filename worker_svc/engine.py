@@ -143,11 +143,12 @@ class Engine:
         )
 
     def attention_name(self) -> str:
-        """The backend's name, with the decode graphs' attention after a ``+`` when it is another kernel
-        (``flashinfer+triton-decode``)."""
+        """The backend's name, with the decode graphs' Triton attention after a ``+`` when buckets take it
+        (``flashinfer+triton-decode`` for all, ``flashinfer+triton-decode<=64`` for buckets up to 64 rows)."""
         name = self.backend.name
-        if self.graphs is not None and self.graphs.decode_attention != name:
-            name += f"+{self.graphs.decode_attention}-decode"
+        if self.graphs is not None and self.graphs.triton_max_batch > 0:
+            full = self.graphs.triton_max_batch >= self.graphs.max_batch
+            name += "+triton-decode" + ("" if full else f"<={self.graphs.triton_max_batch}")
         return name
 
     def release(self, request_ids: Sequence[str]) -> int:
