@@ -165,18 +165,24 @@ def test_cuda_graph_decode_matches_eager(model_dir, prompts, decode_attention):
         assert max(abs(x - y) for x, y in zip(la, lb)) < tol
 
 
-@pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
+@pytest.mark.parametrize("decode_attention", ["flashinfer", "triton", "mixed"])
 def test_multistep_on_cuda_graphs_matches_single_step_eager(model_dir, prompts, decode_attention):
     """Multi-step decode on CUDA graphs (metadata gathered on the device by StepFeed, buckets changing as rows
-    finish their steps, one padding row; flashinfer's decode or the Triton multi-query kernel, which the host
-    does not wait for between steps) gives the tokens of one-step eager decode, and stops at a stop id."""
+    finish their steps, one padding row; flashinfer's decode, the Triton multi-query kernel, which the host
+    does not wait for between steps, or both: buckets 1 and 2 Triton, 4 and 8 flashinfer, as ``auto`` splits
+    them for large models) gives the tokens of one-step eager decode, and stops at a stop id."""
     from tests.worker.test_multistep import _run
     from worker_svc.build import make_graphs
+    from worker_svc.cuda_graph import DecodeGraphs
 
     def engine(graphs):
         eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
         eng.epoch = "epoch-1"
-        if graphs:
+        if graphs and decode_attention == "mixed":
+            eng.graphs = DecodeGraphs(eng.cfg, eng.model, eng.kv_pool, eng.backend.sm_scale, eng.backend.workspace,
+                                      max_batch=8, triton_max_batch=2)
+            assert eng.attention_name() == "flashinfer+triton-decode<=2"
+        elif graphs:
             eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend, decode_attention)
         return eng
 
