@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gil-switch-ms", default=str(gil.DEFAULT_MS),
                     help="the interpreter's switch interval in ms (common/gil.py), comma-separated: the chained "
                          "Forwards are timed at each, everything else at the first")
+    ap.add_argument("--prefetch-blocks", type=int, default=-1,
+                    help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
+                         "it waits for the kernel ahead (-1: all, as the worker runs)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     switch_ms = [float(x) for x in args.gil_switch_ms.split(",")]
@@ -224,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
         args.splitk_rows = auto_splitk_rows(cfg)
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
+    if model.mm is not None:
+        model.mm.prefetch_blocks = args.prefetch_blocks
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     chained_calls = (CHAINED_WARMUP + max(4, args.iters)) * len(switch_ms)
@@ -368,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl, "decode_attention": eng.attention_name(),
+                       "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 

@@ -54,7 +54,7 @@ def _kernel():
 
     @triton.jit
     def skinny_mm(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, k_per_split,
-                  SPLIT, HAS_BIAS: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr,
+                  SPLIT, HAS_BIAS: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
@@ -71,7 +71,8 @@ def _kernel():
             # CTA's weight slab (which nothing before writes) into L2, then wait for the kernel ahead
             tl.extra.cuda.gdc_launch_dependents()
             w_lines = w_ptr + tl.minimum(rn, N - 1)[:, None].to(tl.int64) * K
-            for k in range(k0, k_end, BLOCK_K):
+            pf_end = k_end if PREFETCH < 0 else tl.minimum(k_end, k0 + PREFETCH * BLOCK_K)  # PREFETCH K blocks
+            for k in range(k0, pf_end, BLOCK_K):
                 kk = tl.minimum(k + tl.arange(0, BLOCK_K // 64)[None, :] * 64, K - 1)  # one address per 128 B
                 tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [w_lines + kk],
                                           dtype=tl.int32, is_pure=False, pack=1)
@@ -145,12 +146,13 @@ class SplitKWorkspace:
 
 def splitk_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemmConfig,
                   ws: SplitKWorkspace, gelu: bool = False, pdl: bool = False,
-                  out: torch.Tensor | None = None) -> torch.Tensor:
+                  out: torch.Tensor | None = None, prefetch_blocks: int = -1) -> torch.Tensor:
     """x [M, K] @ weight[N, K].T + bias [N] (or None), then tanh GELU when ``gelu`` (on the float32 sum, as
     the cuBLASLt epilogue of ``fused.mlp_up``) -> [M, N] in x's dtype (into ``out`` when given). ``pdl``:
     launched as a programmatic dependent launch (it may start while the kernel before it runs; it prefetches
-    its weights into L2, then waits for that kernel). Raises ValueError when shapes, dtypes (float16 or
-    bfloat16 only: ``HALF_DTYPES``) or the workspace do not fit."""
+    its weights into L2, then waits for that kernel; ``prefetch_blocks`` >= 0: only the first that many K blocks
+    of its slab, -1: all of it). Raises ValueError when shapes, dtypes (float16 or bfloat16 only:
+    ``HALF_DTYPES``) or the workspace do not fit."""
     m, k = x.shape
     n = weight.shape[0]
     if x.dtype not in HALF_DTYPES:  # fp32: tl.dot would round to TF32, and the tiles outgrow choose's budget
@@ -167,7 +169,7 @@ def splitk_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     y = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
     grid = (_cdiv(n, cfg.block_n), split, _cdiv(m, cfg.block_m))
     kernel[grid](x, weight, bias if bias is not None else weight, y, ws.partials, ws.counters, m, n, k, k_per_split,
-                 split, HAS_BIAS=bias is not None, GELU=gelu, PDL=pdl,
+                 split, HAS_BIAS=bias is not None, GELU=gelu, PDL=pdl, PREFETCH=prefetch_blocks,
                  BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                  num_warps=cfg.warps, num_stages=cfg.stages, **({"launch_pdl": True} if pdl else {}))
     return y
@@ -190,10 +192,13 @@ class DecodeGemms:
     """The model's projections for batches of at most ``max_rows`` rows through ``splitk_linear``: one
     configuration per (rows, K, N) from ``choose``, one workspace sized for the largest of them.
 
-    ``shapes``: the [N, K] weight shapes it will be called with. Call as ``mm(x, linear, gelu=False)``."""
+    ``shapes``: the [N, K] weight shapes it will be called with. Call as ``mm(x, linear, gelu=False)``.
+    ``prefetch_blocks``: with ``pdl``, the K blocks of its weight slab each CTA prefetches into L2 before it waits
+    for the kernel ahead (-1: the whole slab; ``splitk_linear``)."""
 
-    def __init__(self, shapes, max_rows: int, device: torch.device | str, pdl: bool = False):
-        self.max_rows, self.pdl = max_rows, pdl
+    def __init__(self, shapes, max_rows: int, device: torch.device | str, pdl: bool = False,
+                 prefetch_blocks: int = -1):
+        self.max_rows, self.pdl, self.prefetch_blocks = max_rows, pdl, prefetch_blocks
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
         sizes = [workspace_size(m, n, choose(m, k, n, self.sms)) for n, k in shapes for m in range(1, max_rows + 1)]
         self.ws = SplitKWorkspace(max(f for f, _ in sizes), max(t for _, t in sizes), device)
@@ -202,4 +207,4 @@ class DecodeGemms:
         """x [M, K] (M <= max_rows) -> linear(x) [M, N], tanh GELU after it when ``gelu``."""
         w = linear.weight
         return splitk_linear(x, w, linear.bias, choose(x.shape[0], w.shape[1], w.shape[0], self.sms), self.ws,
-                             gelu=gelu, pdl=self.pdl)
+                             gelu=gelu, pdl=self.pdl, prefetch_blocks=self.prefetch_blocks)
