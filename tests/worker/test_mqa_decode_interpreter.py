@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from worker_svc.attention import mqa_decode
-from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, splits_for
+from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, decode_config, splits_for
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="needs Triton importable (pip install triton; the interpreter runs on CPU)")
@@ -99,3 +99,12 @@ def test_rejects_what_does_not_fit():
 
 def test_splits_for_follows_the_measured_best():
     assert [splits_for(b, 132) for b in (1, 64, 256, 600)] == [32, 9, 3, 1]
+
+
+@pytest.mark.parametrize("batch,head_dim,want", [
+    (1, 64, DecodeConfig(64, 32, 4, 2)), (1, 128, DecodeConfig(64, 32, 4, 2)),  # run 12's sweep winners
+    (64, 64, DecodeConfig(9, 64, 4, 3)), (64, 128, DecodeConfig(9, 64, 4, 2)),
+    (256, 64, DecodeConfig(3, 64, 4, 3)), (600, 128, DecodeConfig(1, 64, 4, 3)),
+])
+def test_decode_config_takes_the_measured_winners(batch, head_dim, want):
+    assert decode_config(batch, 132, head_dim) == want

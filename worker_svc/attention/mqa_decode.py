@@ -46,6 +46,19 @@ def splits_for(batch: int, sms: int, max_splits: int = 32) -> int:
     return max(1, min(max_splits, -(-4 * sms // batch)))
 
 
+def decode_config(batch: int, sms: int, head_dim: int) -> DecodeConfig:
+    """The launch shape of a decode-graph bucket of ``batch`` rows: ``splits_for`` (up to 64 splits at one or two
+    rows, up to 32 above), 32 KV rows a loop step at one or two rows (64 above), 2 pipeline stages at one or two
+    rows and for 128-wide heads that split, 3 otherwise. The winners of H200 run 12's sweep (bench/results/
+    h200-run12/call1/a, context 1,152): B = 1: 64 splits, 32 rows, 2 stages for head_dim 64 and 128 (4.5 / 5.2 us
+    against 5.2 / 6.7 with 32 splits, 64 rows, 3 stages); B = 64: 9 splits, 64 rows, 3 stages for head_dim 64
+    (11.0 us), 2 for 128 (18.0 against 19.2); B = 256, head_dim 64: 3 splits, 64 rows, 3 stages (27.3 us)."""
+    small = batch <= 2
+    splits = splits_for(batch, sms, 64 if small else 32)
+    stages = 2 if small or (head_dim >= 128 and splits > 1) else 3
+    return DecodeConfig(splits=splits, block_n=32 if small else 64, warps=4, stages=stages)
+
+
 @functools.cache
 def _kernels():
     import triton

@@ -4,7 +4,7 @@ The graph-side counterpart of a flashinfer ``use_cuda_graph=True`` decode wrappe
 with ``decode_attention="triton"``): it reads the graphs' shared ``kv_indptr`` / ``kv_indices`` device buffers
 directly, so a step needs no ``plan``, only the two copies ``load_step`` makes (the host ``indptr`` from pinned
 memory, the slot list device to device). The KV splits per request are fixed per batch bucket at capture
-(``splits_for``), with the merge's float32 workspace allocated once per bucket. Multi-query models only
+(``decode_config``), with the merge's float32 workspace allocated once per bucket. Multi-query models only
 (``kv_heads == 1``: every GPTBigCode checkpoint of the family); float16 / bfloat16.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
-from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode, splits_for
+from worker_svc.attention.mqa_decode import MQADecodeWorkspace, decode_config, mqa_decode
 
 
 class TritonDecodeAttention(AttentionBackend):
@@ -32,7 +32,7 @@ class TritonDecodeAttention(AttentionBackend):
             raise RuntimeError(f"the Triton decode attention takes one K/V head, CUDA, float16 / bfloat16 (got "
                                f"kv_heads={kv_heads}, {dev}, {dtype})")
         self.kv_indptr, self.kv_indices, self.pdl = kv_indptr, kv_indices, pdl
-        self.config = DecodeConfig(splits=splits_for(batch, torch.cuda.get_device_properties(dev).multi_processor_count))
+        self.config = decode_config(batch, torch.cuda.get_device_properties(dev).multi_processor_count, head_dim)
         self.workspace = (MQADecodeWorkspace(batch, self.config.splits, n_head, head_dim, dev)
                           if self.config.splits > 1 else None)
 
