@@ -232,6 +232,10 @@ CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/sched
 CHUNK_PIPELINE = ("chunked prefill pipelined stays on (the next extend sent while one runs: bench/README.md); "
                   "bench/serve_bench's nopipe phase runs the scheduler without it for the A/B")
 
+RAGGED_PREFILL = ("flashinfer's ragged prefill stays on (its default) until measured on the H200: python -m "
+                  "worker_svc.bench --no-ragged-prefill and bench/serve_bench --worker-flags=--no-ragged-prefill run "
+                  "the worker without it for the A/B")
+
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -242,6 +246,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     "worker": {
         "--decode-attention": "an A/B switch until the Triton decode kernel is measured end to end on the GPU: "
                               "bench/serve_bench --worker-flags=--decode-attention=triton runs it",
+        "--ragged-prefill": RAGGED_PREFILL,
+        "--no-ragged-prefill": RAGGED_PREFILL,
     },
     "scheduler": {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",
