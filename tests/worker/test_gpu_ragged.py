@@ -133,7 +133,7 @@ def _batch(prompts, vocab: int) -> list[list[int]]:
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_the_forward_on_the_ragged_path_matches_the_paged_one(model_dir, prompts, fused):
-    """One fresh batch (8 requests of 3 to 1,001 tokens), bf16: hidden states and each request's last-row logits
+    """One fresh batch (the 7 code prompts and a 1,001-token one), bf16: hidden states and each request's last-row logits
     through ragged attention within bf16 noise of the paged path's, the same top token (or one within 0.05 of the
     paged top logit), and the K/V written to the pool the same."""
     eng = _engine(model_dir, torch.bfloat16, ragged=True, fused=fused)
@@ -162,15 +162,16 @@ def _serve(eng: Engine, batch, chunk: int) -> list[tuple[list[int], list[float]]
     return [(r.out, r.logprobs) for r in reqs]
 
 
-@pytest.mark.parametrize("chunk", [1 << 30, 64])
+@pytest.mark.parametrize("chunk", [1 << 30, 9])
 def test_served_greedy_tokens_are_the_same_with_the_ragged_path_on_and_off(model_dir, prompts, chunk):
-    """All requests in one batch (chunks of 64: the first Forward fresh, the later ones over prefixes), bf16: the
-    same greedy tokens with --ragged-prefill on and off, logprobs within bf16 noise; the first Forward took the
-    ragged path, nothing else did."""
+    """The 7 code prompts (uneven lengths) in one batch (chunks of 9: the first Forward fresh, the later ones over
+    prefixes), bf16: the same greedy tokens with --ragged-prefill on and off, logprobs within bf16 noise; the first
+    Forward took the ragged path, nothing else did. (Code prompts only: the default model's continuations of them
+    are not near-ties, as test_gpu_whole_graph relies on too; a random prompt's may be.)"""
     outs = []
     for ragged in (False, True):
         eng = _engine(model_dir, torch.bfloat16, ragged=ragged)
-        outs.append(_serve(eng, _batch(prompts, eng.cfg.vocab_size), chunk))
+        outs.append(_serve(eng, prompts, chunk))
         assert eng.ragged_plans == (1 if ragged else 0)
     for (a, la), (b, lb) in zip(*outs):
         assert a == b
