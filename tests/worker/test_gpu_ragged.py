@@ -29,8 +29,8 @@ pytestmark = [
 
 DEV = torch.device("cuda:0")
 NEW = [1, 37, 300, 129, 1000, 5]  # fresh requests, uneven, none a multiple of 16 but the single token
-# (n_head, head_dim), one K/V head: starcoderbase-1b / santacoder, tiny_starcoder_py, starcoder 15B
-SHAPES = [(16, 64), (12, 64), (48, 128)]
+# (n_head, head_dim), one K/V head: starcoderbase-1b / santacoder, tiny_starcoder_py, starcoderbase-3b, starcoder 15B
+SHAPES = [(16, 64), (12, 64), (22, 128), (48, 128)]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
