@@ -234,6 +234,10 @@ CHUNK_PIPELINE = ("chunked prefill pipelined stays on (the next extend sent whil
 
 GIL_SWITCH = ("the interpreter's switch interval, measured once for every deployment (common/gil.py); an A/B "
               "switch for the benchmarks' --worker-flags / --scheduler-flags")
+RAGGED_PREFILL = ("flashinfer's ragged prefill stays on (its default) until measured on the H200: python -m "
+                  "worker_svc.bench --no-ragged-prefill and bench/serve_bench --worker-flags=--no-ragged-prefill run "
+                  "the worker without it for the A/B")
+
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -243,8 +247,10 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     },
     "worker": {
         "--gil-switch-ms": GIL_SWITCH,
-        "--decode-attention": "the worker picks per model (auto: build.auto_decode_attention, as measured on the "
+        "--decode-attention": "the worker picks per model (auto: build.triton_decode_max_batch, as measured on the "
                               "H200); the flag is an A/B switch for bench/serve_bench --worker-flags",
+        "--ragged-prefill": RAGGED_PREFILL,
+        "--no-ragged-prefill": RAGGED_PREFILL,
     },
     "scheduler": {
         "--gil-switch-ms": GIL_SWITCH,

@@ -41,6 +41,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="extends of one request up to --extend-graph-max-tokens tokens replay one CUDA graph of the "
                          "whole forward, flashinfer's attention inside it (flashinfer on CUDA only; default on: H200 run 11 "
                          "measured 1.2-1.3 ms off each extend; --no-extend-whole-graph: piecewise graphs)")
+    ap.add_argument("--ragged-prefill", action=argparse.BooleanOptionalAction, default=True,
+                    help="extends that run eagerly (above --extend-graph-max-tokens) and whose requests have no cached "
+                         "prefix read K/V straight from the projection output with flashinfer's ragged prefill "
+                         "instead of gathering them from the pool (flashinfer on CUDA only; --no-ragged-prefill: the "
+                         "paged prefill for every extend)")
     ap.add_argument("--splitk-rows", type=int, default=None,
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
                          pdl=args.pdl, decode_attention=args.decode_attention,
-                         extend_whole_graph=args.extend_whole_graph)
+                         extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()

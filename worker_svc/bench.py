@@ -3,13 +3,15 @@
     python -m worker_svc.bench [--model-path DIR | --shape starcoderbase-1b] [--device cpu|cuda]
                                [--dtype float32|bfloat16|...] [--attention auto|torch|flashinfer]
                                [--batches 1,32,256] [--context 1024] [--prefill 96,1024] [--prefill-prefix 0]
-                               [--extend-graph-max-tokens 1024] [--no-whole-graph] [--json-out FILE]
+                               [--extend-graph-max-tokens 1024] [--no-whole-graph] [--no-ragged-prefill]
+                               [--json-out FILE]
                                [--decode-steps 8] [--profile DIR]
 
 Cases: decode steps at each batch size with every request holding ``--context`` tokens, and one extend of
 each ``--prefill`` size after ``--prefill-prefix`` cached tokens, eager, through the piecewise extend graphs
 and through the whole extend graphs (``extend_whole_graph``, with the GPU time of their replay alone; ratios to
-eager printed). For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
+eager printed; an eager extend after no cached prefix takes flashinfer's ragged prefill unless
+``--no-ragged-prefill``, and its line names the path). For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
 bytes read per step) / step time, over the device-to-device copy bandwidth measured in the same run.
 With ``--decode-steps K`` (> 1) it also times Forwards of K decode steps each (per-step time = Forward / K),
 the same Forwards chained as the scheduler sends them (two in flight, ``after_seq``), and with CUDA graphs the
@@ -182,6 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--whole-graph", action=argparse.BooleanOptionalAction, default=True,
                     help="also time the one-request extends through whole extend graphs up to "
                          "--extend-graph-max-tokens (flashinfer only)")
+    ap.add_argument("--ragged-prefill", action=argparse.BooleanOptionalAction, default=True,
+                    help="eager extends without a cached prefix through flashinfer's ragged prefill (the worker's "
+                         "--ragged-prefill; --no-ragged-prefill: the paged prefill, for the A/B)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--cuda-graph-max-batch", type=int, default=256, help="0 = eager decode")
     ap.add_argument("--decode-steps", type=int, default=1)
@@ -240,16 +245,18 @@ def main(argv: list[str] | None = None) -> None:
         t.normal_()
     whole_tokens = args.extend_graph_max_tokens if args.whole_graph else 0
     backend = make_backend(args.attention, cfg, dtype, device, args.cuda_graph_max_batch, whole_tokens)
-    eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex)
+    eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, ragged_prefill=args.ragged_prefill)
     eng.warmup()
     eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, args.decode_attention)
     eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
     whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend)  # on for the prefill cases' "whole" mode
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    embeddings = (model.transformer.wte.weight, model.transformer.wpe.weight)
+    layer_params = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in embeddings)
     bw = copy_bandwidth(device, 1 << 30 if device.type == "cuda" else 1 << 27)
     results = []
     print(f"# model {cfg.name} ({weight_bytes / 1e9:.2f} GB weights) dtype {str(dtype)[6:]} device {device} "
-          f"attention {backend.name} cuda graphs {eng.graphs is not None} fused norms {model.fuse_norms} gelu epilogue {model.gelu_epilogue} kv write {model.fuse_kv}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
+          f"attention {backend.name} ragged prefill {eng.ragged_prefill} cuda graphs {eng.graphs is not None} fused norms {model.fuse_norms} gelu epilogue {model.gelu_epilogue} kv write {model.fuse_kv}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
     g = torch.Generator().manual_seed(0)
     for b in batches:
         eng.requests.clear()
@@ -353,11 +360,17 @@ def main(argv: list[str] | None = None) -> None:
             eng.extend_graphs, eng.whole_graphs = g_ext, g_whole
             timed[mode] = secs = time_steps(prefill, device, warmup=1, iters=max(3, args.iters // 2))
             flops = 2 * (weight_bytes / pool.k[0].element_size()) * n
-            rec = {"case": "prefill", "tokens": n, "prefix": pre, "mode": mode, "step_ms": secs * 1e3,
-                   "tokens_per_s": n / secs, "approx_tflops": flops / secs / 1e12}
+            # what the GPU computes: the layers' GEMMs (2 * non-embedding params * tokens; the lm_head runs on the
+            # sampled row alone) and causal attention (QK^T and PV: 4 * n_embd per visible query-key pair and layer)
+            work = 2 * layer_params * n + 4 * cfg.n_layer * cfg.n_embd * (n * pre + n * (n + 1) // 2)
+            path = "ragged" if mode == "eager" and pre == 0 and eng.ragged_prefill else "paged"
+            rec = {"case": "prefill", "tokens": n, "prefix": pre, "mode": mode, "attention_path": path,
+                   "step_ms": secs * 1e3, "tokens_per_s": n / secs, "approx_tflops": flops / secs / 1e12,
+                   "tflops_layers_and_attention": work / secs / 1e12}
             results.append(rec)
-            print(f"prefill {n} tokens after {pre} ({mode}): {secs * 1e3:8.2f} ms  {n / secs:10.1f} tok/s  "
-                  f"~{flops / secs / 1e12:.1f} TFLOP/s (2 * params * tokens)"
+            print(f"prefill {n} tokens after {pre} ({mode}, {path} attention): {secs * 1e3:8.2f} ms  "
+                  f"{n / secs:10.1f} tok/s  ~{flops / secs / 1e12:.1f} TFLOP/s (2 * params * tokens), "
+                  f"{work / secs / 1e12:.1f} (layers' GEMMs + causal attention)"
                   + (f"  {timed['eager'] / secs:.2f}x eager" if mode != "eager" else ""), flush=True)
             if g_whole is not None:  # the last prefill's plan is in place: its lengths
                 rsecs = replay_seconds(g_whole.graphs[g_whole.bucket(n)], device)
@@ -373,7 +386,8 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "fused": args.fused, "splitk_rows": args.splitk_rows, "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows,
+                       "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 

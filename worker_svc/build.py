@@ -40,6 +40,7 @@ class WorkerOptions:
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
     decode_attention: str = "auto"  # the decode graphs' attention: flashinfer, triton (attention/mqa_decode), or auto
+    ragged_prefill: bool = True  # eager extends without a cached prefix: flashinfer's ragged prefill (attention/ragged)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -158,7 +159,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
                     free_bytes=free_bytes(device) if kv_fraction is not None else None, page_size=opts.page_size)
     pool = KVPool(cfg, geom, dtype, device)
     engine = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, worker_id=opts.worker_id,
-                    model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed)
+                    model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed,
+                    ragged_prefill=opts.ragged_prefill)
     engine.warmup()
     engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, opts.decode_attention)
     engine.whole_graphs = make_whole_graphs(whole_tokens, cfg, model, pool, backend)

@@ -8,7 +8,8 @@ K/V this worker has written (or was told is cached, via ``has_prefix``). A forwa
    (each layer writes the new tokens' K/V at their slots): a decode batch replays a captured graph
    (``cuda_graph.DecodeGraphs``), an extend of one request of few tokens one graph of its whole forward
    (``extend_whole_graph``, when enabled), another batch of few tokens its pieces' graphs (``extend_graph``),
-   the rest runs eagerly;
+   the rest runs eagerly; an eager batch whose requests have no cached prefix plans the backend's ragged
+   prefill (``attention.ragged``; flashinfer, unless ``ragged_prefill`` is off);
 3. samples the items with ``sample=True`` from the logits of their last new token, and computes prompt
    logprobs where asked;
 4. commits: each request's table grows by its new slots and tokens. The sampled token is *not* added: the
@@ -40,8 +41,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from worker_svc.attention import ragged
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
-from worker_svc.forward_batch import build_layout, layout_from_parts
+from worker_svc.forward_batch import BatchLayout, build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
@@ -112,11 +114,14 @@ class Engine:
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
-                 extend_graphs=None, whole_graphs=None):
+                 extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
-        that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it."""
+        that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.
+        ``ragged_prefill``: eager batches with no cached prefix take the backend's ragged prefill where it has one
+        (``backend.ragged_prefill``: flashinfer; the torch backend has none, so this changes nothing there)."""
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
+        self.ragged_prefill = ragged_prefill and backend.ragged_prefill
         self.graphs, self.extend_graphs, self.whole_graphs = graphs, extend_graphs, whole_graphs
         self.epoch, self.worker_id, self.model_path = epoch, worker_id, model_path
         self.device = kv_pool.device
@@ -265,18 +270,29 @@ class Engine:
         return tuple(it.input_ids)
 
     def warmup(self) -> None:
-        """Runs one extend and one decode step on slots 1..3 (no request state is kept), so the attention
-        kernels are compiled before serving. The garbage K/V written there is overwritten by later use."""
+        """Runs two extends (without a cached prefix, the ragged path when it is on, and over one) and one decode
+        step on slots 1..3 (no request state is kept), so the attention kernels are compiled before serving. The
+        garbage K/V written there is overwritten by later use."""
         with self._lock:
             dev = self.device
             s = [1 + i % (self.kv_pool.pool_slots - 1) for i in range(3)]  # slots 1, 2, 3 (fewer in tiny pools)
-            for prefix, new, table in (([0], [2], [s[:2]]), ([2], [1], [s])):
+            for prefix, new, table in (([0], [2], [s[:2]]), ([1], [2], [s]), ([2], [1], [s])):
                 layout = build_layout(prefix, new, table)
-                self.backend.plan(AttentionMeta.from_layout(layout, dev))
+                self.plan(layout, eager=True)
                 ids = torch.zeros(layout.num_tokens, dtype=torch.long, device=dev)
                 hidden = self.model(ids, torch.from_numpy(layout.positions).to(dev), self.kv_pool, self.backend,
                                     torch.from_numpy(layout.out_slots).to(dev))
                 self.model.logits(hidden).sum().item()
+
+    def plan(self, layout: BatchLayout, eager: bool) -> None:
+        """Plans the backend once for ``layout``: the ragged prefill when ``eager`` (the
+        model's forward runs it, handing each layer's new K/V to attention) and ``attention.ragged`` picks it,
+        else the paged plan."""
+        meta = AttentionMeta.from_layout(layout, self.device)
+        if ragged.takes_ragged(layout, enabled=self.ragged_prefill, eager=eager):
+            self.backend.plan_ragged(meta)
+        else:
+            self.backend.plan(meta)
 
     # -- internals -------------------------------------------------------------------------------------
 
@@ -305,9 +321,10 @@ class Engine:
             row_logits = lambda rows: last_logits  # noqa: E731  (one item: the only row it samples is its last)
         else:
             input_ids = torch.tensor(flat_ids, dtype=torch.long).to(dev)
-            self.backend.plan(AttentionMeta.from_layout(layout, dev))
+            pieces = self.extend_graphs is not None and self.extend_graphs.fits(layout)
+            self.plan(layout, eager=not pieces)
             clock.start()
-            if self.extend_graphs is not None and self.extend_graphs.fits(layout):
+            if pieces:
                 hidden = self.extend_graphs.run(layout, input_ids, self.backend)  # [T, n_embd], until the next run
             else:
                 hidden = self.model(input_ids, torch.from_numpy(layout.positions).to(dev), self.kv_pool, self.backend,

@@ -87,9 +87,9 @@ class ExtendGraphs:
         hidden states to ``self.hidden``. Returns the residual for piece i + 1."""
         m, n = self.model, slice(0, size)
         if i == 0:
-            h, x = m.piece(0, self.kv_pool, self.out_slots[n], input_ids=self.ids[n], positions=self.positions[n])
+            h, x, _ = m.piece(0, self.kv_pool, self.out_slots[n], input_ids=self.ids[n], positions=self.positions[n])
         else:
-            h, x = m.piece(i, self.kv_pool, self.out_slots[n], h=h, o=self.o[n])
+            h, x, _ = m.piece(i, self.kv_pool, self.out_slots[n], h=h, o=self.o[n])  # attention reads the pool
         (self.hidden if i == self.n_pieces - 1 else self.q)[n].copy_(x)
         return h
 

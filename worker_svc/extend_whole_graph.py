@@ -88,10 +88,10 @@ class WholeExtendGraphs:
         bucket's backend, planned before. Returns the logits of row ``feed[3 size]`` [1, vocab] float32."""
         m, pool, f, backend = self.model, self.kv_pool, self.feed, self.backends[size]
         slots, o = f[2 * size:3 * size], self.o[:size]
-        h, x = m.piece(0, pool, slots, input_ids=f[:size], positions=f[size:2 * size])
+        h, x, _ = m.piece(0, pool, slots, input_ids=f[:size], positions=f[size:2 * size])
         for i in range(m.cfg.n_layer):
-            backend.attend(i, x, pool, out=o)
-            h, x = m.piece(i + 1, pool, slots, h=h, o=o)
+            backend.attend(i, x, pool, out=o)  # paged: reads the pool (its K/V written by the piece)
+            h, x, _ = m.piece(i + 1, pool, slots, h=h, o=o)
         self.hidden[:size].copy_(x)
         return m.logits(self.hidden.index_select(0, f[3 * size:3 * size + 1]))
 

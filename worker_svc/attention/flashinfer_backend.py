@@ -4,7 +4,11 @@
   ``use_tensor_cores=True`` (the CUDA-core decode kernels only take query/KV group sizes 1, 2, 3, 4, 8;
   GPTBigCode multi-query groups are 12, 16, 22, 32, 48);
 - extend / mixed batches: ``BatchPrefillWithPagedKVCacheWrapper`` with ``causal=True`` (flashinfer aligns
-  the causal mask to the end of each request's KV, i.e. the whole cached prefix is visible).
+  the causal mask to the end of each request's KV, i.e. the whole cached prefix is visible);
+- extends with no cached prefix that run eagerly (``plan_ragged``, chosen by the engine: ``attention.ragged``):
+  ``BatchPrefillWithRaggedKVCacheWrapper`` with ``causal=True`` over the new tokens' K/V as the model hands them
+  to ``attend`` (``new_kv``: strided views of the ``c_attn`` output, no copy; flashinfer takes each of q, k, v
+  with its own row and head strides, FA2 and FA3 alike), instead of gathering them from the pool by slot.
 
 flashinfer is imported when a backend is built, never at module import, so this module imports on a
 CPU-only machine. Kernels are JIT-compiled on first use (tens of seconds per kernel on a fresh machine):
@@ -75,6 +79,7 @@ class FlashInferAttention(AttentionBackend):
         self.dtype = dtype
         self.workspace = workspace
         self._wrapper = None
+        self.ragged = None  # the eager backend's ragged prefill wrapper (``plan_ragged``)
         if graph_buffers is not None:
             indptr, indices, last = graph_buffers
             self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
@@ -91,6 +96,10 @@ class FlashInferAttention(AttentionBackend):
             return
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=True)
         self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
+        # the same float workspace (its plan is PrefillPlan / PrefillSM90Plan at page size 1 with kv_len = qo_len:
+        # the eager term of attention.workspace covers it); its own 8 MiB int workspace, as every wrapper's
+        self.ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD")
+        self.ragged_prefill = True
 
     def plan(self, meta: AttentionMeta) -> None:
         if meta.is_decode and self.decode is not None:
@@ -109,6 +118,21 @@ class FlashInferAttention(AttentionBackend):
                 causal=True, q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
             )
             self._wrapper = self.prefill
+
+    def plan_ragged(self, meta: AttentionMeta) -> None:
+        """Plans causal ragged prefill for a batch with no cached prefix: request b's queries attend to its own
+        new tokens' K/V (``attend``'s ``new_kv``), rows ``qo_indptr[b]:qo_indptr[b + 1]`` of both. Raises
+        ValueError when a request has a cached prefix, RuntimeError on a CUDA-graph backend (no ragged wrapper)."""
+        if self.ragged is None:
+            raise RuntimeError("this flashinfer backend serves a CUDA graph: it has no ragged prefill")
+        if any(kv != qo for qo, kv in zip(meta.qo_lens, meta.kv_lens)):
+            raise ValueError(f"ragged prefill reads the new tokens alone, but a request has a cached prefix "
+                             f"(new tokens {meta.qo_lens}, KV lengths {meta.kv_lens})")
+        self.ragged.plan(
+            meta.qo_indptr_cpu, meta.kv_indptr_cpu, self.n_head, self.kv_heads, self.head_dim,
+            causal=True, q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
+        )
+        self._wrapper = self.ragged
 
     def plan_decode(self, kv_indptr_host: torch.Tensor, kv_indices: torch.Tensor,
                     kv_last_page_len_host: torch.Tensor) -> None:
@@ -137,7 +161,16 @@ class FlashInferAttention(AttentionBackend):
         )
         self._wrapper = self.prefill
 
-    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None,
+               new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """``out`` given: flashinfer writes into it (without it, ``run`` allocates and zero-fills one per
-        layer: a fill kernel per layer)."""
+        layer: a fill kernel per layer). After
+        ``plan_ragged`` K and V come from ``new_kv`` ([T, kv_heads, head_dim] each, views taken as they are);
+        RuntimeError when it is missing then. After ``plan`` / ``plan_decode`` / ``plan_prefill`` they come from
+        ``kv_pool`` (``new_kv`` unused)."""
+        if self._wrapper is not None and self._wrapper is self.ragged:
+            if new_kv is None:
+                raise RuntimeError("planned for ragged prefill: attend needs the new tokens' K/V (new_kv)")
+            k, v = new_kv
+            return self.ragged.run(q.to(self.dtype), k.to(self.dtype), v.to(self.dtype), out=out)
         return self._wrapper.run(q.to(self.dtype), kv_pool.paged(layer), out=out)

@@ -29,7 +29,9 @@ class TorchAttention(AttentionBackend):
                 k_pos = torch.arange(kv, device=self._idx.device)[None, :]  # [1, kv]
                 self._masks[(n, kv)] = k_pos <= q_pos  # [n, kv]
 
-    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None,
+               new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """See ``AttentionBackend.attend``; reads the pool (``new_kv`` unused: no ragged path)."""
         k_all, v_all = kv_pool.k[layer], kv_pool.v[layer]  # [slots, kv_heads, head_dim]
         out = torch.empty_like(q) if out is None else out  # [T, n_head, head_dim]
         group = self.n_head // self.kv_heads

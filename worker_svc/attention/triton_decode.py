@@ -48,6 +48,8 @@ class TritonDecodeAttention(AttentionBackend):
         self.kv_indptr.copy_(kv_indptr_host, non_blocking=True)
         self.kv_indices[:kv_indices.numel()].copy_(kv_indices, non_blocking=True)
 
-    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, kv_pool, out: torch.Tensor | None = None,
+               new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """See ``AttentionBackend.attend``; reads the pool (``new_kv`` unused: decode only)."""
         return mqa_decode(q, kv_pool.k[layer], kv_pool.v[layer], self.kv_indices, self.kv_indptr, self.sm_scale,
                           self.config, self.workspace, out, pdl=self.pdl)

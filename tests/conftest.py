@@ -1,0 +1,15 @@
+"""Session-wide test settings.
+
+Without CUDA, Triton kernels can only run in Triton's interpreter. ``@triton.jit`` reads ``TRITON_INTERPRET`` when a
+function is decorated, and triton.language's own helpers (``tl.zeros``, ``tl.cdiv``) are decorated when it is first
+imported: if any test imported it before an interpreter test set the variable, that test's kernels fail with
+"Cannot call @triton.jit'd outside of the scope of a kernel". Set it before anything imports Triton (CI has no
+Triton: the interpreter tests skip there, naming it).
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
