@@ -327,8 +327,11 @@ class Scheduler:
 
     def _admit_until(self, pending, extend_after: int, ahead_of: int, admit_now: bool) -> int:
         """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``), each extend sent
-        after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none). Returns the last seq."""
-        while admit_now or wait_reply_or_arrival(pending, self.intake.wake, self._admissible_arrival):
+        after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none). Returns the last seq.
+        When nothing has arrived yet, the cache operations deferred so far are sent while the worker runs
+        (``CacheClient.flush_deferred``), so the next arrival's Match does not carry them."""
+        while admit_now or wait_reply_or_arrival(pending, self.intake.wake, self._admissible_arrival,
+                                                 self.cache.flush_deferred):
             admit_now = False
             extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent
             self.table.publish()
