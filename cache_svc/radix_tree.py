@@ -24,6 +24,8 @@ from typing import Callable, Iterator, Sequence
 
 from cache_svc.errors import FailedPrecondition, InvalidArgument
 
+_BLOCK = 64  # tokens ``_match_len`` compares at once
+
 
 class TreeNode:
     """One node: ``key`` (token ids) and ``value`` (slot ids) of equal length, children, lock ref."""
@@ -63,10 +65,13 @@ class RadixTree:
         return (namespace, first) if node is self.root else first
 
     def _match_len(self, a: Sequence[int], b: Sequence[int]) -> int:
+        """Length of the common prefix of lists ``a`` and ``b`` in whole pages: blocks of ``_BLOCK`` compared as
+        slices, then the first differing block token by token."""
+        end = min(len(a), len(b))
         n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
+        while n + _BLOCK <= end and a[n : n + _BLOCK] == b[n : n + _BLOCK]:
+            n += _BLOCK
+        while n < end and a[n] == b[n]:
             n += 1
         return n - n % self.page_size
 
@@ -90,25 +95,30 @@ class RadixTree:
 
     # ---- match / insert ------------------------------------------------------------------------
     def match(self, namespace: str, key: Sequence[int]) -> tuple[list[int], TreeNode]:
-        """Longest cached prefix of ``key`` in whole pages: (slot ids, node ending it; root when none)."""
+        """Longest cached prefix of ``key`` in whole pages: (slot ids, node ending it; root when none).
+        O(len(key)) however deep the path: each node on it is one slice compare, only the last (partly matched)
+        one is compared token by token."""
         self._tick += 1
         key = list(key[: len(key) - len(key) % self.page_size])
+        end, i = len(key), 0
         node = self.root
         slots: list[int] = []
-        while key:
-            child = node.children.get(self._child_key(node, namespace, key))
+        while i < end:
+            child = node.children.get(self._child_key(node, namespace, key[i : i + self.page_size]))
             if child is None:
                 break
             child.last_access = self._tick
-            n = self._match_len(child.key, key)
-            if n < len(child.key):
-                if n > 0:
-                    node = self._split(child, n)
-                    slots.extend(node.value)
-                break
-            slots.extend(child.value)
-            node = child
-            key = key[n:]
+            m = len(child.key)
+            if i + m <= end and key[i : i + m] == child.key:  # the whole node (the common case)
+                slots.extend(child.value)
+                node = child
+                i += m
+                continue
+            n = self._match_len(child.key, key[i:])
+            if n > 0:
+                node = self._split(child, n)
+                slots.extend(node.value)
+            break
         return slots, node
 
     def peek(self, namespace: str, key: Sequence[int]) -> int:
@@ -126,7 +136,7 @@ class RadixTree:
                 i += m
                 node = child
                 continue
-            return i + self._match_len(child.key, key[i:end])
+            return i + self._match_len(child.key, list(key[i:end]))
         return i
 
     def insert(self, namespace: str, key: Sequence[int], value: Sequence[int]) -> tuple[int, TreeNode]:
@@ -141,28 +151,30 @@ class RadixTree:
         self._check_key(key)
         self._tick += 1
         key, value = list(key), list(value)
+        end, i = len(key), 0
         node = self.root
-        already = 0
-        while key:
-            ck = self._child_key(node, namespace, key)
-            child = node.children.get(ck)
+        while i < end:  # as ``match``: a slice compare per whole node, O(len(key)) however deep the path
+            child = node.children.get(self._child_key(node, namespace, key[i : i + self.page_size]))
             if child is None:
                 break
             child.last_access = self._tick
-            n = self._match_len(child.key, key)
-            if n == 0:
-                break
-            already += n
-            key, value = key[n:], value[n:]
-            if n < len(child.key):
+            m = len(child.key)
+            if i + m <= end and key[i : i + m] == child.key:
+                node = child
+                i += m
+                continue
+            n = self._match_len(child.key, key[i:])
+            if n > 0:
                 node = self._split(child, n)
-                break
-            node = child
-        if key:
-            leaf = TreeNode(next(self._ids), namespace, key, value, node)
+                i += n
+            break
+        already = i
+        if i < end:
+            rest = key[i:]
+            leaf = TreeNode(next(self._ids), namespace, rest, value[i:], node)
             leaf.last_access = self._tick
-            node.children[self._child_key(node, namespace, key)] = leaf
-            self.evictable_size += len(key)
+            node.children[self._child_key(node, namespace, rest)] = leaf
+            self.evictable_size += len(rest)
             node = leaf
         return already, node
 

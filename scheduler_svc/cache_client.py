@@ -92,7 +92,8 @@ class CacheClient:
                    for o in self._deferred)
 
     def flush_deferred(self) -> None:
-        """Sends what is deferred now (the loop has no other call to send it with: it goes idle)."""
+        """Sends what is deferred now, nothing when nothing is (the loop goes idle, or waits for a Forward with
+        nothing to admit)."""
         with self._order:
             self._send_deferred()
 

@@ -7,7 +7,7 @@ allocates).
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 from scheduler_svc.batch import Batch, Entry
 from scheduler_svc.config import SchedulerConfig
@@ -67,15 +67,23 @@ def continuation_batch(plan: list[tuple[Entry, int]], first: list[tuple[Req, int
                  + tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True, steps=k) for r, k in first))
 
 
-def wait_reply_or_arrival(pending: PendingForward, wake: threading.Event, arrived) -> bool:
+def wait_reply_or_arrival(pending: PendingForward, wake: threading.Event, arrived,
+                          idle: Callable[[], None] | None = None) -> bool:
     """Waits until ``pending``'s reply is in (False) or ``arrived()`` says a request can be admitted (True),
     whichever comes first. ``wake`` is the intake's event (set on every submit and abort); the reply sets it
-    too. ``arrived`` runs on this thread after each wake-up."""
+    too. ``arrived`` runs on this thread after each wake-up. ``idle`` (when given) runs once, the first time
+    nothing has arrived and the reply is not in yet: work for the loop's idle time (it raises what it raises),
+    after which arrivals and the reply are looked at again before waiting."""
     pending.add_done_callback(wake.set)
+    idled = idle is None
     while True:
         wake.clear()  # state is read after clearing: a set that comes later wakes the next wait
         if arrived():
             return True
         if pending.done():
             return False
+        if not idled:
+            idled = True
+            idle()
+            continue
         wake.wait(1.0)  # the reply, a submit or an abort sets it; 1 s only bounds a lost wake-up

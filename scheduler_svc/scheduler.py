@@ -310,21 +310,28 @@ class Scheduler:
             self._apply(cur.batch, reply, cur.seq, t0, t0, time.perf_counter())
 
     def _drain_extends(self) -> None:
-        """Applies the extends in flight ahead of the decode Forward at the pipeline's tail, admitting arrivals
-        while each runs (``_admit_until``: after the last extend, ahead of that decode). A failure drops all."""
+        """Applies the extends in flight ahead of the decode Forward at the pipeline's tail, admitting while each
+        runs (``_admit_until``: after the last extend, ahead of that decode): first the requests already waiting
+        (taken at the top of the round: they must not wait for this extend's reply), then arrivals. A failure
+        drops all."""
+        admit_now = admits_first(len(self.table.waiting), len(self.table.running), self.cfg)
         with self.recovery.dropping_in_flight():
             while len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
                 head, tail = self.pipeline.head(), self.pipeline.inflight[-1]
                 if tail.batch.kind == "decode":
-                    self._admit_until(head.pending, self.pipeline.inflight[-2].seq, tail.seq, False)
+                    self._admit_until(head.pending, self.pipeline.inflight[-2].seq, tail.seq, admit_now)
+                    admit_now = False
                 t0 = time.perf_counter()
                 reply = self.recovery.reply(head.pending)
                 self._apply(self.pipeline.pop().batch, reply, head.seq, t0, t0, time.perf_counter())
 
     def _admit_until(self, pending, extend_after: int, ahead_of: int, admit_now: bool) -> int:
         """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``), each extend sent
-        after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none). Returns the last seq."""
-        while admit_now or wait_reply_or_arrival(pending, self.intake.wake, self._admissible_arrival):
+        after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none). Returns the last seq.
+        When nothing has arrived yet, the cache operations deferred so far are sent while the worker runs
+        (``CacheClient.flush_deferred``), so the next arrival's Match does not carry them."""
+        while admit_now or wait_reply_or_arrival(pending, self.intake.wake, self._admissible_arrival,
+                                                 self.cache.flush_deferred):
             admit_now = False
             extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent
             self.table.publish()

@@ -123,3 +123,37 @@ def test_namespaces_never_share_a_prefix() -> None:
 def test_insert_rejects_differing_lengths() -> None:
     with pytest.raises(InvalidArgument, match="3 tokens but value has 2"):
         RadixTree().insert("", [1, 2, 3], [1, 2])
+
+
+def keystroke_chain(tree: RadixTree, keystrokes: int, page: int = 1) -> list[list[int]]:
+    """The prompts of one typist: a file head, then one page typed before a fixed tail per keystroke, each
+    inserted as it was computed (slot = 1000 + position's token): a path of ``keystrokes`` small nodes."""
+    head, tail = list(range(1, 33)), [900 + i for i in range(8 * page)]
+    prompts = []
+    for k in range(keystrokes):
+        head = head + [500 + k] * page
+        prompt = head + tail
+        tree.insert("", prompt, [1000 + t for t in prompt])
+        prompts.append(prompt)
+    return prompts
+
+
+@pytest.mark.parametrize("page", [1, 2])
+def test_a_deep_path_is_matched_and_inserted_whole_node_by_whole_node(page: int) -> None:
+    """Match and insert walk a path of 40 one-keystroke nodes with one slice compare per node: the token-by-token
+    scan (``_match_len``) runs only for the last, partly matched node, not once per node (that was O(depth x
+    len(key)) per call, the cost of every Match and CacheRequests of a typist's prompt)."""
+    tree = RadixTree(page)
+    prompts = keystroke_chain(tree, 40, page)
+    scans: list[int] = []
+    scan = tree._match_len
+    tree._match_len = lambda a, b: scans.append(1) or scan(a, b)  # type: ignore[method-assign]
+    last = prompts[-1]
+    assert tree.insert("", last, [2000 + t for t in last]) == (len(last), tree.match("", last)[1])
+    slots, node = tree.match("", last[:-page])  # ends inside the tail node: one scan, one split
+    assert slots == [1000 + t for t in last[:-page]] and node.key == last[-9 * page:-page]  # its keystroke + tail
+    typed = last[:-8 * page] + [777] * page  # the next keystroke: differs from every tail in its first page
+    assert tree.match("", typed)[0] == [1000 + t for t in last[:-8 * page]]
+    assert tree.insert("", typed, list(range(len(typed))))[0] == len(typed) - page
+    assert len(scans) <= 4  # the partial node of each call, never one per node of the path
+    assert tree.peek("", last) == len(last) and tree.peek("", typed) == len(typed)

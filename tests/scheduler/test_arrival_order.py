@@ -385,3 +385,87 @@ def test_an_arrival_while_an_extend_ahead_of_the_next_decode_runs_is_sent_at_onc
     let_go(sched, worker)
     assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5 and tokens(c) == [TOKEN] * 3
     assert sorted(worker.released) == ["a", "b", "c"] and sched.stats["extends_ahead"] == 2
+
+
+@pytest.mark.parametrize("loop", ["queued", "just-in-time"], indirect=True)
+def test_a_request_waiting_when_the_round_begins_is_sent_before_the_extend_ahead_of_the_decode_answers(loop):
+    """As above, but c arrives between two rounds: the round that applies b's extend takes it at its start.
+    It is admitted at once and its extend sent after b's, ahead of N+1. Before, it waited in the queue until b's
+    reply (the drain admitted only later arrivals), then for the chain's admission."""
+    sched, worker, submit = loop
+    a = submit("a", list(range(10, 30)), 40)
+    assert sched.step()  # extend of a
+    worker.hold_decode = True
+    assert sched.step()  # decode N of a, reply held
+    n_seq = worker.sent[-1][0]
+    worker.hold_extend = True
+    round_n = threading.Thread(target=sched.step)
+    round_n.start()
+    b = submit("b", list(range(40, 52)), 5)  # arrives while N runs: its extend runs after N, before N+1
+    worker.wait_sent(3)
+    worker.pending[n_seq].release()
+    round_n.join(WAIT_S)
+    assert not round_n.is_alive()
+    worker.wait_sent(4)
+    (eb_seq,) = [seq for seq, _, items in worker.sent if [it.request_id for it in items] == ["b"]]
+    (nxt_seq,) = [seq for seq, _, items in worker.sent[2:] if kind(items) == "decode"]
+    c = submit("c", list(range(60, 75)), 3)  # waiting when the next round begins
+
+    round_e = threading.Thread(target=sched.step)  # the round that applies b's extend
+    round_e.start()
+    worker.wait_sent(5)  # b's reply is still held
+    ec_seq, ec_after, ec_items = worker.sent[4]
+    assert (kind(ec_items), [it.request_id for it in ec_items], ec_after) == ("extend", ["c"], eb_seq)
+    assert worker.before[ec_seq] == nxt_seq
+    assert [f.seq for f in sched.pipeline.inflight] == [eb_seq, ec_seq, nxt_seq]
+    worker.hold_decode = worker.hold_extend = False
+    for held in list(worker.pending.values()):
+        held.release()
+    round_e.join(WAIT_S)
+    assert not round_e.is_alive()
+    let_go(sched, worker)
+    assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5 and tokens(c) == [TOKEN] * 3
+    assert sorted(worker.released) == ["a", "b", "c"] and sched.stats["extends_ahead"] == 2
+
+
+@pytest.mark.parametrize("loop", ["queued"], indirect=True)
+def test_what_is_deferred_is_sent_while_the_loop_waits_with_nothing_to_admit(loop):
+    """x ends in decode N: its cache insert is deferred (it rides on the loop's next cache call). b's extend was
+    sent ahead of N+1 while N ran; the next round waits for b's reply with nothing arriving: it sends x's insert
+    then (the worker runs meanwhile), so the next arrival's Match carries nothing. Before, it waited in the cache
+    client until the next Match or Allocate: on an arrival's admission round trip."""
+    sched, worker, submit = loop
+    a = submit("a", list(range(10, 30)), 40)
+    x = submit("x", list(range(40, 52)), 9)  # 1 token from its extend, 8 from decode N
+    assert sched.step()  # extend of a and x
+    worker.hold_decode = True
+    assert sched.step()  # decode N of a and x, reply held
+    n_seq = worker.sent[-1][0]
+    worker.hold_extend = True
+    round_n = threading.Thread(target=sched.step)  # N+1 (a only) sent at once; b admitted while N runs
+    round_n.start()
+    worker.wait_sent(3)
+    b = submit("b", list(range(60, 72)), 5)
+    worker.wait_sent(4)
+    worker.pending[n_seq].release()
+    round_n.join(WAIT_S)
+    assert not round_n.is_alive()
+    assert tokens(x) == [TOKEN] * 9 and sched.cache.deferred_ends == 1  # x's insert waits for a cache call
+    (eb_seq,) = [seq for seq, _, items in worker.sent if [it.request_id for it in items] == ["b"]]
+    assert sched.pipeline.head().seq == eb_seq and len(sched.pipeline) == 2
+
+    round_e = threading.Thread(target=sched.step)  # waits for b's extend (held), nothing arrives
+    round_e.start()
+    deadline = time.monotonic() + WAIT_S
+    while sched.cache.deferred_ends and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert sched.cache.deferred_ends == 0 and sched.cache.get_pool().requests == 2  # a and b; x is cached
+    assert round_e.is_alive()  # still waiting for b's reply
+    worker.hold_decode = worker.hold_extend = False
+    for held in list(worker.pending.values()):
+        held.release()
+    round_e.join(WAIT_S)
+    assert not round_e.is_alive()
+    let_go(sched, worker)
+    assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5
+    assert sorted(worker.released) == ["a", "b", "x"]
