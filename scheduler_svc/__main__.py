@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 
-from common import gil
 from scheduler_svc.overlap_mode import DEFAULT_OVERLAP_MODE, OVERLAP_MODES
 from scheduler_svc.policy import POLICIES
 
@@ -70,7 +69,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
                         "(an arrival's extend that reaches the worker before N+1 started still goes first); "
                         "just-in-time = when N's reply is in (an arrival's extend goes first)")
-    gil.add_flag(p)
     args = p.parse_args(argv)
     check_ranges(p, args)
     return args
@@ -91,13 +89,10 @@ def check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if not math.isfinite(value) or (value <= 0 if positive else value < 0):
             p.error(f"--{name.replace('_', '-')} must be a finite number {'> 0' if positive else '>= 0'} (got {value})")
-    if not 0 < args.gil_switch_ms <= 1000:
-        p.error(f"--gil-switch-ms must be in (0, 1000] (got {args.gil_switch_ms})")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    gil.apply(args.gil_switch_ms)
     from codeserve.v1 import scheduler_pb2_grpc
     from common import grpc_server, logs
     from scheduler_svc.cache_client import CacheClient

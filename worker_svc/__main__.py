@@ -14,8 +14,6 @@ import signal
 import sys
 import threading
 
-from common import gil
-
 DRAIN_SECONDS = 2.0
 
 
@@ -57,7 +55,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "measured on the H200 (worker_svc/build.py: triton_decode_max_batch)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
-    gil.add_flag(ap)
     args = ap.parse_args(argv)
     check_ranges(ap, args)
     return args
@@ -89,13 +86,10 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--splitk-rows must be in [0, 256] (got {args.splitk_rows})")
     if not -2**63 <= args.seed < 2**64:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
-    if not 0 < args.gil_switch_ms <= 1000:
-        ap.error(f"--gil-switch-ms must be in (0, 1000] (got {args.gil_switch_ms})")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    gil.apply(args.gil_switch_ms)
     from common import grpc_server, logs
     from worker_svc.build import WorkerOptions, build_engine
     from worker_svc.service import SERVICE_NAME, add_to_server

@@ -32,7 +32,6 @@ import uuid
 
 import torch
 
-from common import gil
 from worker_svc.build import (auto_splitk_rows, make_backend, make_extend_graphs, make_graphs,
                               make_whole_graphs, resolve_device, resolve_dtype)
 from worker_svc.engine import Engine
@@ -207,16 +206,11 @@ def main(argv: list[str] | None = None) -> None:
                          "default (build.triton_decode_max_batch)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="the Triton kernels as programmatic dependent launches (on, as the worker runs them)")
-    ap.add_argument("--gil-switch-ms", default=str(gil.DEFAULT_MS),
-                    help="the interpreter's switch interval in ms (common/gil.py), comma-separated: the chained "
-                         "Forwards are timed at each, everything else at the first")
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
-    switch_ms = [float(x) for x in args.gil_switch_ms.split(",")]
-    gil.apply(switch_ms[0])
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     if args.blas != "default":
@@ -236,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         model.mm.prefetch_blocks = args.prefetch_blocks
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
-    chained_calls = (CHAINED_WARMUP + max(4, args.iters)) * len(switch_ms)
+    chained_calls = CHAINED_WARMUP + max(4, args.iters)
     multi_calls = max(3, args.iters // 2) + 2 + chained_calls if args.decode_steps > 1 else 0  # warm-up, timed, profile
     prefills = [int(n) for n in args.prefill.split(",")]
     kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix + max(prefills) + 16
@@ -327,15 +321,12 @@ def main(argv: list[str] | None = None) -> None:
                     sync(device)
                     torch.cuda.cudart().cudaProfilerStop()
             results.append(rec)
-            # the same Forwards, sent as the scheduler sends them (two in flight), at each switch interval
-            for ms in switch_ms:
-                gil.apply(ms)
-                csecs = chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k
-                results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,
-                                "gil_switch_ms": ms, "step_ms": csecs * 1e3, "tokens_per_s": b / csecs})
-                print(f"decode batch {b:4d} ctx {ctx} K={k} chained (switch {ms:g} ms): {csecs * 1e3:8.2f} ms/step  "
-                      f"{b / csecs:10.1f} tok/s", flush=True)
-            gil.apply(switch_ms[0])
+            # the same Forwards, sent as the scheduler sends them (two in flight)
+            csecs = chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k
+            results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,
+                            "step_ms": csecs * 1e3, "tokens_per_s": b / csecs})
+            print(f"decode batch {b:4d} ctx {ctx} K={k} chained: {csecs * 1e3:8.2f} ms/step  {b / csecs:10.1f} tok/s",
+                  flush=True)
             if args.profile and b == max(batches):
                 profile_forward(multi, device, args.profile, b)
     eng.requests.clear()
