@@ -51,8 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode CUDA graphs' attention: flashinfer's tensor-core decode, or the Triton multi-query "
                          "kernel (worker_svc/attention/mqa_decode.py; no per-step plan); auto (default): triton for "
-                         "every bucket of multi-query models of n_embd <= 1024, for buckets up to 64 rows above, as "
-                         "measured on the H200 (worker_svc/build.py: triton_decode_max_batch)")
+                         "every bucket of multi-query models of n_embd <= 1024, for buckets up to 64 rows up to n_embd "
+                         "2048, flashinfer above, as measured on the H200 (worker_svc/build.py: triton_decode_max_batch)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
     args = ap.parse_args(argv)

@@ -114,7 +114,8 @@ def auto_splitk_rows(cfg) -> int:
 def triton_decode_max_batch(cfg, decode_attention: str, max_batch: int) -> int:
     """Decode-graph buckets of up to this many rows take the Triton multi-query attention (``attention/mqa_decode``),
     the larger ones flashinfer's. ``decode_attention``: ``flashinfer`` (0), ``triton`` (``max_batch``) or ``auto``:
-    for multi-query models, every bucket when n_embd <= 1024, else buckets up to 64 rows; 0 for other models.
+    for multi-query models, every bucket when n_embd <= 1024, buckets up to 64 rows when n_embd <= 2048 (the 1B),
+    none for larger ones (3B-15B: not measured with it in the decode graphs) nor for other models.
     Raises ValueError for another name. H200 run 12 (bench/results/h200-run12/call4, ``worker_svc.bench`` K = 8,
     context 1,152, the worker's defaults, GPU time of a decode step, flashinfer -> triton): tiny_starcoder_py (768)
     B = 1 / 64 / 256: 0.64 / 0.98 / 1.49 -> 0.64 / 0.89 / 1.32 ms; starcoderbase-1b (2048): 1.40 / 1.85 / 2.82 ->
@@ -127,7 +128,9 @@ def triton_decode_max_batch(cfg, decode_attention: str, max_batch: int) -> int:
         raise ValueError(f"decode_attention must be auto, flashinfer or triton (got {decode_attention!r})")
     if cfg.kv_heads != 1:
         return 0
-    return max_batch if cfg.n_embd <= 1024 else min(max_batch, 64)
+    if cfg.n_embd <= 1024:
+        return max_batch
+    return min(max_batch, 64) if cfg.n_embd <= 2048 else 0
 
 
 def build_engine(opts: WorkerOptions) -> Engine:

@@ -18,10 +18,10 @@ def shape_config(shape: str) -> ModelConfig:
 
 
 @pytest.mark.parametrize("shape,want", [("tiny_starcoder_py", 256), ("default", 256), ("starcoderbase-1b", 64),
-                                        ("starcoder", 64)])
-def test_auto_gives_small_models_every_bucket_and_large_ones_the_small_buckets(shape, want):
+                                        ("starcoder", 0)])
+def test_auto_gives_small_models_every_bucket_the_1b_the_small_buckets_and_larger_ones_none(shape, want):
     assert triton_decode_max_batch(shape_config(shape), "auto", 256) == want
-    assert triton_decode_max_batch(shape_config(shape), "auto", 16) == 16
+    assert triton_decode_max_batch(shape_config(shape), "auto", 16) == min(16, want)
 
 
 @pytest.mark.parametrize("name,want", [("flashinfer", 0), ("triton", 128)])
