@@ -246,9 +246,11 @@ class Scheduler:
         self.recovery.renew_session()
         drained = False
         if self.pipeline:
+            table.abort(held=self.pipeline.request_ids())  # aborts no Forward in flight holds end now: a waiting
+            # request aborted before this round is not admitted by the drain below
             if len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
                 self._drain_extends()  # arrivals' extends sent ahead of a decode Forward: theirs first
-            table.abort(held=self.pipeline.request_ids())  # aborts no Forward in flight holds end now, not after a drain
+                table.abort(held=self.pipeline.request_ids())  # and those that came while it drained
             if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running, len(table.waiting), self.cfg):
                 self._chain()
                 table.abort(held=self.pipeline.request_ids())

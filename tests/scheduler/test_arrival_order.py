@@ -469,3 +469,37 @@ def test_what_is_deferred_is_sent_while_the_loop_waits_with_nothing_to_admit(loo
     let_go(sched, worker)
     assert tokens(a) == [TOKEN] * 40 and tokens(b) == [TOKEN] * 5
     assert sorted(worker.released) == ["a", "b", "x"]
+
+
+@pytest.mark.parametrize("loop", ["queued"], indirect=True)
+def test_a_waiting_request_aborted_before_the_round_is_not_admitted_by_the_drain(loop):
+    """A request aborted while it waits (the typist's previous keystroke) ends in the round's abort pass: the
+    admission that ``_drain_extends`` makes ahead of the extend in flight does not Match, allocate and send it
+    (review of session 10: it did, since that admission ran before the abort pass)."""
+
+    sched, worker, submit = loop
+    submit("a", list(range(10, 30)), 40)
+    assert sched.step()
+    worker.hold_decode = True
+    assert sched.step()
+    n_seq = worker.sent[-1][0]
+    worker.hold_extend = True
+    round_n = threading.Thread(target=sched.step)
+    round_n.start()
+    submit("b", list(range(40, 52)), 5)
+    worker.wait_sent(3)
+    worker.pending[n_seq].release()
+    round_n.join(WAIT_S)
+    worker.wait_sent(4)
+    submit("c", list(range(60, 75)), 3)
+    assert sched.abort("c")  # before the next round begins
+    round_e = threading.Thread(target=sched.step)
+    round_e.start()
+    time.sleep(1.0)  # the round's admissions are sent while the extend ahead is held
+    sent_c = [seq for seq, _, items in worker.sent if "c" in [it.request_id for it in items]]
+    worker.hold_decode = worker.hold_extend = False
+    for held in list(worker.pending.values()):
+        held.release()
+    round_e.join(WAIT_S)
+    let_go(sched, worker)
+    assert sent_c == []
