@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
+    elif args.prefetch_blocks != -1:
+        ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     chained_calls = CHAINED_WARMUP + max(4, args.iters)
