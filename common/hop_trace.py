@@ -14,8 +14,8 @@ gateway ``http_in`` (the middleware read the body), ``call`` (the Generate call 
 scheduler ``generate`` (the servicer took the call), ``taken`` (the loop took it), ``admitted`` (its Match
 answered and it was admitted), ``extend_sent`` (its first extend Forward was sent), ``extend_reply`` (that
 Forward's reply is being applied), ``first_token`` (its first token is on its stream), ``first_yield`` (the
-servicer hands the first message to gRPC); worker ``forward_in`` / ``forward_out`` (the Forward carrying its
-first chunk arrived at the servicer / its reply is returned).
+servicer hands the first message to gRPC); worker ``forward_in`` / ``forward_run`` / ``forward_out`` (the Forward carrying its
+first chunk arrived at the servicer / its turn came after the Forwards ahead of it / its reply is returned).
 """
 
 from __future__ import annotations

@@ -162,13 +162,14 @@ class Engine:
             return sum(self.requests.pop(rid, None) is not None for rid in request_ids)
 
     def forward(self, items: Sequence[ForwardItem], expected_epoch: str, seq: int = 0, after_seq: int = 0,
-                cancelled=None, before_seq: int = 0, release_ids: Sequence[str] = ()) -> ForwardResult:
+                cancelled=None, before_seq: int = 0, release_ids: Sequence[str] = (), on_run=None) -> ForwardResult:
         """Runs one batch. ``seq`` > 0 records this Forward's outcome; ``after_seq`` > 0 waits until that
         Forward completed; ``before_seq`` > 0 makes Forward ``before_seq`` wait for this one if it has not
         started yet (``ForwardOrder.insert_before``); ``cancelled()`` (optional) is asked after the wait: True
         (the caller gave up on the call meanwhile) -> ABORTED without running. ``release_ids``: requests whose
         state is dropped once the Forward may run, before its items are validated (``_drop_released``; kept
-        when the batch then fails). Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION,
+        when the batch then fails). ``on_run()`` (optional) is called when the Forward's turn came, before it is
+        validated (hop tracing: the time before it is the wait for the Forwards ahead). Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION,
         ABORTED when the Forward it follows failed or never completed) before any work when the batch is
         invalid or may not run; then nothing else has changed."""
         try:
@@ -183,6 +184,8 @@ class Engine:
             clock = StepClock(self.device)
             with self._lock:
                 self._wait_turn(seq)
+                if on_run is not None:
+                    on_run()
                 self._drop_released(release_ids, seq)
                 self._seq = seq
                 stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}

@@ -116,7 +116,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             res = self.engine.forward([item_from_proto(m) for m in request.items], request.expected_epoch,
                                       seq=request.seq, after_seq=request.after_seq,
                                       cancelled=lambda: not context.is_active(), before_seq=request.before_seq,
-                                      release_ids=list(request.release_request_ids))
+                                      release_ids=list(request.release_request_ids),
+                                      on_run=(lambda: [hop_trace.mark(r, "forward_run") for r in firsts]) if firsts else None)
         except WorkerError as e:
             if self.log is not None:
                 self.log.warning("forward_rejected", code=e.code, reason=e.message)
