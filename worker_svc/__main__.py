@@ -44,6 +44,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "prefix read K/V straight from the projection output with flashinfer's ragged prefill "
                          "instead of gathering them from the pool (flashinfer on CUDA only; --no-ragged-prefill: the "
                          "paged prefill for every extend)")
+    ap.add_argument("--prepare-ahead", action=argparse.BooleanOptionalAction, default=True,
+                    help="a multi-step decode Forward sent while the one it follows is on the device builds its step "
+                         "metadata then, not after that one's commit (worker_svc/multistep.py: Prepared; "
+                         "--no-prepare-ahead: built at its launch, for the A/B)")
     ap.add_argument("--splitk-rows", type=int, default=None,
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
                          pdl=args.pdl, decode_attention=args.decode_attention,
-                         extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill)
+                         extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill,
+                         prepare_ahead=args.prepare_ahead)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()

@@ -14,7 +14,8 @@ eager printed; an eager extend after no cached prefix takes flashinfer's ragged 
 ``--no-ragged-prefill``, and its line names the path). For decode it prints the fraction of the memory-bandwidth limit: (weight bytes + KV
 bytes read per step) / step time, over the device-to-device copy bandwidth measured in the same run.
 With ``--decode-steps K`` (> 1) it also times Forwards of K decode steps each (per-step time = Forward / K),
-the same Forwards chained as the scheduler sends them (two in flight, ``after_seq``), and with CUDA graphs the
+the same Forwards chained as the scheduler sends them (two in flight, ``after_seq``; with the step metadata built
+while the Forward ahead runs, the worker's default, and at the launch, alternated twice: their ratio), and with CUDA graphs the
 replay of the captured graph alone (CUDA events, no planning or host work: the GPU time of a step, the floor the
 host-side preparation is measured against). ``--profile DIR`` writes a torch.profiler trace and an operator
 table of one multi-step Forward at the largest batch.
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
-    chained_calls = CHAINED_WARMUP + max(4, args.iters)
+    chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice
     multi_calls = max(3, args.iters // 2) + 2 + chained_calls if args.decode_steps > 1 else 0  # warm-up, timed, profile
     prefills = [int(n) for n in args.prefill.split(",")]
     kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix + max(prefills) + 16
@@ -323,12 +324,25 @@ def main(argv: list[str] | None = None) -> None:
                     sync(device)
                     torch.cuda.cudart().cudaProfilerStop()
             results.append(rec)
-            # the same Forwards, sent as the scheduler sends them (two in flight)
-            csecs = chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k
-            results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,
-                            "step_ms": csecs * 1e3, "tokens_per_s": b / csecs})
-            print(f"decode batch {b:4d} ctx {ctx} K={k} chained: {csecs * 1e3:8.2f} ms/step  {b / csecs:10.1f} tok/s",
-                  flush=True)
+            # the same Forwards, sent as the scheduler sends them (two in flight), with the step metadata built
+            # ahead (the worker's default) and at the launch (--no-prepare-ahead), alternated twice
+            chained = {True: [], False: []}
+            used0, built0 = eng.prepared_ahead
+            for ahead in (False, True, False, True):
+                eng.prepare_ahead = ahead
+                chained[ahead].append(chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k)
+            used, built = eng.prepared_ahead[0] - used0, eng.prepared_ahead[1] - built0
+            for ahead, secs in chained.items():
+                csecs = min(secs)
+                results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,
+                                "prepare_ahead": ahead, "step_ms": csecs * 1e3, "tokens_per_s": b / csecs,
+                                "step_ms_runs": [x * 1e3 for x in secs], "ahead_used": used, "ahead_built_at_launch": built})
+                print(f"decode batch {b:4d} ctx {ctx} K={k} chained (metadata {'ahead' if ahead else 'at launch'}): "
+                      f"{csecs * 1e3:8.2f} ms/step  {b / csecs:10.1f} tok/s", flush=True)
+            on, off = min(chained[True]), min(chained[False])
+            print(f"decode batch {b:4d} chained: metadata ahead / at launch = {on / off:.3f} (built ahead and used in "
+                  f"{used} of {used + built} launches, half of them with it off)", flush=True)
+            eng.prepare_ahead = True
             if args.profile and b == max(batches):
                 profile_forward(multi, device, args.profile, b)
     eng.requests.clear()

@@ -41,6 +41,7 @@ class WorkerOptions:
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
     decode_attention: str = "auto"  # the decode graphs' attention: flashinfer, triton (attention/mqa_decode), or auto
     ragged_prefill: bool = True  # eager extends without a cached prefix: flashinfer's ragged prefill (attention/ragged)
+    prepare_ahead: bool = True  # a chained multi-step Forward builds its step metadata while the one ahead runs
 
 
 def resolve_device(name: str) -> torch.device:
@@ -163,7 +164,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
     pool = KVPool(cfg, geom, dtype, device)
     engine = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, worker_id=opts.worker_id,
                     model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed,
-                    ragged_prefill=opts.ragged_prefill)
+                    ragged_prefill=opts.ragged_prefill, prepare_ahead=opts.prepare_ahead)
     engine.warmup()
     engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, opts.decode_attention)
     engine.whole_graphs = make_whole_graphs(whole_tokens, cfg, model, pool, backend)

@@ -47,7 +47,7 @@ from worker_svc.forward_batch import BatchLayout, build_layout, layout_from_part
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
-from worker_svc.multistep import EnqueuedSteps, enqueue_multistep
+from worker_svc.multistep import EnqueuedSteps, Prepared, enqueue_multistep, prepare_rows
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
@@ -114,12 +114,16 @@ class Engine:
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
-                 extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True):
+                 extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
         that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.
         ``ragged_prefill``: eager batches with no cached prefix take the backend's ragged prefill where it has one
-        (``backend.ragged_prefill``: flashinfer; the torch backend has none, so this changes nothing there)."""
+        (``backend.ragged_prefill``: flashinfer; the torch backend has none, so this changes nothing there).
+        ``prepare_ahead``: a multi-step Forward that arrives while the one it follows (``after_seq``) is enqueued
+        builds its step metadata then (``_prepare_ahead``), not after that one's commit."""
+        self.prepare_ahead = prepare_ahead
+        self.prepared_ahead = [0, 0]  # multi-step launches that [used the metadata built ahead, built it then]
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
         self.ragged_prefill = ragged_prefill and backend.ragged_prefill
         self.graphs, self.extend_graphs, self.whole_graphs = graphs, extend_graphs, whole_graphs
@@ -169,14 +173,15 @@ class Engine:
         (the caller gave up on the call meanwhile) -> ABORTED without running. ``release_ids``: requests whose
         state is dropped once the Forward may run, before its items are validated (``_drop_released``; kept
         when the batch then fails). ``on_run()`` (optional) is called when the Forward's turn came, before it is
-        validated (hop tracing: the time before it is the wait for the Forwards ahead). Raises WorkerError (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION,
-        ABORTED when the Forward it follows failed or never completed) before any work when the batch is
-        invalid or may not run; then nothing else has changed."""
+        validated (hop tracing: the time before it is the wait for the Forwards ahead). Raises WorkerError
+        (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION, ABORTED when the Forward it follows failed or never
+        completed) before any work when the batch is invalid or may not run; then nothing else has changed."""
         try:
             if expected_epoch != self.epoch:  # before waiting: a restarted worker never saw after_seq
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.insert_before(seq, before_seq, after_seq)
+            ahead = self._prepare_ahead(items, after_seq)
             self.order.wait_for(after_seq, seq)
             if after_seq > 0 and cancelled is not None and cancelled():
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
@@ -192,7 +197,7 @@ class Engine:
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
                 validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
                 t0 = time.perf_counter()
-                outputs, steps = self._launch(items, clock)
+                outputs, steps = self._launch(items, clock, ahead)
                 if steps is not None:
                     self._pending = (seq, steps)
             if steps is not None:
@@ -204,6 +209,24 @@ class Engine:
             raise
         self.order.done(seq)
         return result
+
+    def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int) -> Prepared | None:
+        """The step metadata of multi-step batch ``items``, built now while Forward ``after_seq`` (enqueued, its
+        steps on the device) is not yet committed (``multistep.prepare_rows``), so its host work is not between
+        the two Forwards on the device; None when that is not the pending Forward, ``prepare_ahead`` is off, or
+        the batch is not one of known requests' continuations with one new slot per step (the launch checks it
+        again and builds it then when it no longer holds: ``Prepared.valid_for``). The batch is validated as
+        usual when its turn comes; nothing here changes the request table."""
+        if not self.prepare_ahead or after_seq <= 0 or not items:
+            return None
+        if any(it.decode_steps <= 1 or it.has_prefix or len(it.slot_ids) != it.decode_steps
+               or (not it.input_from_last_sample and len(it.input_ids) != 1) for it in items):
+            return None
+        with self._lock:
+            pending = self._pending
+            if pending is None or pending[0] != after_seq or any(it.request_id not in self.requests for it in items):
+                return None
+            return prepare_rows(self, items, pending[1])
 
     def _wait_turn(self, seq: int) -> None:
         """With the lock held: blocks (the lock free meanwhile, so a Release RPC may run) until no multi-step
@@ -249,16 +272,17 @@ class Engine:
             if state is not None and not (seq > 0 and state.created_seq > seq):
                 del self.requests[rid]
 
-    def _launch(self, items: Sequence[ForwardItem], clock: StepClock):
+    def _launch(self, items: Sequence[ForwardItem], clock: StepClock, ahead: Prepared | None = None):
         """(Lock held.) Runs the items that are not skipped (continuations of stopped requests) and answers those
         skipped; ``clock`` times the model's steps. A multi-step batch is only enqueued: returns (outputs with None
         where its rows' outputs will come, its ``EnqueuedSteps``, which ``_finish`` waits for and commits); any
-        other batch runs to its commit: (outputs, None)."""
+        other batch runs to its commit: (outputs, None). ``ahead``: a multi-step batch's metadata built before its
+        turn (``_prepare_ahead``), used when still valid."""
         skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]
         steps = None
         if run and any(it.decode_steps > 1 for it in run):
-            steps = enqueue_multistep(self, run, clock)
+            steps = enqueue_multistep(self, run, clock, ahead)
             done = iter([None] * len(run))
         else:
             done = iter(self._run(run, clock) if run else ())

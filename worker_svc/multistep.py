@@ -110,37 +110,94 @@ class EnqueuedSteps:
         return tuple(outputs)
 
 
-def enqueue_multistep(engine, items: Sequence[ForwardItem], clock) -> EnqueuedSteps:
-    """Enqueues a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller holds
-    its lock); ``clock`` (``step_clock.StepClock``) times the steps, from the first one's launch to the last
-    one's end. Returns the ``EnqueuedSteps`` to ``wait()`` for and ``finish``."""
-    dev = engine.device
+class Prepared:
+    """The sorted rows and step metadata of a multi-step Forward, built before it may run: ``prepare_rows``
+    builds it while the Forward ahead of it (``after_seq``) is still on the device, so the host work of the
+    metadata (``StepFeed``: host arrays, pinned copies, the device gather; ``DecodeSteps`` on the eager path) is
+    off the device's idle time between two Forwards. Row b's prefix is the request's committed slots, followed,
+    when the pending Forward runs that request, by that Forward's new slots (what its commit will append when no
+    stop token cuts it).
+
+    ``valid_for(items, requests)`` says whether it still describes the Forward at its launch: the same item
+    objects, and every row's request state the same object with the committed length it assumed (so the Forward
+    ahead committed every step of the row, nothing else committed in between, nothing was released or stopped);
+    otherwise the launch builds the metadata again (``enqueue_multistep``)."""
+
+    def __init__(self, items, order, its, ks, states, prefixes, feed, eager):
+        self.items, self.order, self.its, self.ks, self.states = tuple(items), order, its, ks, states
+        self.lens = [len(p) for p in prefixes]
+        self.feed, self.eager = feed, eager
+
+    def valid_for(self, items: Sequence[ForwardItem], requests: Mapping[str, object]) -> bool:
+        if len(items) != len(self.items) or any(a is not b for a, b in zip(items, self.items)):
+            return False
+        for it, state, n in zip(self.its, self.states, self.lens):
+            if state is None:  # has_prefix: its prefix is the item's
+                continue
+            if requests.get(it.request_id) is not state or len(state.slots) != n or state.stopped:
+                return False
+        return True
+
+
+def _sorted_rows(items: Sequence[ForwardItem]):
     order = sorted(range(len(items)), key=lambda b: -items[b].decode_steps)  # active rows = a prefix
     its = [items[b] for b in order]
-    ks = [it.decode_steps for it in its]
-    steps = ks[0]
-    active = [bisect.bisect_left(ks, -j, key=operator.neg) for j in range(steps)]  # rows with k > j
+    return order, its, [it.decode_steps for it in its]
+
+
+def prepare_rows(engine, items: Sequence[ForwardItem], ahead: EnqueuedSteps | None = None) -> Prepared:
+    """The ``Prepared`` rows and metadata of multi-step batch ``items`` on ``engine`` (caller holds its lock; the
+    items' requests known or ``has_prefix``, one new slot per step: the caller checks, see
+    ``Engine._prepare_ahead``). ``ahead``: the enqueued, not yet committed Forward this one runs after; a row whose
+    request it runs gets that Forward's new slots after its committed ones. Raises ValueError when a row has not
+    one new slot per step."""
+    order, its, ks = _sorted_rows(items)
     requests = engine.requests
     states = [None if it.has_prefix else requests[it.request_id] for it in its]
-    prefixes, first = [], []
+    pending = {} if ahead is None else {it.request_id: (it, st) for it, st in zip(ahead.items, ahead.states)}
+    prefixes = []
     for it, state in zip(its, states):
         if it.has_prefix:  # K/V before this Forward
             prefixes.append(np.asarray(it.prefix_slot_ids, dtype=np.int32))
-            first.append(it.input_ids[0])
-        else:
-            prefixes.append(state.slots.view())
-            first.append(state.last_token if it.input_from_last_sample else it.input_ids[0])
+            continue
+        table = state.slots.view()
+        run = pending.get(it.request_id)
+        if run is not None and run[1] is state:
+            table = np.concatenate([table, np.asarray(run[0].slot_ids, dtype=np.int32)])
+        prefixes.append(table)
+    new = [it.slot_ids for it in its]
+    feed = eager = None
+    if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
+        # CUDA graphs: every step's metadata is built on the device (worker_svc/step_feed.py)
+        feed = StepFeed(prefixes, new, ks, engine.device, bucket=engine.graphs.bucket)
+    else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
+        eager = DecodeSteps(prefixes, new, ks)
+    return Prepared(items, order, its, ks, states, prefixes, feed, eager)
+
+
+def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Prepared | None = None) -> EnqueuedSteps:
+    """Enqueues a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller holds
+    its lock); ``clock`` (``step_clock.StepClock``) times the steps, from the first one's launch to the last
+    one's end. ``prepared``: its rows and metadata built ahead (``prepare_rows``), used when still valid for
+    ``items``. Returns the ``EnqueuedSteps`` to ``wait()`` for and ``finish``."""
+    dev = engine.device
+    requests = engine.requests
+    if prepared is None or not prepared.valid_for(items, requests):
+        prepared = prepare_rows(engine, items)
+        engine.prepared_ahead[1] += 1
+    else:
+        engine.prepared_ahead[0] += 1
+    order, its, ks, states = prepared.order, prepared.its, prepared.ks, prepared.states
+    feed, eager = prepared.feed, prepared.eager
+    steps = ks[0]
+    active = [bisect.bisect_left(ks, -j, key=operator.neg) for j in range(steps)]  # rows with k > j
+    first = [it.input_ids[0] if state is None or not it.input_from_last_sample else state.last_token
+             for it, state in zip(its, states)]
     cur = to_device(np.asarray(first, dtype=np.int64), dev)  # [B] int64 on the device: inputs of this step
     want_lp = any(it.return_logprob for it in its)
     all_greedy = all(it.sampling.greedy for it in its)
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
     lps = torch.zeros((steps, len(its)), dtype=torch.float32, device=dev) if want_lp else None
-    feed = eager = None
-    if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
-        # CUDA graphs: every step's metadata is built on the device (worker_svc/step_feed.py)
-        feed = StepFeed(prefixes, [it.slot_ids for it in its], ks, dev, bucket=engine.graphs.bucket)
-    else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
-        eager = DecodeSteps(prefixes, [it.slot_ids for it in its], ks)
     clock.start()
     for j in range(steps):
         n = active[j]

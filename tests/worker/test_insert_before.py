@@ -85,7 +85,7 @@ def test_on_the_engine_an_extend_inserted_ahead_of_a_queued_decode_runs_first(mo
     eng = make_engine(model_dir)
     ran: list[str] = []
     launch = eng._launch
-    monkeypatch.setattr(eng, "_launch", lambda items, clock: ran.append(items[0].request_id) or launch(items, clock))
+    monkeypatch.setattr(eng, "_launch", lambda items, clock, *a: ran.append(items[0].request_id) or launch(items, clock, *a))
     eng.forward([prefill], "epoch-1")
     got: dict[str, object] = {}
     d = started(lambda: got.update(decode=eng.forward([decode], "epoch-1", seq=2, after_seq=1)))

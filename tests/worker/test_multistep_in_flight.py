@@ -85,7 +85,7 @@ def test_other_forwards_wait_for_the_commit(model_dir, prompts, monkeypatch):
     held = Held(monkeypatch)
     ran: list[str] = []
     launch = eng._launch
-    monkeypatch.setattr(eng, "_launch", lambda items, clock: ran.append(items[0].request_id) or launch(items, clock))
+    monkeypatch.setattr(eng, "_launch", lambda items, clock, *a: ran.append(items[0].request_id) or launch(items, clock, *a))
     t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
     assert held.inside.wait(WAIT_S)
     p2 = prompts[2]
