@@ -47,7 +47,7 @@ from worker_svc.forward_batch import BatchLayout, build_layout, layout_from_part
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
-from worker_svc.multistep import EnqueuedSteps, Prepared, enqueue_multistep, prepare_rows
+from worker_svc.multistep import EnqueuedSteps, Prepared, enqueue_multistep, prepare_rows, row_tables
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
@@ -212,7 +212,8 @@ class Engine:
 
     def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int) -> Prepared | None:
         """The step metadata of multi-step batch ``items``, built now while Forward ``after_seq`` (enqueued, its
-        steps on the device) is not yet committed (``multistep.prepare_rows``), so its host work is not between
+        steps on the device) is not yet committed (``multistep.row_tables`` under the lock, then
+        ``multistep.prepare_rows`` without it: the commit ahead never waits for it), so its host work is not between
         the two Forwards on the device; None when that is not the pending Forward, ``prepare_ahead`` is off, or
         the batch is not one of known requests' continuations with one new slot per step (the launch checks it
         again and builds it then when it no longer holds: ``Prepared.valid_for``). The batch is validated as
@@ -222,11 +223,12 @@ class Engine:
         if any(it.decode_steps <= 1 or it.has_prefix or len(it.slot_ids) != it.decode_steps
                or (not it.input_from_last_sample and len(it.input_ids) != 1) for it in items):
             return None
-        with self._lock:
+        with self._lock:  # the tables are read under the lock, the metadata is built outside it
             pending = self._pending
             if pending is None or pending[0] != after_seq or any(it.request_id not in self.requests for it in items):
                 return None
-            return prepare_rows(self, items, pending[1])
+            rows = row_tables(self, items, pending[1])
+        return prepare_rows(self, items, rows)
 
     def _wait_turn(self, seq: int) -> None:
         """With the lock held: blocks (the lock free meanwhile, so a Release RPC may run) until no multi-step

@@ -145,12 +145,12 @@ def _sorted_rows(items: Sequence[ForwardItem]):
     return order, its, [it.decode_steps for it in its]
 
 
-def prepare_rows(engine, items: Sequence[ForwardItem], ahead: EnqueuedSteps | None = None) -> Prepared:
-    """The ``Prepared`` rows and metadata of multi-step batch ``items`` on ``engine`` (caller holds its lock; the
-    items' requests known or ``has_prefix``, one new slot per step: the caller checks, see
-    ``Engine._prepare_ahead``). ``ahead``: the enqueued, not yet committed Forward this one runs after; a row whose
-    request it runs gets that Forward's new slots after its committed ones. Raises ValueError when a row has not
-    one new slot per step."""
+def row_tables(engine, items: Sequence[ForwardItem], ahead: EnqueuedSteps | None = None):
+    """(Caller holds the engine's lock.) The rows of multi-step batch ``items`` ordered by steps, largest first:
+    (order, sorted items, their steps, their request states (None for ``has_prefix``), their prefix slot tables
+    int32). The items' requests are known or ``has_prefix`` (the caller checks: ``Engine._prepare_ahead``, or
+    validation). ``ahead``: the enqueued, not yet committed Forward this one runs after; a row whose request it runs
+    gets that Forward's new slots after its committed ones (what its commit appends when no stop cuts it)."""
     order, its, ks = _sorted_rows(items)
     requests = engine.requests
     states = [None if it.has_prefix else requests[it.request_id] for it in its]
@@ -160,11 +160,19 @@ def prepare_rows(engine, items: Sequence[ForwardItem], ahead: EnqueuedSteps | No
         if it.has_prefix:  # K/V before this Forward
             prefixes.append(np.asarray(it.prefix_slot_ids, dtype=np.int32))
             continue
-        table = state.slots.view()
+        table = state.slots.view()  # the committed rows; a later commit appends past them, never rewrites them
         run = pending.get(it.request_id)
         if run is not None and run[1] is state:
             table = np.concatenate([table, np.asarray(run[0].slot_ids, dtype=np.int32)])
         prefixes.append(table)
+    return order, its, ks, states, prefixes
+
+
+def prepare_rows(engine, items: Sequence[ForwardItem], rows) -> Prepared:
+    """The ``Prepared`` metadata of ``items`` from their ``row_tables`` (no lock needed: it reads only them and
+    the engine's graphs, and enqueues its device work on the current stream). Raises ValueError when a row has not
+    one new slot per step."""
+    order, its, ks, states, prefixes = rows
     new = [it.slot_ids for it in its]
     feed = eager = None
     if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
@@ -183,7 +191,7 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
     dev = engine.device
     requests = engine.requests
     if prepared is None or not prepared.valid_for(items, requests):
-        prepared = prepare_rows(engine, items)
+        prepared = prepare_rows(engine, items, row_tables(engine, items))
         engine.prepared_ahead[1] += 1
     else:
         engine.prepared_ahead[0] += 1
