@@ -1,8 +1,9 @@
 #!/bin/bash
 # H200 run 13, call 2: the worker's new --prepare-ahead end to end, A/B in one call. (1) the editor (tiny, 20
 # typists, PSM, 15 s, hop trace) with it and without it (call 1's editor ran behind a pytest killed by its timeout,
-# whose processes were still running: 41.8 ms); (2) serve_bench 1B c64,c1 without it, then hf,c64,c1 with it and
-# transformers' compiled static generate as the baseline. Carry [".whl", ".jit"].
+# whose processes were still running: 41.8 ms); (2) serve_bench 1B hf,c64,c1 with transformers' compiled static
+# generate as the baseline; (3) a torch.profiler trace of one 1B K = 8 Forward at B = 64 (where the 1.0 ms a step over
+# the GPU time goes now). Carry [".whl", ".jit"].
 mkdir -p /tmp/r
 T0=$(date +%s)
 left() { [ $(( $(date +%s) - T0 )) -lt $1 ]; }
@@ -21,6 +22,8 @@ E atlaunch --worker-flags=--no-prepare-ahead
 S() { n=$1; t=$2; shift 2; timeout $t python3 -m bench.serve_bench --gpu --out /tmp/sb_$n "$@" > /tmp/r/serve_$n.txt 2>&1; kill_stack
       cp /tmp/sb_$n/serve_bench.json /tmp/r/serve_$n.json 2>/dev/null; grep -iE "^phase|c64|c1 |tok/s|ttft" /tmp/r/serve_$n.txt | head -12
       echo "serve $n after $(( $(date +%s) - T0 )) s"; pack; }
-left 250 && S atlaunch 100 --phases c64,c1 --worker-flags=--no-prepare-ahead
-left 360 && S ahead 170 --phases hf,c64,c1 --hf-baselines static_compiled
+left 250 && S ahead 170 --phases hf,c64,c1 --hf-baselines static_compiled
+left 440 && timeout 100 python3 -m worker_svc.bench --shape starcoderbase-1b --dtype bfloat16 --context 1152 --decode-steps 8 \
+  --batches 64 --prefill 16 --profile /tmp/r/prof_1b --json-out /tmp/r/w_1b_prof.json 2>&1 | grep -v -i warn | tail -12 > /tmp/r/w_1b_prof.txt
+gzip -f /tmp/r/prof_1b/*.json 2>/dev/null; grep -E "K=8|replay alone" /tmp/r/w_1b_prof.txt; pack
 echo "done after $(( $(date +%s) - T0 )) s"
