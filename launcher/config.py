@@ -237,7 +237,7 @@ RAGGED_PREFILL = ("flashinfer's ragged prefill stays on (its default; H200 run 1
                   "--worker-flags=--no-ragged-prefill run the worker without it for an A/B")
 
 PREPARE_AHEAD = ("a chained decode Forward's step metadata stays built while the Forward ahead runs (its default; H200 "
-                 "run 13: 1B chained K = 8 steps 1.58 -> 1.44 ms at B = 1, 2.62 -> 2.33 at B = 64): python -m "
+                 "run 13: 1B chained K = 8 steps 1.58 -> 1.49 ms at B = 1, 2.66 -> 2.30 at B = 64): python -m "
                  "worker_svc.bench times both, bench/serve_bench --worker-flags=--no-prepare-ahead runs without it")
 
 # Service flags the launcher leaves at the service's default, and why.
