@@ -97,6 +97,7 @@ class RequestState:
     last_token: int | None = None
     stopped: bool = False
     created_seq: int = 0  # seq of the Forward whose has_prefix item created this state (0: none given)
+    commits: int = 0  # commits into this state (``Engine.commit``): what a step metadata built ahead checks
 
 
 @dataclass(frozen=True)
@@ -215,19 +216,25 @@ class Engine:
         steps on the device) is not yet committed (``multistep.row_tables`` under the lock, then
         ``multistep.prepare_rows`` without it: the commit ahead never waits for it), so its host work is not between
         the two Forwards on the device; None when that is not the pending Forward, ``prepare_ahead`` is off, or
-        the batch is not one of known requests' continuations with one new slot per step (the launch checks it
-        again and builds it then when it no longer holds: ``Prepared.valid_for``). The batch is validated as
-        usual when its turn comes; nothing here changes the request table."""
+        the batch is not one of known requests' continuations with one new slot per step, pool slots, positions
+        within ``n_positions`` and each row's table ``position_start`` long (nothing is built for a batch that
+        validation may reject, and nothing here raises for one: validation answers it at its turn). The launch
+        uses it only while it still holds (``Prepared.valid_for``). Nothing here changes the request table."""
         if not self.prepare_ahead or after_seq <= 0 or not items:
             return None
+        top = self.kv_pool.pool_slots
         if any(it.decode_steps <= 1 or it.has_prefix or len(it.slot_ids) != it.decode_steps
-               or (not it.input_from_last_sample and len(it.input_ids) != 1) for it in items):
-            return None
+               or (not it.input_from_last_sample and len(it.input_ids) != 1)
+               or it.position_start + it.decode_steps > self.cfg.n_positions
+               or min(it.slot_ids) < 1 or max(it.slot_ids) >= top for it in items):
+            return None  # validation answers it at its turn; nothing is built for a batch it may reject
         with self._lock:  # the tables are read under the lock, the metadata is built outside it
             pending = self._pending
             if pending is None or pending[0] != after_seq or any(it.request_id not in self.requests for it in items):
                 return None
             rows = row_tables(self, items, pending[1])
+        if rows is None:
+            return None
         return prepare_rows(self, items, rows)
 
     def _wait_turn(self, seq: int) -> None:
@@ -438,5 +445,6 @@ class Engine:
                 state.prompt_len = it.prompt_len
         state.slots.extend(slots)
         state.tokens.extend(tokens)
+        state.commits += 1
         state.last_token, state.stopped = last_token, last_token is not None and last_token in it.stop_token_ids
         state.last_hidden = last_hidden

@@ -119,22 +119,25 @@ class Prepared:
     stop token cuts it).
 
     ``valid_for(items, requests)`` says whether it still describes the Forward at its launch: the same item
-    objects, and every row's request state the same object with the committed length it assumed (so the Forward
-    ahead committed every step of the row, nothing else committed in between, nothing was released or stopped);
+    objects, and every row's request state the same object with the committed length and the number of commits it
+    assumed (so the Forward ahead committed every step of the row, nothing else committed in between, not even
+    after a stop that left the row as long as assumed; nothing was released or stopped);
     otherwise the launch builds the metadata again (``enqueue_multistep``)."""
 
-    def __init__(self, items, order, its, ks, states, prefixes, feed, eager):
+    def __init__(self, items, order, its, ks, states, prefixes, commits, feed, eager):
         self.items, self.order, self.its, self.ks, self.states = tuple(items), order, its, ks, states
         self.lens = [len(p) for p in prefixes]
+        self.commits = commits  # per row: the state's commit count when its prefix is what was assumed
         self.feed, self.eager = feed, eager
 
     def valid_for(self, items: Sequence[ForwardItem], requests: Mapping[str, object]) -> bool:
         if len(items) != len(self.items) or any(a is not b for a, b in zip(items, self.items)):
             return False
-        for it, state, n in zip(self.its, self.states, self.lens):
+        for it, state, n, c in zip(self.its, self.states, self.lens, self.commits):
             if state is None:  # has_prefix: its prefix is the item's
                 continue
-            if requests.get(it.request_id) is not state or len(state.slots) != n or state.stopped:
+            if (requests.get(it.request_id) is not state or len(state.slots) != n or state.commits != c
+                    or state.stopped):
                 return False
         return True
 
@@ -148,31 +151,37 @@ def _sorted_rows(items: Sequence[ForwardItem]):
 def row_tables(engine, items: Sequence[ForwardItem], ahead: EnqueuedSteps | None = None):
     """(Caller holds the engine's lock.) The rows of multi-step batch ``items`` ordered by steps, largest first:
     (order, sorted items, their steps, their request states (None for ``has_prefix``), their prefix slot tables
-    int32). The items' requests are known or ``has_prefix`` (the caller checks: ``Engine._prepare_ahead``, or
-    validation). ``ahead``: the enqueued, not yet committed Forward this one runs after; a row whose request it runs
-    gets that Forward's new slots after its committed ones (what its commit appends when no stop cuts it)."""
+    int32, the states' commit counts at which those tables hold). The items' requests are known or ``has_prefix``
+    (the caller checks: ``Engine._prepare_ahead``, or validation). ``ahead``: the enqueued, not yet committed
+    Forward this one runs after; a row whose request it runs gets that Forward's new slots after its committed ones
+    (what its commit appends when no stop cuts it) and one commit more. Returns None when ``ahead`` is given and a
+    row's table would not be ``position_start`` long (validation rejects such a batch: nothing is built for it)."""
     order, its, ks = _sorted_rows(items)
     requests = engine.requests
     states = [None if it.has_prefix else requests[it.request_id] for it in its]
     pending = {} if ahead is None else {it.request_id: (it, st) for it, st in zip(ahead.items, ahead.states)}
-    prefixes = []
+    prefixes, commits = [], []
     for it, state in zip(its, states):
         if it.has_prefix:  # K/V before this Forward
             prefixes.append(np.asarray(it.prefix_slot_ids, dtype=np.int32))
+            commits.append(0)
             continue
         table = state.slots.view()  # the committed rows; a later commit appends past them, never rewrites them
         run = pending.get(it.request_id)
         if run is not None and run[1] is state:
             table = np.concatenate([table, np.asarray(run[0].slot_ids, dtype=np.int32)])
+        if ahead is not None and len(table) != it.position_start:
+            return None
         prefixes.append(table)
-    return order, its, ks, states, prefixes
+        commits.append(state.commits + (run is not None and run[1] is state))
+    return order, its, ks, states, prefixes, commits
 
 
 def prepare_rows(engine, items: Sequence[ForwardItem], rows) -> Prepared:
     """The ``Prepared`` metadata of ``items`` from their ``row_tables`` (no lock needed: it reads only them and
     the engine's graphs, and enqueues its device work on the current stream). Raises ValueError when a row has not
     one new slot per step."""
-    order, its, ks, states, prefixes = rows
+    order, its, ks, states, prefixes, commits = rows
     new = [it.slot_ids for it in its]
     feed = eager = None
     if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
@@ -180,7 +189,7 @@ def prepare_rows(engine, items: Sequence[ForwardItem], rows) -> Prepared:
         feed = StepFeed(prefixes, new, ks, engine.device, bucket=engine.graphs.bucket)
     else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
         eager = DecodeSteps(prefixes, new, ks)
-    return Prepared(items, order, its, ks, states, prefixes, feed, eager)
+    return Prepared(items, order, its, ks, states, prefixes, commits, feed, eager)
 
 
 def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Prepared | None = None) -> EnqueuedSteps:

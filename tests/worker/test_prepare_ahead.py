@@ -13,7 +13,7 @@ import pytest
 from tests.worker.helpers import make_engine
 from tests.worker.test_multistep_in_flight import K, WAIT_S, Held, _decode, _prefill, _started
 from worker_svc import engine as engine_mod
-from worker_svc.types import ForwardItem
+from worker_svc.types import ForwardItem, WorkerError
 
 
 def _watch_prepare(monkeypatch) -> threading.Event:
@@ -112,3 +112,102 @@ def test_a_state_replaced_meanwhile_makes_the_launch_build_again(model_dir, prom
     assert [o.next_token_ids for o in out3["result"].outputs] == want[1]
     assert got == [want[0], want[2]]
     assert eng.prepared_ahead == [0, 2]
+
+
+def test_a_stopped_row_refilled_by_an_inserted_forward_is_not_taken_as_valid(model_dir, prompts, monkeypatch):
+    """r0 stops at Forward 1's first step (1 of its K slots committed, stopped). An extend E inserted ahead of
+    Forward 2 (seq 3: after 1, before 2) writes r0's next K - 1 tokens at other slots, which clears ``stopped`` and
+    brings r0 to the length Forward 2 expects. The rows built ahead assumed Forward 1's K slots for r0 (slots 2..K
+    hold Forward 1's post-stop K/V, not E's), yet ``valid_for`` holds (same state object, same length, not stopped):
+    Forward 2 attends over the wrong K/V. Reference: Forwards 1, E, 2 one by one."""
+    ps = prompts[:3]
+    at = len(sum(ps, [])) + 1
+    plain = [_decode(ps, at, 0), _decode(ps, at, 1)]
+    ref1 = _reference(model_dir, ps, plain)[0][0]
+    first = ref1[0]  # r0's first sampled token
+    forwards = [[dataclasses.replace(plain[0][0], stop_token_ids=(first,))] + plain[0][1:], plain[1]]
+    filler = tuple(t for t in ps[2] if t not in ref1)[: K - 1]  # not the tokens Forward 1 wrote after the stop
+    e_item = ForwardItem("r0", filler, len(ps[0]) + 1, tuple(range(3000, 3000 + K - 1)))
+
+    ref = make_engine(model_dir)
+    ref.prepare_ahead = False
+    _prefill(ref, ps)
+    want = [[o.next_token_ids for o in ref.forward(f, "epoch-1").outputs] for f in (forwards[0], [e_item], forwards[1])]
+    want_table = list(ref.requests["r0"].slots)
+
+    threads = []
+
+    def insert(eng):
+        threads.append(_started(lambda: eng.forward([e_item], "epoch-1", seq=3, after_seq=1, before_seq=2)))
+
+    got, eng = _chained(model_dir, ps, forwards, monkeypatch, meanwhile=insert)
+    t3, out3 = threads[0]
+    t3.join(WAIT_S)
+    assert "error" not in out3, out3.get("error")
+    assert got[0] == want[0] and got[0][0] == (first,)  # r0 stopped in Forward 1
+    assert list(eng.requests["r0"].slots) == want_table  # the committed table: r0's prompt, a0, E's slots, ...
+    # the launch must have built the rows again (r0's table is not the one built ahead) and match the reference
+    assert got[1] == want[2], f"Forward 2's tokens differ from the reference; prepared_ahead={eng.prepared_ahead}"
+    assert eng.prepared_ahead == [0, 2], f"Forward 2 launched on metadata built ahead: {eng.prepared_ahead}"
+
+
+def test_an_invalid_slot_id_is_answered_invalid_argument_and_its_releases_applied(model_dir, prompts, monkeypatch):
+    """Forward 2 (after_seq 1, sent while Forward 1 is in flight) names a slot id outside int32 and releases r2.
+    Without prepare-ahead validation answers INVALID_ARGUMENT and r2's release rides through; with it,
+    ``prepare_rows`` raises OverflowError before the Forward's turn (the servicer's INTERNAL) and r2 stays."""
+    ps = prompts[:3]
+    at = len(sum(ps, [])) + 1
+    f1, f2 = _decode(ps[:2], at, 0), _decode(ps[:2], at + 100, 1)
+    f2 = [dataclasses.replace(f2[0], slot_ids=(2 ** 31,) + f2[0].slot_ids[1:])] + f2[1:]
+    errors = {}
+    for ahead in (False, True):
+        eng = make_engine(model_dir)
+        eng.prepare_ahead = ahead
+        _prefill(eng, ps)
+        with pytest.MonkeyPatch.context() as mp:
+            held = Held(mp)
+            t1, out1 = _started(lambda: eng.forward(f1, "epoch-1", seq=1))
+            assert held.inside.wait(WAIT_S)
+            t2, out2 = _started(lambda: eng.forward(f2, "epoch-1", seq=2, after_seq=1, release_ids=["r2"]))
+            held.release.set()
+            for t in (t1, t2):
+                t.join(WAIT_S)
+        errors[ahead] = (out2.get("error"), "r2" in eng.requests)
+    assert isinstance(errors[False][0], WorkerError) and errors[False][0].code == "INVALID_ARGUMENT"
+    assert errors[False][1] is False  # released by the rejected Forward, as documented
+    err, r2_kept = errors[True]
+    assert isinstance(err, WorkerError) and err.code == "INVALID_ARGUMENT", f"with prepare-ahead: {err!r}"
+    assert r2_kept is False, "with prepare-ahead the Forward's release_request_ids were not applied"
+
+
+def test_a_batch_validation_rejects_builds_no_device_metadata(model_dir, prompts, monkeypatch):
+    """Forward 2 (after_seq 1, sent while Forward 1 is in flight) has an item of decode_steps far beyond n_positions
+    (one slot per step, as the pre-filter of ``_prepare_ahead`` wants); validation rejects it, but on the graphs path
+    ``prepare_rows`` first builds its ``StepFeed``, whose index lists grow as decode_steps ** 2 (K = 16,384: 134M
+    indices, ~8 s on this CPU; K >= 65,536: past the int32 offsets StepFeed packs them in), on the device, before the
+    Forward's turn. (Graphs stubbed so that the CPU engine takes the StepFeed path; the batch never launches.)"""
+    import types
+
+    from worker_svc import multistep
+
+    built = []
+    monkeypatch.setattr(multistep, "StepFeed", lambda prefixes, new, ks, *a, **k: built.append(max(ks)) or None)
+    ps = prompts[:2]
+    at = len(sum(ps, [])) + 1
+    eng = make_engine(model_dir)
+    _prefill(eng, ps)
+    k = eng.cfg.n_positions * 4
+    f1 = _decode(ps, at, 0)
+    f2 = [dataclasses.replace(_decode(ps, at, 1)[0], decode_steps=k, slot_ids=tuple(range(1000, 1000 + k)))]
+    held = Held(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(f1, "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    eng.graphs = types.SimpleNamespace(max_batch=8, bucket=lambda n: 1 << (n - 1).bit_length())  # as on CUDA
+    t2, out2 = _started(lambda: eng.forward(f2, "epoch-1", seq=2, after_seq=1))
+    t2.join(1.0)
+    held.release.set()
+    for t in (t1, t2):
+        t.join(WAIT_S)
+    err = out2.get("error")
+    assert isinstance(err, WorkerError) and err.code == "INVALID_ARGUMENT", repr(err)
+    assert built == [], f"a StepFeed of {built} steps was built for a batch validation rejects (n_positions {eng.cfg.n_positions})"
