@@ -319,3 +319,40 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits)
         assert torch.equal(kk[slots, 0], qkv[:, heads * dim: heads * dim + dim])
         outs.append(out.clone())
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
+def test_chained_forwards_on_cuda_graphs_use_the_metadata_built_ahead(model_dir, prompts, decode_attention,
+                                                                      monkeypatch):
+    """Forward 2 (after_seq 1) reaches the worker while Forward 1's steps are on the device: its StepFeed is built
+    then (``Engine._prepare_ahead``) and used at its launch, and both Forwards give the tokens of the same two
+    Forwards run one by one with the metadata built at the launch (the same graphs and kernels: equal tokens)."""
+    from tests.worker.test_multistep_in_flight import K, WAIT_S, Held, _decode, _prefill, _started
+    from tests.worker.test_prepare_ahead import _watch_prepare
+    from worker_svc.build import make_graphs
+
+    ps = prompts[:5]
+    at = len(sum(ps, [])) + 1
+    forwards = [_decode(ps, at, 0), _decode(ps, at, 1)]
+
+    def engine(ahead: bool):
+        eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
+        eng.epoch, eng.prepare_ahead = "epoch-1", ahead
+        eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend, decode_attention)
+        _prefill(eng, ps)
+        return eng
+
+    ref = engine(False)
+    want = [[o.next_token_ids for o in ref.forward(f, "epoch-1", seq=i + 1).outputs] for i, f in enumerate(forwards)]
+    eng = engine(True)
+    held, prepared = Held(monkeypatch), _watch_prepare(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(forwards[0], "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    t2, out2 = _started(lambda: eng.forward(forwards[1], "epoch-1", seq=2, after_seq=1))
+    assert prepared.wait(WAIT_S)
+    held.release.set()
+    for t in (t1, t2):
+        t.join(WAIT_S)
+    got = [[o.next_token_ids for o in out["result"].outputs] for out in (out1, out2)]
+    assert got == want and all(len(t) == K for f in got for t in f)
+    assert eng.prepared_ahead == [1, 1]
