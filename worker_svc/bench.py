@@ -327,11 +327,11 @@ def main(argv: list[str] | None = None) -> None:
             # the same Forwards, sent as the scheduler sends them (two in flight), with the step metadata built
             # ahead (the worker's default) and at the launch (--no-prepare-ahead), alternated twice
             chained = {True: [], False: []}
-            used0, built0 = eng.prepared_ahead
+            used0, built0 = eng.prepared_ahead["used"], eng.prepared_ahead["built_at_launch"]
             for ahead in (False, True, False, True):
                 eng.prepare_ahead = ahead
                 chained[ahead].append(chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k)
-            used, built = eng.prepared_ahead[0] - used0, eng.prepared_ahead[1] - built0
+            used, built = eng.prepared_ahead["used"] - used0, eng.prepared_ahead["built_at_launch"] - built0
             for ahead, secs in chained.items():
                 csecs = min(secs)
                 results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,

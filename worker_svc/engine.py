@@ -124,7 +124,7 @@ class Engine:
         ``prepare_ahead``: a multi-step Forward that arrives while the one it follows (``after_seq``) is enqueued
         builds its step metadata then (``_prepare_ahead``), not after that one's commit."""
         self.prepare_ahead = prepare_ahead
-        self.prepared_ahead = [0, 0]  # multi-step launches that [used the metadata built ahead, built it then]
+        self.prepared_ahead = {"used": 0, "built_at_launch": 0}  # multi-step launches, by where their metadata came from
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
         self.ragged_prefill = ragged_prefill and backend.ragged_prefill
         self.graphs, self.extend_graphs, self.whole_graphs = graphs, extend_graphs, whole_graphs
@@ -286,11 +286,13 @@ class Engine:
         skipped; ``clock`` times the model's steps. A multi-step batch is only enqueued: returns (outputs with None
         where its rows' outputs will come, its ``EnqueuedSteps``, which ``_finish`` waits for and commits); any
         other batch runs to its commit: (outputs, None). ``ahead``: a multi-step batch's metadata built before its
-        turn (``_prepare_ahead``), used when still valid."""
+        turn (``_prepare_ahead``), used when still valid (``Prepared.valid_for``; ``prepared_ahead`` counts both ways)."""
         skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]
         steps = None
         if run and any(it.decode_steps > 1 for it in run):
+            ahead = ahead if ahead is not None and ahead.valid_for(run, self.requests) else None
+            self.prepared_ahead["used" if ahead is not None else "built_at_launch"] += 1
             steps = enqueue_multistep(self, run, clock, ahead)
             done = iter([None] * len(run))
         else:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import operator
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -110,6 +110,20 @@ class EnqueuedSteps:
         return tuple(outputs)
 
 
+class Rows(NamedTuple):
+    """A multi-step batch's rows ordered by steps, largest first (``row_tables``): ``order[r]`` the item index of
+    row r, ``its`` the items in that order, ``ks`` their steps, ``states`` their request states (None for
+    ``has_prefix``), ``prefixes`` their prefix slot tables (int32), ``commits`` the states' commit counts at which
+    those tables hold."""
+
+    order: list[int]
+    its: list[ForwardItem]
+    ks: list[int]
+    states: list
+    prefixes: list[np.ndarray]
+    commits: list[int]
+
+
 class Prepared:
     """The sorted rows and step metadata of a multi-step Forward, built before it may run: ``prepare_rows``
     builds it while the Forward ahead of it (``after_seq``) is still on the device, so the host work of the
@@ -124,19 +138,17 @@ class Prepared:
     after a stop that left the row as long as assumed; nothing was released or stopped);
     otherwise the launch builds the metadata again (``enqueue_multistep``)."""
 
-    def __init__(self, items, order, its, ks, states, prefixes, commits, feed, eager):
-        self.items, self.order, self.its, self.ks, self.states = tuple(items), order, its, ks, states
-        self.lens = [len(p) for p in prefixes]
-        self.commits = commits  # per row: the state's commit count when its prefix is what was assumed
-        self.feed, self.eager = feed, eager
+    def __init__(self, items: Sequence[ForwardItem], rows: Rows, feed: StepFeed | None, eager: DecodeSteps | None):
+        self.items, self.rows, self.feed, self.eager = tuple(items), rows, feed, eager
 
     def valid_for(self, items: Sequence[ForwardItem], requests: Mapping[str, object]) -> bool:
         if len(items) != len(self.items) or any(a is not b for a, b in zip(items, self.items)):
             return False
-        for it, state, n, c in zip(self.its, self.states, self.lens, self.commits):
+        r = self.rows
+        for it, state, prefix, c in zip(r.its, r.states, r.prefixes, r.commits):
             if state is None:  # has_prefix: its prefix is the item's
                 continue
-            if (requests.get(it.request_id) is not state or len(state.slots) != n or state.commits != c
+            if (requests.get(it.request_id) is not state or len(state.slots) != len(prefix) or state.commits != c
                     or state.stopped):
                 return False
         return True
@@ -148,10 +160,8 @@ def _sorted_rows(items: Sequence[ForwardItem]):
     return order, its, [it.decode_steps for it in its]
 
 
-def row_tables(engine, items: Sequence[ForwardItem], ahead: EnqueuedSteps | None = None):
-    """(Caller holds the engine's lock.) The rows of multi-step batch ``items`` ordered by steps, largest first:
-    (order, sorted items, their steps, their request states (None for ``has_prefix``), their prefix slot tables
-    int32, the states' commit counts at which those tables hold). The items' requests are known or ``has_prefix``
+def row_tables(engine, items: Sequence[ForwardItem], ahead: EnqueuedSteps | None = None) -> Rows | None:
+    """(Caller holds the engine's lock.) The ``Rows`` of multi-step batch ``items``. The items' requests are known or ``has_prefix``
     (the caller checks: ``Engine._prepare_ahead``, or validation). ``ahead``: the enqueued, not yet committed
     Forward this one runs after; a row whose request it runs gets that Forward's new slots after its committed ones
     (what its commit appends when no stop cuts it) and one commit more. Returns None when ``ahead`` is given and a
@@ -174,37 +184,32 @@ def row_tables(engine, items: Sequence[ForwardItem], ahead: EnqueuedSteps | None
             return None
         prefixes.append(table)
         commits.append(state.commits + (run is not None and run[1] is state))
-    return order, its, ks, states, prefixes, commits
+    return Rows(order, its, ks, states, prefixes, commits)
 
 
-def prepare_rows(engine, items: Sequence[ForwardItem], rows) -> Prepared:
+def prepare_rows(engine, items: Sequence[ForwardItem], rows: Rows) -> Prepared:
     """The ``Prepared`` metadata of ``items`` from their ``row_tables`` (no lock needed: it reads only them and
     the engine's graphs, and enqueues its device work on the current stream). Raises ValueError when a row has not
     one new slot per step."""
-    order, its, ks, states, prefixes, commits = rows
-    new = [it.slot_ids for it in its]
+    new = [it.slot_ids for it in rows.its]
     feed = eager = None
-    if engine.graphs is not None and len(its) <= engine.graphs.max_batch:
+    if engine.graphs is not None and len(rows.its) <= engine.graphs.max_batch:
         # CUDA graphs: every step's metadata is built on the device (worker_svc/step_feed.py)
-        feed = StepFeed(prefixes, new, ks, engine.device, bucket=engine.graphs.bucket)
+        feed = StepFeed(rows.prefixes, new, rows.ks, engine.device, bucket=engine.graphs.bucket)
     else:  # every row's full table (prefix + all its new slots) once; each step's layout slices it
-        eager = DecodeSteps(prefixes, new, ks)
-    return Prepared(items, order, its, ks, states, prefixes, commits, feed, eager)
+        eager = DecodeSteps(rows.prefixes, new, rows.ks)
+    return Prepared(items, rows, feed, eager)
 
 
 def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Prepared | None = None) -> EnqueuedSteps:
     """Enqueues a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller holds
     its lock); ``clock`` (``step_clock.StepClock``) times the steps, from the first one's launch to the last
-    one's end. ``prepared``: its rows and metadata built ahead (``prepare_rows``), used when still valid for
-    ``items``. Returns the ``EnqueuedSteps`` to ``wait()`` for and ``finish``."""
+    one's end. ``prepared``: its rows and metadata built ahead (``prepare_rows``; the caller checked
+    ``Prepared.valid_for``), or None: built here. Returns the ``EnqueuedSteps`` to ``wait()`` for and ``finish``."""
     dev = engine.device
-    requests = engine.requests
-    if prepared is None or not prepared.valid_for(items, requests):
+    if prepared is None:
         prepared = prepare_rows(engine, items, row_tables(engine, items))
-        engine.prepared_ahead[1] += 1
-    else:
-        engine.prepared_ahead[0] += 1
-    order, its, ks, states = prepared.order, prepared.its, prepared.ks, prepared.states
+    order, its, ks, states = prepared.rows.order, prepared.rows.its, prepared.rows.ks, prepared.rows.states
     feed, eager = prepared.feed, prepared.eager
     steps = ks[0]
     active = [bisect.bisect_left(ks, -j, key=operator.neg) for j in range(steps)]  # rows with k > j

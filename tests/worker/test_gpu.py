@@ -355,4 +355,4 @@ def test_chained_forwards_on_cuda_graphs_use_the_metadata_built_ahead(model_dir,
         t.join(WAIT_S)
     got = [[o.next_token_ids for o in out["result"].outputs] for out in (out1, out2)]
     assert got == want and all(len(t) == K for f in got for t in f)
-    assert eng.prepared_ahead == [1, 1]
+    assert eng.prepared_ahead == {"used": 1, "built_at_launch": 1}

@@ -30,12 +30,18 @@ def _watch_prepare(monkeypatch) -> threading.Event:
     return done
 
 
-def _reference(model_dir, ps, forwards):
-    """next_token_ids of each Forward's items, the Forwards run one by one (nothing in flight)."""
+def _one_by_one(model_dir, ps, forwards):
+    """(next_token_ids of each Forward's items, None where skipped; the engine), the Forwards run one by one
+    (nothing in flight, nothing built ahead)."""
     eng = make_engine(model_dir)
     eng.prepare_ahead = False
     _prefill(eng, ps)
-    return [[o.next_token_ids if o.sampled else None for o in eng.forward(f, "epoch-1").outputs] for f in forwards]
+    return [[o.next_token_ids if o.sampled else None for o in eng.forward(f, "epoch-1").outputs] for f in forwards], eng
+
+
+def _reference(model_dir, ps, forwards):
+    """next_token_ids of each Forward's items, the Forwards run one by one (``_one_by_one``)."""
+    return _one_by_one(model_dir, ps, forwards)[0]
 
 
 def _chained(model_dir, ps, forwards, monkeypatch, meanwhile=lambda eng: None):
@@ -67,7 +73,7 @@ def test_the_metadata_built_ahead_is_used_and_gives_the_same_tokens(model_dir, p
         got, eng = _chained(model_dir, ps, forwards, mp)
     assert got == want
     assert all(len(t) == K for f in got for t in f)
-    assert eng.prepared_ahead == [1, 1]  # Forward 2 launched on what it built ahead; Forward 1 built at its launch
+    assert eng.prepared_ahead == {"used": 1, "built_at_launch": 1}  # Forward 2 launched on what it built ahead; Forward 1 built at its launch
 
 
 def test_a_stop_in_the_forward_ahead_makes_the_launch_build_again(model_dir, prompts, monkeypatch):
@@ -83,7 +89,7 @@ def test_a_stop_in_the_forward_ahead_makes_the_launch_build_again(model_dir, pro
     got, eng = _chained(model_dir, ps, forwards, monkeypatch)
     assert got == want
     assert got[0][0] == (first,) and got[1][0] is None  # r0 stopped, then skipped
-    assert eng.prepared_ahead == [0, 2]
+    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2}
 
 
 def test_a_state_replaced_meanwhile_makes_the_launch_build_again(model_dir, prompts, monkeypatch):
@@ -97,10 +103,7 @@ def test_a_state_replaced_meanwhile_makes_the_launch_build_again(model_dir, prom
     n = len(ps[1]) + K  # r1's length after Forward 1
     other = list(reversed(ps[2] * 4))[:n]
     again = ForwardItem("r1", tuple(other), 0, tuple(range(3000, 3000 + n)), has_prefix=True)
-    ref = make_engine(model_dir)
-    ref.prepare_ahead = False
-    _prefill(ref, ps)
-    want = [[o.next_token_ids for o in ref.forward(f, "epoch-1").outputs] for f in (forwards[0], [again], forwards[1])]
+    want = _reference(model_dir, ps, [forwards[0], [again], forwards[1]])
     threads = []
 
     def insert(eng):
@@ -111,7 +114,7 @@ def test_a_state_replaced_meanwhile_makes_the_launch_build_again(model_dir, prom
     t3.join(WAIT_S)
     assert [o.next_token_ids for o in out3["result"].outputs] == want[1]
     assert got == [want[0], want[2]]
-    assert eng.prepared_ahead == [0, 2]
+    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2}
 
 
 def test_a_stopped_row_refilled_by_an_inserted_forward_is_not_taken_as_valid(model_dir, prompts, monkeypatch):
@@ -129,10 +132,7 @@ def test_a_stopped_row_refilled_by_an_inserted_forward_is_not_taken_as_valid(mod
     filler = tuple(t for t in ps[2] if t not in ref1)[: K - 1]  # not the tokens Forward 1 wrote after the stop
     e_item = ForwardItem("r0", filler, len(ps[0]) + 1, tuple(range(3000, 3000 + K - 1)))
 
-    ref = make_engine(model_dir)
-    ref.prepare_ahead = False
-    _prefill(ref, ps)
-    want = [[o.next_token_ids for o in ref.forward(f, "epoch-1").outputs] for f in (forwards[0], [e_item], forwards[1])]
+    want, ref = _one_by_one(model_dir, ps, [forwards[0], [e_item], forwards[1]])
     want_table = list(ref.requests["r0"].slots)
 
     threads = []
@@ -148,7 +148,7 @@ def test_a_stopped_row_refilled_by_an_inserted_forward_is_not_taken_as_valid(mod
     assert list(eng.requests["r0"].slots) == want_table  # the committed table: r0's prompt, a0, E's slots, ...
     # the launch must have built the rows again (r0's table is not the one built ahead) and match the reference
     assert got[1] == want[2], f"Forward 2's tokens differ from the reference; prepared_ahead={eng.prepared_ahead}"
-    assert eng.prepared_ahead == [0, 2], f"Forward 2 launched on metadata built ahead: {eng.prepared_ahead}"
+    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2}, f"Forward 2 launched on metadata built ahead: {eng.prepared_ahead}"
 
 
 def test_an_invalid_slot_id_is_answered_invalid_argument_and_its_releases_applied(model_dir, prompts, monkeypatch):
