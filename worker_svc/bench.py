@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
             results.append(rec)
             # the same Forwards, sent as the scheduler sends them (two in flight), with the step metadata built
             # ahead (the worker's default) and at the launch (--no-prepare-ahead), alternated twice
-            chained = {True: [], False: []}
+            chained, configured = {True: [], False: []}, eng.prepare_ahead
             used0, built0 = eng.prepared_ahead["used"], eng.prepared_ahead["built_at_launch"]
             for ahead in (False, True, False, True):
                 eng.prepare_ahead = ahead
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
             on, off = min(chained[True]), min(chained[False])
             print(f"decode batch {b:4d} chained: metadata ahead / at launch = {on / off:.3f} (built ahead and used in "
                   f"{used} of {used + built} launches, half of them with it off)", flush=True)
-            eng.prepare_ahead = True
+            eng.prepare_ahead = configured
             if args.profile and b == max(batches):
                 profile_forward(multi, device, args.profile, b)
     eng.requests.clear()
