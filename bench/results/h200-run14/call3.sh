@@ -1,0 +1,12 @@
+#!/bin/bash
+# H200 run 14 call 3: (1) call2.sh again with py-spy --gil (the Python work of each service process under the
+# editor load); (2) bench.extend_attn_bench: flashinfer's paged prefill fa3 (today's) against fa2 (split KV in graph
+# mode) for one extend over a cached prefix (compiles the fa2 modules: the JIT cache goes back as $OUT/jit.part*).
+T0=$(date +%s)
+bash bench/results/h200-run14/call2.sh > /tmp/r/call2.txt 2>&1; tail -c 400 /tmp/r/call2.txt
+echo "editor done after $(( $(date +%s) - T0 )) s"
+timeout 330 python3 -m bench.extend_attn_bench --shapes tiny_starcoder_py,starcoderbase-1b,starcoder --new 16,128,512,1024 \
+  --prefix 1700,0 --out /tmp/r/eab 2>&1 | grep -v -i warn | tail -30 | tee /tmp/r/eab.txt
+(cd ~ && tar czf /tmp/jit.tgz .cache/flashinfer .triton 2>/dev/null) && split -b 15000000 -d /tmp/jit.tgz $OUT/jit.part
+tar czf $OUT/json.tgz -C /tmp/r .
+echo "done after $(( $(date +%s) - T0 )) s"
