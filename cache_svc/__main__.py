@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     from common import grpc_server, logs
 
     log = logs.configure("cache", args.log_level)
+    from common import switch_interval
+    log.info("switch_interval", seconds=switch_interval.configure())
     core = CacheCore(lease_seconds=args.lease_seconds)
     stop = threading.Event()
 

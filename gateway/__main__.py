@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     from gateway.tokenizer import GatewayTokenizer
 
     log = configure("gateway", args.log_level)
+    from common import switch_interval
+    log.info("switch_interval", seconds=switch_interval.configure())
     from common import hop_trace
     if (trace := hop_trace.configure("gateway")) is not None:  # CODESERVE_HOP_TRACE=DIR
         log.info("hop_trace", path=trace)

@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
 
     log = logs.configure("scheduler")
+    from common import switch_interval
+    log.info("switch_interval", seconds=switch_interval.configure())
     from common import hop_trace
     if (trace := hop_trace.configure("scheduler")) is not None:  # CODESERVE_HOP_TRACE=DIR
         log.info("hop_trace", path=trace)

@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     from worker_svc.service import SERVICE_NAME, add_to_server
 
     log = logs.configure("worker")
+    from common import switch_interval
+    log.info("switch_interval", seconds=switch_interval.configure())
     from common import hop_trace
     if (trace := hop_trace.configure("worker")) is not None:  # CODESERVE_HOP_TRACE=DIR
         log.info("hop_trace", path=trace)

@@ -1,0 +1,37 @@
+"""common/switch_interval.py: the services' thread switch interval from CODESERVE_SWITCH_INTERVAL_US."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from common import switch_interval
+
+
+@pytest.fixture(autouse=True)
+def restore_interval():
+    before = sys.getswitchinterval()
+    yield
+    sys.setswitchinterval(before)
+
+
+def test_unset_keeps_cpythons_interval(monkeypatch) -> None:
+    monkeypatch.delenv(switch_interval.ENV, raising=False)
+    before = sys.getswitchinterval()
+    assert switch_interval.configure() == before
+
+
+def test_set_in_microseconds(monkeypatch) -> None:
+    monkeypatch.setenv(switch_interval.ENV, "250")
+    assert switch_interval.configure() == pytest.approx(250e-6)
+    assert sys.getswitchinterval() == pytest.approx(250e-6)
+
+
+@pytest.mark.parametrize("raw", ["fast", "0", "-5", "nan", "inf"])
+def test_bad_values_raise_naming_the_variable(monkeypatch, raw) -> None:
+    monkeypatch.setenv(switch_interval.ENV, raw)
+    before = sys.getswitchinterval()
+    with pytest.raises(ValueError, match=switch_interval.ENV):
+        switch_interval.configure()
+    assert sys.getswitchinterval() == before
