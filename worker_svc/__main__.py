@@ -57,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "kernel (worker_svc/attention/mqa_decode.py; no per-step plan); auto (default): triton for "
                          "every bucket of multi-query models of n_embd <= 1024, for buckets up to 64 rows up to n_embd "
                          "2048, flashinfer above, as measured on the H200 (worker_svc/build.py: triton_decode_max_batch)")
+    ap.add_argument("--extend-attention", default="auto", choices=["auto", "fa2", "fa3"],
+                    help="flashinfer's paged prefill implementation in the whole extend graphs (one request's extend "
+                         "over its cached prefix): auto (FA3 on sm90: one CTA per query tile, the KV not split), fa2 "
+                         "(the KV split over CTAs in graph mode), fa3")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
     args = ap.parse_args(argv)
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
-                         pdl=args.pdl, decode_attention=args.decode_attention,
+                         pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
                          extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill,
                          prepare_ahead=args.prepare_ahead)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)

@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
                          "default (build.triton_decode_max_batch)")
+    ap.add_argument("--extend-attention", default="auto", choices=["auto", "fa2", "fa3"],
+                    help="flashinfer's paged prefill in the whole extend graphs (the worker's --extend-attention)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="the Triton kernels as programmatic dependent launches (on, as the worker runs them)")
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
@@ -246,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     eng.warmup()
     eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, args.decode_attention)
     eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
-    whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend)  # on for the prefill cases' "whole" mode
+    whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend, args.extend_attention)  # on for the prefill cases' "whole" mode
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     embeddings = (model.transformer.wte.weight, model.transformer.wpe.weight)
     layer_params = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in embeddings)

@@ -42,6 +42,7 @@ class WorkerOptions:
     decode_attention: str = "auto"  # the decode graphs' attention: flashinfer, triton (attention/mqa_decode), or auto
     ragged_prefill: bool = True  # eager extends without a cached prefix: flashinfer's ragged prefill (attention/ragged)
     prepare_ahead: bool = True  # a chained multi-step Forward builds its step metadata while the one ahead runs
+    extend_attention: str = "auto"  # flashinfer's paged prefill in the whole extend graphs: auto (FA3 on sm90), fa2, fa3
 
 
 def resolve_device(name: str) -> torch.device:
@@ -167,15 +168,17 @@ def build_engine(opts: WorkerOptions) -> Engine:
                     ragged_prefill=opts.ragged_prefill, prepare_ahead=opts.prepare_ahead)
     engine.warmup()
     engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, opts.decode_attention)
-    engine.whole_graphs = make_whole_graphs(whole_tokens, cfg, model, pool, backend)
+    engine.whole_graphs = make_whole_graphs(whole_tokens, cfg, model, pool, backend, opts.extend_attention)
     engine.extend_graphs = make_extend_graphs(opts.extend_graph_max_tokens, model, pool, backend)
     return engine
 
 
-def make_whole_graphs(max_tokens: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend):
+def make_whole_graphs(max_tokens: int, cfg: ModelConfig, model, pool: KVPool, backend: AttentionBackend,
+                      prefill_backend: str = "auto"):
     """Whole extend graphs (``extend_whole_graph.WholeExtendGraphs``) up to ``max_tokens`` tokens when the backend
     is flashinfer (CUDA) and ``max_tokens`` > 0, else None. The backend's workspace must have been sized for them
-    (``make_backend(..., whole_graph_tokens=max_tokens)``); a smaller one raises RuntimeError here."""
+    (``make_backend(..., whole_graph_tokens=max_tokens)``); a smaller one raises RuntimeError here.
+    ``prefill_backend``: flashinfer's paged prefill implementation inside them (``WorkerOptions.extend_attention``)."""
     if max_tokens <= 0 or backend.name != "flashinfer":
         return None
     from worker_svc.attention.workspace import workspace_bytes
@@ -189,7 +192,8 @@ def make_whole_graphs(max_tokens: int, cfg: ModelConfig, model, pool: KVPool, ba
         raise RuntimeError(f"the flashinfer workspace holds {backend.workspace.numel()} bytes, whole extend graphs "
                            f"up to {max_tokens} tokens need {need}: build the backend with "
                            f"whole_graph_tokens={max_tokens}")
-    return WholeExtendGraphs(model, pool, max_tokens, sm_scale=backend.sm_scale, workspace=backend.workspace)
+    return WholeExtendGraphs(model, pool, max_tokens, sm_scale=backend.sm_scale, workspace=backend.workspace,
+                             prefill_backend=prefill_backend)
 
 
 def make_extend_graphs(max_tokens: int, model, pool: KVPool, backend: AttentionBackend):

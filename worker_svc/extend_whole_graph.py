@@ -50,11 +50,12 @@ class WholeExtendGraphs:
     (flashinfer's float workspace, sized with ``extend_tokens=token_buckets(max_tokens)``), softmax scale
     ``sm_scale``. ``capture=False`` runs the same forward over the same buffers and padding without graphs, with
     ``backend`` (any attention backend, planned here for each run's real layout): what CPU tests check against
-    the model's forward. Raises ValueError for ``capture=False`` without a backend."""
+    the model's forward. ``prefill_backend``: flashinfer's paged prefill implementation in the captured graphs
+    (``FlashInferAttention``). Raises ValueError for ``capture=False`` without a backend."""
 
     def __init__(self, model: GPTBigCodeForCausalLM, kv_pool: KVPool, max_tokens: int, *, capture: bool = True,
                  sm_scale: float | None = None, workspace: torch.Tensor | None = None,
-                 backend: AttentionBackend | None = None):
+                 backend: AttentionBackend | None = None, prefill_backend: str = "auto"):
         cfg, dev, dtype = model.cfg, kv_pool.device, kv_pool.dtype
         self.model, self.kv_pool, self.max_tokens, self.capture = model, kv_pool, max_tokens, capture
         self.sizes = token_buckets(max_tokens)
@@ -67,7 +68,7 @@ class WholeExtendGraphs:
         self.logits: dict[int, torch.Tensor] = {}  # [1, vocab] float32, each graph's output
         self._planned: torch.cuda.Event | None = None
         if capture:
-            self._capture(sm_scale, workspace)
+            self._capture(sm_scale, workspace, prefill_backend)
         elif backend is None:
             raise ValueError("uncaptured whole extend graphs need an attention backend")
         else:
@@ -116,7 +117,7 @@ class WholeExtendGraphs:
         self._planned = torch.cuda.Event()
         self._planned.record()
 
-    def _capture(self, sm_scale: float, workspace: torch.Tensor) -> None:
+    def _capture(self, sm_scale: float, workspace: torch.Tensor, prefill_backend: str) -> None:
         from worker_svc.attention.flashinfer_backend import FlashInferAttention
 
         cfg, dev = self.model.cfg, self.feed.device
@@ -128,7 +129,8 @@ class WholeExtendGraphs:
         mempool = torch.cuda.graph_pool_handle()
         for size in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
             self.backends[size] = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale,
-                                                      self.kv_pool.dtype, dev, workspace, prefill_graph_buffers=buffers)
+                                                      self.kv_pool.dtype, dev, workspace, prefill_graph_buffers=buffers,
+                                                      prefill_backend=prefill_backend)
             self._plan(size, size, np.zeros(size, dtype=np.int32))  # the first plan fixes T query rows
             stream = torch.cuda.Stream(dev)
             stream.wait_stream(torch.cuda.current_stream(dev))

@@ -114,3 +114,13 @@ def test_a_prompt_through_the_whole_graphs_equals_transformers(model_dir, hf_mod
     r = Req("r", p, 12)
     Driver(eng).run([r])
     assert r.out == hf_greedy(hf_model, p, 12)[0]
+
+
+def test_an_unknown_prefill_backend_is_refused_before_anything_is_built() -> None:
+    """``--extend-attention`` reaches ``FlashInferAttention(prefill_backend=...)``: a name flashinfer does not take
+    for the paged prefill is a ValueError naming the choices (checked before CUDA is needed)."""
+    from worker_svc.attention.flashinfer_backend import PREFILL_BACKENDS, FlashInferAttention
+
+    with pytest.raises(ValueError, match="prefill_backend must be one of") as err:
+        FlashInferAttention(12, 1, 64, 0.125, torch.bfloat16, "cpu", torch.empty(0), prefill_backend="fa4")
+    assert all(name in str(err.value) for name in PREFILL_BACKENDS)

@@ -30,8 +30,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def _engine(model_dir, fused: bool, splitk_rows: int, pdl: bool) -> Engine:
-    """bf16 flashinfer engine of the default model, its workspace sized for whole graphs up to MAX_TOKENS."""
+def _engine(model_dir, fused: bool, splitk_rows: int, pdl: bool, prefill: str = "auto") -> Engine:
+    """bf16 flashinfer engine of the default model, its workspace sized for whole graphs up to MAX_TOKENS, their
+    paged prefill flashinfer's ``prefill`` backend."""
     dev, dtype = torch.device("cuda:0"), torch.bfloat16
     cfg, model = load_model(model_dir, dtype=dtype, device=dev)
     model.use_fused_kernels(norms=fused, gelu=fused, kv=fused, splitk_rows=splitk_rows, pdl=pdl)
@@ -39,18 +40,20 @@ def _engine(model_dir, fused: bool, splitk_rows: int, pdl: bool) -> Engine:
     backend = make_backend("flashinfer", cfg, dtype, dev, whole_graph_tokens=MAX_TOKENS)
     eng = Engine(cfg, model, pool, backend, epoch="gpu", model_path=str(model_dir))
     eng.warmup()
-    eng.whole_graphs = make_whole_graphs(MAX_TOKENS, cfg, model, pool, backend)
+    eng.whole_graphs = make_whole_graphs(MAX_TOKENS, cfg, model, pool, backend, prefill)
     assert eng.whole_graphs is not None and len(eng.whole_graphs.graphs) == len(eng.whole_graphs.sizes)
     return eng
 
 
-@pytest.mark.parametrize("fused,splitk_rows,pdl", [(False, 0, False), (True, 64, True)])
-def test_whole_graphs_match_eager_flashinfer(model_dir, fused, splitk_rows, pdl):
+@pytest.mark.parametrize("fused,splitk_rows,pdl,prefill", [(False, 0, False, "auto"), (True, 64, True, "auto"),
+                                                           (True, 64, True, "fa2")])
+def test_whole_graphs_match_eager_flashinfer(model_dir, fused, splitk_rows, pdl, prefill):
     """t new tokens (1 to 256: below, at and just above buckets) after 0 to 1,700 cached tokens of random K/V at
     scattered slots, replayed back to back (each replay re-planned for its own lengths): hidden rows, the last
     row's logits and the K/V written equal eager flashinfer's within bf16 noise, the top token the same (or
-    within 0.05 of eager's top logit)."""
-    eng = _engine(model_dir, fused, splitk_rows, pdl)
+    within 0.05 of eager's top logit). ``fa2``: the graphs' prefill splits the KV and a plan of fewer rows than
+    the capture's may pick a smaller query tile than the captured kernel's (1 and 5 new tokens)."""
+    eng = _engine(model_dir, fused, splitk_rows, pdl, prefill)
     pool, dev = eng.kv_pool, eng.device
     g = torch.Generator(device=dev).manual_seed(0)
     for t in pool.k + pool.v:

@@ -38,6 +38,8 @@ def _tensor_aware_max(*args, **kwargs):
     return builtins.max(*args, **kwargs)
 
 
+PREFILL_BACKENDS = ("auto", "fa2", "fa3")  # flashinfer's for the paged prefill (FlashInferAttention)
+
 def _speed_up_decode_plan(decode_module) -> None:
     """Installs ``_tensor_aware_max`` as the ``max`` of flashinfer's decode module (module globals shadow
     builtins). Values are unchanged; tests/worker/test_gpu.py runs the planned kernels against a reference."""
@@ -57,14 +59,19 @@ class FlashInferAttention(AttentionBackend):
     def __init__(self, n_head: int, kv_heads: int, head_dim: int, sm_scale: float, dtype: torch.dtype,
                  device: torch.device | str, workspace: torch.Tensor,
                  graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                 prefill_graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+                 prefill_graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                 prefill_backend: str = "auto"):
         """``graph_buffers`` (kv_indptr [B+1], kv_indices [N], kv_last_page_len [B], int32 on the device)
         makes a decode-only backend for CUDA-graph capture at batch size B: ``plan`` writes into them.
         ``prefill_graph_buffers`` (qo_indptr [B+1], kv_indptr [B+1], kv_indices [N], kv_last_page_len [B])
         makes a prefill-only one for CUDA-graph capture (``plan_prefill``; ``extend_whole_graph``).
         ``workspace``: flashinfer's float workspace (uint8 on the device), shared by every backend of a worker
         (one runs at a time); size it with ``workspace.workspace_bytes`` for the largest batch the backend
-        will see (``allocate_workspace``)."""
+        will see (``allocate_workspace``). ``prefill_backend``: flashinfer's implementation of the paged prefill
+        (``PREFILL_BACKENDS``: ``auto`` picks FA3 on sm90, which does not split the KV; ``fa2`` splits it over CTAs,
+        always in CUDA-graph mode). Raises ValueError for another name."""
+        if prefill_backend not in PREFILL_BACKENDS:
+            raise ValueError(f"prefill_backend must be one of {PREFILL_BACKENDS}, got {prefill_backend!r}")
         super().__init__(n_head, kv_heads, head_dim, sm_scale)
         device = torch.device(device)
         if device.type != "cuda":
@@ -91,11 +98,11 @@ class FlashInferAttention(AttentionBackend):
             qo, indptr, indices, last = prefill_graph_buffers
             self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=qo, paged_kv_indptr_buf=indptr,
-                paged_kv_indices_buf=indices, paged_kv_last_page_len_buf=last)
+                paged_kv_indices_buf=indices, paged_kv_last_page_len_buf=last, backend=prefill_backend)
             self.decode = None
             return
         self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=True)
-        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
+        self.prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend=prefill_backend)
         # the same float workspace (its plan is PrefillPlan / PrefillSM90Plan at page size 1 with kv_len = qo_len:
         # the eager term of attention.workspace covers it); its own 8 MiB int workspace, as every wrapper's
         self.ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD")
