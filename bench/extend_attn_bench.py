@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from bench.gemm_bench import graph_time
+from worker_svc.attention.workspace import workspace_bytes
 from worker_svc.model.default import SHAPES
 
 
@@ -50,7 +51,9 @@ def case(shape: str, new: int, prefix: int, layers: int, backends: list[str]) ->
     kv_indptr = torch.tensor([0, kv], dtype=torch.int32)
     last = torch.ones(1, dtype=torch.int32)
     i32 = dict(dtype=torch.int32, device=dev)
-    ws = torch.empty(512 * 2**20, dtype=torch.uint8, device=dev)
+    props = torch.cuda.get_device_properties(dev)  # fa2 splits the KV in graph mode: its temporaries sized as the worker's
+    ws = torch.empty(workspace_bytes(H, 1, D, props.multi_processor_count, (), props.major, [new]), dtype=torch.uint8,
+                     device=dev)
     rec = {"shape": shape, "new": new, "prefix": prefix, "heads": H, "head_dim": D, "layers": layers, "backends": {}}
     ref = None
     for backend in backends:
@@ -102,11 +105,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     backends = args.backends.split(",")
-    recs = [case(s, n, p, args.layers, backends) for s in args.shapes.split(",")
-            for p in map(int, args.prefix.split(",")) for n in map(int, args.new.split(","))]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "extend_attn_bench.json").write_text(json.dumps({"device": torch.cuda.get_device_name(),
-                                                                  "cases": recs}, indent=1))
+    recs = []
+    for s in args.shapes.split(","):
+        for p in map(int, args.prefix.split(",")):
+            for n in map(int, args.new.split(",")):
+                recs.append(case(s, n, p, args.layers, backends))
+                (args.out / "extend_attn_bench.json").write_text(json.dumps(  # after each case: a crash keeps the rest
+                    {"device": torch.cuda.get_device_name(), "cases": recs}, indent=1))
 
 
 if __name__ == "__main__":

@@ -250,8 +250,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     "worker": {
         "--decode-attention": "the worker picks per model (auto: build.triton_decode_max_batch, as measured on the "
                               "H200); the flag is an A/B switch for bench/serve_bench --worker-flags",
-        "--extend-attention": "the worker's flashinfer picks (auto); fa2 against fa3 is an A/B switch for "
-                              "bench/editor_bench --worker-flags (H200 run 14)",
+        "--extend-attention": "the worker picks per extend graph bucket (auto: fa2 up to 128 tokens, as measured "
+                              "on the H200, run 14); the flag is an A/B switch for bench/editor_bench --worker-flags",
         "--ragged-prefill": RAGGED_PREFILL,
         "--no-ragged-prefill": RAGGED_PREFILL,
         "--prepare-ahead": PREPARE_AHEAD,

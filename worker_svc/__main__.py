@@ -59,8 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "2048, flashinfer above, as measured on the H200 (worker_svc/build.py: triton_decode_max_batch)")
     ap.add_argument("--extend-attention", default="auto", choices=["auto", "fa2", "fa3"],
                     help="flashinfer's paged prefill implementation in the whole extend graphs (one request's extend "
-                         "over its cached prefix): auto (FA3 on sm90: one CTA per query tile, the KV not split), fa2 "
-                         "(the KV split over CTAs in graph mode), fa3")
+                         "over its cached prefix): fa2 (the KV split over CTAs in graph mode), fa3 (on sm90: one CTA "
+                         "per query tile, the KV not split); auto (default): fa2 for buckets up to 128 tokens, "
+                         "flashinfer's choice above, as measured on the H200 (extend_whole_graph.prefill_backend_for)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
     args = ap.parse_args(argv)

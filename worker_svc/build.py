@@ -42,7 +42,7 @@ class WorkerOptions:
     decode_attention: str = "auto"  # the decode graphs' attention: flashinfer, triton (attention/mqa_decode), or auto
     ragged_prefill: bool = True  # eager extends without a cached prefix: flashinfer's ragged prefill (attention/ragged)
     prepare_ahead: bool = True  # a chained multi-step Forward builds its step metadata while the one ahead runs
-    extend_attention: str = "auto"  # flashinfer's paged prefill in the whole extend graphs: auto (FA3 on sm90), fa2, fa3
+    extend_attention: str = "auto"  # the whole extend graphs' flashinfer prefill: fa2, fa3, auto (prefill_backend_for)
 
 
 def resolve_device(name: str) -> torch.device:

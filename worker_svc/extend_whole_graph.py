@@ -41,6 +41,26 @@ from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.step_feed import pinned, to_device
 
 
+FA2_MAX_TOKENS = 128  # auto: buckets up to this many tokens run flashinfer's fa2 paged prefill (prefill_backend_for)
+
+
+def prefill_backend_for(size: int, choice: str) -> str:
+    """flashinfer's paged prefill implementation in the whole extend graph of ``size`` tokens: ``choice`` when it
+    names one (``fa2``, ``fa3``); ``auto``: ``fa2`` up to ``FA2_MAX_TOKENS`` tokens, flashinfer's own choice above
+    (FA3 on sm90, FA2 below). Why (H200 run 14, one request over a cached 1,700-token prefix): FA3 runs one CTA per
+    128-row query tile of each K/V head and GPTBigCode has one K/V head, so a short extend is a few CTAs walking
+    the whole prefix; FA2 splits the KV over the GPU in graph mode. The whole graph's GPU time, tiny_starcoder_py
+    (``worker_svc.bench --prefill-prefix 1700``): 16 tokens 1.08 -> 0.72 ms, 128 tokens 1.28 -> 1.00 ms, 512
+    tokens 1.46 -> 1.64 ms (worse); the attention alone (``bench.extend_attn_bench``), starcoderbase-1b: 16 tokens
+    28.4 -> 10.9 us a layer, 128 tokens 31.4 -> 19.6, 512 tokens 37.1 -> 55.9 (worse). Raises ValueError for an
+    unknown ``choice``."""
+    if choice in ("fa2", "fa3"):
+        return choice
+    if choice != "auto":
+        raise ValueError(f"the whole extend graphs' prefill backend must be auto, fa2 or fa3, got {choice!r}")
+    return "fa2" if size <= FA2_MAX_TOKENS else "auto"
+
+
 class WholeExtendGraphs:
     """``run(layout, input_ids)`` -> (hidden after ln_f [t, n_embd] (model dtype), logits of row t - 1 [1, vocab]
     float32) for a one-request layout of t <= ``max_tokens`` new tokens: views of static buffers, valid until the
@@ -50,12 +70,14 @@ class WholeExtendGraphs:
     (flashinfer's float workspace, sized with ``extend_tokens=token_buckets(max_tokens)``), softmax scale
     ``sm_scale``. ``capture=False`` runs the same forward over the same buffers and padding without graphs, with
     ``backend`` (any attention backend, planned here for each run's real layout): what CPU tests check against
-    the model's forward. ``prefill_backend``: flashinfer's paged prefill implementation in the captured graphs
-    (``FlashInferAttention``). Raises ValueError for ``capture=False`` without a backend."""
+    the model's forward. ``prefill_backend``: flashinfer's paged prefill implementation in the captured graphs,
+    per bucket (``prefill_backend_for``). Raises ValueError for ``capture=False`` without a backend or for an
+    unknown ``prefill_backend``."""
 
     def __init__(self, model: GPTBigCodeForCausalLM, kv_pool: KVPool, max_tokens: int, *, capture: bool = True,
                  sm_scale: float | None = None, workspace: torch.Tensor | None = None,
                  backend: AttentionBackend | None = None, prefill_backend: str = "auto"):
+        prefill_backend_for(1, prefill_backend)  # an unknown choice fails before anything is allocated
         cfg, dev, dtype = model.cfg, kv_pool.device, kv_pool.dtype
         self.model, self.kv_pool, self.max_tokens, self.capture = model, kv_pool, max_tokens, capture
         self.sizes = token_buckets(max_tokens)
@@ -130,7 +152,7 @@ class WholeExtendGraphs:
         for size in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
             self.backends[size] = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale,
                                                       self.kv_pool.dtype, dev, workspace, prefill_graph_buffers=buffers,
-                                                      prefill_backend=prefill_backend)
+                                                      prefill_backend=prefill_backend_for(size, prefill_backend))
             self._plan(size, size, np.zeros(size, dtype=np.int32))  # the first plan fixes T query rows
             stream = torch.cuda.Stream(dev)
             stream.wait_stream(torch.cuda.current_stream(dev))

@@ -124,3 +124,20 @@ def test_an_unknown_prefill_backend_is_refused_before_anything_is_built() -> Non
     with pytest.raises(ValueError, match="prefill_backend must be one of") as err:
         FlashInferAttention(12, 1, 64, 0.125, torch.bfloat16, "cpu", torch.empty(0), prefill_backend="fa4")
     assert all(name in str(err.value) for name in PREFILL_BACKENDS)
+
+
+@pytest.mark.parametrize("size,choice,want", [(16, "auto", "fa2"), (128, "auto", "fa2"), (129, "auto", "auto"),
+                                              (1024, "auto", "auto"), (1024, "fa2", "fa2"), (16, "fa3", "fa3")])
+def test_the_prefill_backend_of_each_bucket(size, choice, want) -> None:
+    """auto: fa2 (the KV split) for the short extends, flashinfer's own choice (FA3 on sm90) for the long ones."""
+    from worker_svc.extend_whole_graph import FA2_MAX_TOKENS, prefill_backend_for
+
+    assert FA2_MAX_TOKENS == 128
+    assert prefill_backend_for(size, choice) == want
+
+
+def test_an_unknown_extend_attention_is_refused() -> None:
+    from worker_svc.extend_whole_graph import prefill_backend_for
+
+    with pytest.raises(ValueError, match="auto, fa2 or fa3"):
+        prefill_backend_for(16, "flash")
