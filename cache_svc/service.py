@@ -22,6 +22,7 @@ from cache_svc.errors import CacheError, FailedPrecondition, InvalidArgument, No
 from cache_svc.items import CacheItem, MatchItem, Member
 from cache_svc.receipts import AllocationShortfall, Counters, EvictionReceipt, Receipt
 from codeserve.v1 import cache_pb2, cache_pb2_grpc
+from common.proto_ints import as_tuple
 
 SERVICE_NAME = cache_pb2.DESCRIPTOR.services_by_name["Cache"].full_name
 
@@ -102,7 +103,7 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
 
     @_rpc
     def Match(self, request, context):
-        items = [MatchItem(i.request_id, i.namespace, tuple(i.token_ids), i.lock, i.max_match_tokens,
+        items = [MatchItem(i.request_id, i.namespace, as_tuple(i.token_ids), i.lock, i.max_match_tokens,
                            i.allocate_up_to, i.compute_tokens) for i in request.items]
         out = self.core.match(request.op_id, request.session_id, request.pool_id, items)
         return cache_pb2.MatchResponse(
@@ -124,7 +125,7 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
 
     @_rpc
     def CacheRequests(self, request, context):
-        items = [CacheItem(i.request_id, tuple(i.token_ids), i.finished) for i in request.items]
+        items = [CacheItem(i.request_id, as_tuple(i.token_ids), i.finished) for i in request.items]
         out = self.core.cache_requests(request.op_id, request.session_id, request.pool_id, items)
         return cache_pb2.CacheRequestsResponse(receipt=receipt_pb(out.receipt), results=[
             cache_pb2.CacheResult(request_id=r.request_id, already_cached_tokens=r.already_cached_tokens,

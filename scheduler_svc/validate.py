@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import uuid
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from codeserve.v1 import common_pb2, scheduler_pb2, worker_pb2
@@ -48,15 +49,17 @@ def prompt_ids(request: scheduler_pb2.GenerateRequest, tokenizer: Tokenizer, voc
     if which == "text":
         ids = tokenizer.encode(request.text).ids if request.text else []
     elif which == "input_ids":
-        ids = list(request.input_ids.ids)
+        ids = request.input_ids.ids
     else:
         raise InvalidRequest("prompt is empty: set text or input_ids")
-    if not ids:
+    if not len(ids):
         raise InvalidRequest("prompt is empty")
-    for i, tok in enumerate(ids):
-        if not 0 <= tok < vocab_size:
-            raise InvalidRequest(f"token id {tok} at position {i} is outside the vocabulary [0, {vocab_size})")
-    return ids
+    arr = np.asarray(ids, dtype=np.int64)  # one pass in C (a keystroke's prompt is its whole file)
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidRequest(f"token id {int(arr[i])} at position {i} is outside the vocabulary [0, {vocab_size})")
+    return arr.tolist()
 
 
 def build_request(request: scheduler_pb2.GenerateRequest, tokenizer: Tokenizer, info: worker_pb2.WorkerInfo,

@@ -6,6 +6,7 @@ import grpc
 
 from codeserve.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from common import hop_trace
+from common.proto_ints import as_tuple
 from worker_svc.engine import Engine
 from worker_svc.sampler import SamplingParams
 from worker_svc.types import ForwardItem, ForwardOutput, WorkerError
@@ -44,8 +45,8 @@ def sampling_of(p: common_pb2.SamplingParams) -> SamplingParams:
 
 
 def _ints(field) -> tuple[int, ...]:
-    """A repeated int field as a tuple (a slice of it is a list, made faster than iterating the field)."""
-    return tuple(field[:]) if field else ()
+    """A repeated int field as a tuple (``common.proto_ints``: long ones through numpy)."""
+    return as_tuple(field)
 
 
 def item_from_proto(m: worker_pb2.ForwardItem) -> ForwardItem:
