@@ -22,6 +22,7 @@ import time
 
 from codeserve.v1 import cache_pb2
 from common import hop_trace
+from common.proto_ints import as_list, as_tuple
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
 from scheduler_svc.batch import Batch, Entry, slots_by_request
 from scheduler_svc.chain import continuation, continuation_batch
@@ -252,8 +253,8 @@ class Planner:
             if res is None or len(res.slot_ids) != res.cached_tokens or res.cached_tokens >= max(len(key), 1):
                 raise RuntimeError(f"Match receipt for {r.rid}: {res and res.cached_tokens} cached tokens, "
                                    f"{res and len(res.slot_ids)} slots, key of {len(key)} tokens")
-            locked[r.rid] = (res.cached_tokens, list(res.slot_ids))
-        allocated = {r.request_id: tuple(r.allocated_slot_ids) for r in reply.results if r.allocated_slot_ids}
+            locked[r.rid] = (res.cached_tokens, as_list(res.slot_ids))
+        allocated = {r.request_id: as_tuple(r.allocated_slot_ids) for r in reply.results if r.allocated_slot_ids}
         return locked, reply.receipt.after, allocated
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
