@@ -35,7 +35,7 @@ def check_ids(ids: list[int], settings: GatewaySettings, param: str) -> tuple[in
         raise invalid(f"{param} is empty: give at least one token", param)
     vocab = settings.model.vocab_size
     # one pass in C for the common case (every id a plain int in range); the loop only to name the bad one
-    fine = all(type(t) is int for t in ids) and min(ids) >= 0 and max(ids) < vocab
+    fine = set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < vocab
     for position, token_id in enumerate(() if fine else ids):
         if not _is_int(token_id) or token_id < 0 or token_id >= vocab:
             raise invalid(
