@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log = logs.configure("cache", args.log_level)
     from common import switch_interval
-    log.info("switch_interval", seconds=switch_interval.configure())
+    switch_s = switch_interval.configure()
     core = CacheCore(lease_seconds=args.lease_seconds)
     stop = threading.Event()
 
@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         lambda server: cache_pb2_grpc.add_CacheServicer_to_server(CacheServicer(core), server),
         [SERVICE_NAME], args.listen,
     )
-    log.info("serving", port=running.port, listen=args.listen, lease_seconds=args.lease_seconds)
+    log.info("serving", switch_interval_s=switch_s, port=running.port, listen=args.listen,
+             lease_seconds=args.lease_seconds)
     stop.wait()
     running.set_serving(False, ["", SERVICE_NAME])
     running.server.stop(args.drain_seconds).wait()

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
     log = configure("gateway", args.log_level)
     from common import switch_interval
-    log.info("switch_interval", seconds=switch_interval.configure())
+    switch_s = switch_interval.configure()
     from common import hop_trace
     if (trace := hop_trace.configure("gateway")) is not None:  # CODESERVE_HOP_TRACE=DIR
         log.info("hop_trace", path=trace)
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
                             timeout_graceful_shutdown=args.drain_seconds)
     server = DrainingServer(config, [r.client for r in replicas.replicas], settings.retry_after_s)
-    log.info("serving", host=args.host, port=port, url=f"http://{args.host}:{port}",
+    log.info("serving", switch_interval_s=switch_s, host=args.host, port=port, url=f"http://{args.host}:{port}",
              scheduler=replicas.replicas[0].spec.scheduler if replicas.single else None,
              replicas=None if replicas.single else [f"{r.name}={r.spec.scheduler},{r.spec.cache},{r.spec.pool}"
                                                     for r in replicas.replicas],

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log = logs.configure("scheduler")
     from common import switch_interval
-    log.info("switch_interval", seconds=switch_interval.configure())
+    switch_s = switch_interval.configure()
     from common import hop_trace
     if (trace := hop_trace.configure("scheduler")) is not None:  # CODESERVE_HOP_TRACE=DIR
         log.info("hop_trace", path=trace)
@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     server = grpc_server.start(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
                                [SERVICE_NAME], args.listen, max_workers=args.max_queued_requests + args.max_running_requests + 16)
     names = ["", SERVICE_NAME]
-    log.info("serving", port=server.port, listen=args.listen, cache=args.cache, worker=args.worker,
+    log.info("serving", switch_interval_s=switch_s, port=server.port, listen=args.listen, cache=args.cache,
+             worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
              decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
              overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,

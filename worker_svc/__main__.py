@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log = logs.configure("worker")
     from common import switch_interval
-    log.info("switch_interval", seconds=switch_interval.configure())
+    switch_s = switch_interval.configure()
     from common import hop_trace
     if (trace := hop_trace.configure("worker")) is not None:  # CODESERVE_HOP_TRACE=DIR
         log.info("hop_trace", path=trace)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     running = grpc_server.start(lambda s: add_to_server(engine, s, log), [SERVICE_NAME], args.listen)
-    log.info("serving", port=running.port, **{k: v for k, v in info.__dict__.items()})
+    log.info("serving", switch_interval_s=switch_s, port=running.port, **{k: v for k, v in info.__dict__.items()})
     stop.wait()
     running.set_serving(False, ["", SERVICE_NAME])
     log.info("draining", seconds=DRAIN_SECONDS)
