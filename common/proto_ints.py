@@ -23,7 +23,3 @@ def as_tuple(field) -> tuple[int, ...]:
     """The field's values as a tuple of Python ints."""
     return tuple(as_list(field)) if len(field) else ()
 
-
-def as_array(field) -> np.ndarray:
-    """The field's values as a 1-D int64 array (empty for an empty field)."""
-    return np.array(field, dtype=np.int64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import json
+import os
 import pathlib
 import signal
 import subprocess
@@ -19,8 +20,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_process_serves_and_drains_on_sigterm() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CODESERVE_SWITCH_INTERVAL_US"}  # the default is checked
     proc = subprocess.Popen([sys.executable, "-m", "cache_svc", "--listen", "127.0.0.1:0", "--lease-seconds", "5"],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = json.loads(proc.stderr.readline())
         assert line["event"] == "serving" and line["service"] == "cache" and line["lease_seconds"] == 5
