@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from codeserve.v1 import cache_pb2, cache_pb2_grpc
