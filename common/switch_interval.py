@@ -6,12 +6,14 @@ to the engine) must take the GIL; while another thread runs Python code it gets 
 when the switch interval expires (``sys.setswitchinterval``, 5 ms by default in CPython: the holder is asked to
 drop the GIL after that long). Every hand-off between threads on a request's path can wait up to that long.
 
-Every service calls ``configure`` at start: ``DEFAULT_US`` (100 us) unless ``CODESERVE_SWITCH_INTERVAL_US``
-(microseconds, > 0) says otherwise (5000: CPython's default). H200 run 14, the editor workload (tiny model, 20
-typists, ``bench/editor_bench.py``), TTFT p50 5 ms -> 250 us -> 100 us: 22.7 -> 21.4 -> 20.8 ms, the hand-off
-from the scheduler's loop to the request's stream (``first_token -> first_yield``) 1.12 -> 0.66 -> 0.49 ms; with
-fa2 in the extend graphs 19.3 (17.0 in another run) -> 16.0 ms. On a 2-core box a thread woken while another
-computes waited 3.2 ms (p50) at 5 ms, 0.30 ms at 100 us.
+Every service calls ``configure`` at start: ``CODESERVE_SWITCH_INTERVAL_US`` microseconds (> 0) when it is set,
+else CPython's default (5 ms) stays. The trade (H200 run 14, bench/README.md): the editor workload (tiny model, 20
+typists, ``bench/editor_bench.py``), TTFT p50 at 5 ms / 250 us / 100 us: 22.7 / 21.4 / 20.8 ms, the hand-off from
+the scheduler's loop to the request's stream (``first_token -> first_yield``) 1.12 / 0.66 / 0.49 ms; with fa2 in
+the extend graphs 19.3 (17.0 in another run) against 16.0 ms at 100 us. But 1B c64 throughput (``bench/
+serve_bench.py``) at 100 us: 13.9k against 14.5k, and 16.2k against 17.5k tok/s in a second pair: the loop's reply
+processing is preempted by the request streams' threads. So the default stays CPython's; a deployment that serves
+editors' keystrokes sets 100.
 """
 
 from __future__ import annotations
@@ -21,15 +23,12 @@ import os
 import sys
 
 ENV = "CODESERVE_SWITCH_INTERVAL_US"
-DEFAULT_US = 100.0
 
 
 def configure() -> float:
-    """Sets the switch interval: ``CODESERVE_SWITCH_INTERVAL_US`` microseconds when it is set, else ``DEFAULT_US``;
-    returns the interval in effect (seconds). Raises ValueError (nothing set) when the variable is not a finite
-    number > 0."""
+    """Sets the switch interval to ``CODESERVE_SWITCH_INTERVAL_US`` microseconds when it is set; returns the interval
+    in effect (seconds). Raises ValueError (nothing set) when the variable is not a finite number > 0."""
     raw = os.environ.get(ENV)
-    us = DEFAULT_US
     if raw is not None:
         try:
             us = float(raw)
@@ -37,5 +36,5 @@ def configure() -> float:
             raise ValueError(f"{ENV} must be a number of microseconds, got {raw!r}") from None
         if not math.isfinite(us) or us <= 0:
             raise ValueError(f"{ENV} must be a finite number of microseconds > 0, got {raw!r}")
-    sys.setswitchinterval(us / 1e6)
+        sys.setswitchinterval(us / 1e6)
     return sys.getswitchinterval()
