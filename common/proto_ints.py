@@ -21,5 +21,4 @@ def as_list(field) -> list[int]:
 
 def as_tuple(field) -> tuple[int, ...]:
     """The field's values as a tuple of Python ints."""
-    return tuple(as_list(field)) if len(field) else ()
-
+    return tuple(as_list(field))

@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     eng.warmup()
     eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, args.decode_attention)
     eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
-    whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend, args.extend_attention)  # on for the prefill cases' "whole" mode
+    # on for the prefill cases' "whole" mode
+    whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend, args.extend_attention)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     embeddings = (model.transformer.wte.weight, model.transformer.wpe.weight)
     layer_params = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in embeddings)

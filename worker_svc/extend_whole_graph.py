@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
+from worker_svc.attention.flashinfer_backend import PREFILL_BACKENDS
 from worker_svc.extend_graph import token_buckets
 from worker_svc.forward_batch import BatchLayout
 from worker_svc.kv_pool import KVPool
@@ -54,10 +55,11 @@ def prefill_backend_for(size: int, choice: str) -> str:
     tokens 1.46 -> 1.64 ms (worse); the attention alone (``bench.extend_attn_bench``), starcoderbase-1b: 16 tokens
     28.4 -> 10.9 us a layer, 128 tokens 31.4 -> 19.6, 512 tokens 37.1 -> 55.9 (worse). Raises ValueError for an
     unknown ``choice``."""
-    if choice in ("fa2", "fa3"):
-        return choice
+    if choice not in PREFILL_BACKENDS:
+        names = f"{', '.join(PREFILL_BACKENDS[:-1])} or {PREFILL_BACKENDS[-1]}"
+        raise ValueError(f"the whole extend graphs' prefill backend must be {names}, got {choice!r}")
     if choice != "auto":
-        raise ValueError(f"the whole extend graphs' prefill backend must be auto, fa2 or fa3, got {choice!r}")
+        return choice
     return "fa2" if size <= FA2_MAX_TOKENS else "auto"
 
 

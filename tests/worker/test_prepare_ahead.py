@@ -92,6 +92,20 @@ def test_a_stop_in_the_forward_ahead_makes_the_launch_build_again(model_dir, pro
     assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2}
 
 
+def _chained_inserting(model_dir, ps, forwards, monkeypatch, item):
+    """``_chained`` with ``item`` sent meanwhile as Forward 3 (after 1, before 2): (tokens, engine, Forward 3's
+    result dict, joined)."""
+    threads = []
+
+    def insert(eng):
+        threads.append(_started(lambda: eng.forward([item], "epoch-1", seq=3, after_seq=1, before_seq=2)))
+
+    got, eng = _chained(model_dir, ps, forwards, monkeypatch, meanwhile=insert)
+    t3, out3 = threads[0]
+    t3.join(WAIT_S)
+    return got, eng, out3
+
+
 def test_a_state_replaced_meanwhile_makes_the_launch_build_again(model_dir, prompts, monkeypatch):
     """After Forward 2 built its rows ahead, an extend inserted ahead of it (seq 3: after 1, before 2) prefills r1
     again with other tokens at other slots, to the length Forward 2 expects: Forward 2 validates, but the rows built
@@ -104,14 +118,7 @@ def test_a_state_replaced_meanwhile_makes_the_launch_build_again(model_dir, prom
     other = list(reversed(ps[2] * 4))[:n]
     again = ForwardItem("r1", tuple(other), 0, tuple(range(3000, 3000 + n)), has_prefix=True)
     want = _reference(model_dir, ps, [forwards[0], [again], forwards[1]])
-    threads = []
-
-    def insert(eng):
-        threads.append(_started(lambda: eng.forward([again], "epoch-1", seq=3, after_seq=1, before_seq=2)))
-
-    got, eng = _chained(model_dir, ps, forwards, monkeypatch, meanwhile=insert)
-    t3, out3 = threads[0]
-    t3.join(WAIT_S)
+    got, eng, out3 = _chained_inserting(model_dir, ps, forwards, monkeypatch, again)
     assert [o.next_token_ids for o in out3["result"].outputs] == want[1]
     assert got == [want[0], want[2]]
     assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2}
@@ -135,14 +142,7 @@ def test_a_stopped_row_refilled_by_an_inserted_forward_is_not_taken_as_valid(mod
     want, ref = _one_by_one(model_dir, ps, [forwards[0], [e_item], forwards[1]])
     want_table = list(ref.requests["r0"].slots)
 
-    threads = []
-
-    def insert(eng):
-        threads.append(_started(lambda: eng.forward([e_item], "epoch-1", seq=3, after_seq=1, before_seq=2)))
-
-    got, eng = _chained(model_dir, ps, forwards, monkeypatch, meanwhile=insert)
-    t3, out3 = threads[0]
-    t3.join(WAIT_S)
+    got, eng, out3 = _chained_inserting(model_dir, ps, forwards, monkeypatch, e_item)
     assert "error" not in out3, out3.get("error")
     assert got[0] == want[0] and got[0][0] == (first,)  # r0 stopped in Forward 1
     assert list(eng.requests["r0"].slots) == want_table  # the committed table: r0's prompt, a0, E's slots, ...
