@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     log = logs.configure("cache", args.log_level)
     from common import switch_interval
     switch_s = switch_interval.configure()
+    from common import hop_trace
+    if (trace := hop_trace.configure("cache")) is not None:  # CODESERVE_HOP_TRACE=DIR
+        log.info("hop_trace", path=trace)
     core = CacheCore(lease_seconds=args.lease_seconds)
     stop = threading.Event()
 

@@ -22,6 +22,7 @@ from cache_svc.errors import CacheError, FailedPrecondition, InvalidArgument, No
 from cache_svc.items import CacheItem, MatchItem, Member
 from cache_svc.receipts import AllocationShortfall, Counters, EvictionReceipt, Receipt
 from codeserve.v1 import cache_pb2, cache_pb2_grpc
+from common import hop_trace
 from common.proto_ints import as_tuple
 
 SERVICE_NAME = cache_pb2.DESCRIPTOR.services_by_name["Cache"].full_name
@@ -103,15 +104,22 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
 
     @_rpc
     def Match(self, request, context):
+        if hop_trace.enabled():
+            for i in request.items:
+                hop_trace.mark(i.request_id, "match_in")
         items = [MatchItem(i.request_id, i.namespace, as_tuple(i.token_ids), i.lock, i.max_match_tokens,
                            i.allocate_up_to, i.compute_tokens) for i in request.items]
         out = self.core.match(request.op_id, request.session_id, request.pool_id, items)
-        return cache_pb2.MatchResponse(
+        reply = cache_pb2.MatchResponse(
             receipt=receipt_pb(out.receipt),
             allocation=receipt_pb(out.allocation) if out.allocation is not None else None,
             results=[cache_pb2.MatchResult(request_id=r.request_id, cached_tokens=r.cached_tokens,
                                            slot_ids=r.slot_ids, allocated_slot_ids=r.allocated_slot_ids)
                      for r in out.results])
+        if hop_trace.enabled():
+            for i in request.items:
+                hop_trace.mark(i.request_id, "match_out")
+        return reply
 
     @_rpc
     def Allocate(self, request, context):

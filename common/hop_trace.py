@@ -11,8 +11,9 @@ runs the editor workload with it. Without the variable ``mark`` returns at once 
 Hops marked (the first time each happens for a request, in the order a request meets them):
 gateway ``http_in`` (the middleware read the body), ``call`` (the Generate call is started),
 ``first_message`` (its first message arrived), ``first_chunk`` (the first event is handed to the HTTP server);
-scheduler ``generate`` (the servicer took the call), ``taken`` (the loop took it), ``admitted`` (its Match
-answered and it was admitted), ``extend_sent`` (its first extend Forward was sent), ``extend_reply`` (that
+scheduler ``generate`` (the servicer took the call), ``taken`` (the loop took it), ``match_sent`` / ``match_back``
+(its admission Match was sent / answered; cache ``match_in`` / ``match_out`` between them: the servicer took it /
+built its reply), ``admitted`` (it was admitted), ``extend_sent`` (its first extend Forward was sent), ``extend_reply`` (that
 Forward's reply is being applied), ``first_token`` (its first token is on its stream), ``first_yield`` (the
 servicer hands the first message to gRPC); worker ``forward_in`` / ``forward_run`` / ``forward_out`` (the Forward carrying its
 first chunk arrived at the servicer / its turn came after the Forwards ahead of it / its reply is returned).

@@ -239,10 +239,16 @@ class Planner:
         (empty key). Raises RuntimeError for a receipt without counters or a result that contradicts its item."""
         keys = [[] if r.wants_prompt_logprobs or len(r.all_ids) < 2 else r.all_ids for r in reqs]
         up_to = budget if len(reqs) == 1 else 0
+        if hop_trace.enabled():
+            for r in reqs:
+                hop_trace.mark(r.rid, "match_sent")
         reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace, token_ids=key,
                                                       lock=True, max_match_tokens=max(len(key) - 1, 0),
                                                       allocate_up_to=up_to, compute_tokens=len(r.all_ids))
                                   for r, key in zip(reqs, keys)])
+        if hop_trace.enabled():
+            for r in reqs:
+                hop_trace.mark(r.rid, "match_back")
         if not reply.receipt.HasField("after"):
             raise RuntimeError(f"Match receipt without counters for {[r.rid for r in reqs]}: no budget is not a "
                                f"budget of 0")
