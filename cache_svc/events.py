@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class EventLog:
         self._seq = 0
         self._cond = threading.Condition()
 
-    def append(self, kind: str, namespace: str, token_ids: list[int], num_tokens: int) -> None:
+    def append(self, kind: str, namespace: str, token_ids: Sequence[int], num_tokens: int) -> None:
+        """Records an event (``token_ids``: kept as a tuple; a tuple is kept as it is, not copied)."""
         with self._cond:
             self._seq += 1
             self._events.append(PrefixEvent(self._seq, self.pool_id, kind, namespace, tuple(token_ids), num_tokens))

@@ -117,7 +117,7 @@ def check(pool: "Pool") -> list[str]:
     # 6. requests
     for req in pool.requests.values():
         key, value = tree.path_key(req.node)
-        if value != req.prefix_slots or key != req.prefix_tokens:
+        if value != req.prefix_slots or tuple(key) != req.prefix_tokens:
             v.append(f"request {req.request_id}: prefix does not match the tree path of its locked node")
         if req.prefix_len % p:
             v.append(f"request {req.request_id}: prefix length {req.prefix_len} is not whole pages")

@@ -30,7 +30,7 @@ class RequestState:
     request_id: str
     namespace: str
     node: TreeNode
-    prefix_tokens: list[int]
+    prefix_tokens: tuple[int, ...]
     prefix_slots: list[int]
     pages: list[int] = field(default_factory=list)
     length: int = 0
@@ -45,7 +45,7 @@ class Pool:
 
     def __init__(
         self, pool_id: str, page_size: int, members: Sequence[Member],
-        on_event: Callable[[str, str, list[int], int], None] | None = None,
+        on_event: Callable[[str, str, Sequence[int], int], None] | None = None,
     ) -> None:
         """``on_event(kind, namespace, token_ids, num_tokens)`` is told of every prefix "stored" or
         "removed" (token_ids: the full prefix from the root; num_tokens: the node's own length)."""
@@ -130,7 +130,7 @@ class Pool:
                 self.tree.lock(node)
                 self.requests[(session_id, item.request_id)] = RequestState(
                     session_id, item.request_id, item.namespace, node,
-                    list(item.token_ids[: len(slots)]), slots, [], len(slots),
+                    tuple(item.token_ids[: len(slots)]), slots, [], len(slots),
                 )
                 self.match_query_tokens += len(item.token_ids)
                 self.match_hit_tokens += len(slots)
@@ -260,7 +260,7 @@ class Pool:
             n = len(item.token_ids)
             if n > req.length:
                 raise InvalidArgument(f"request {item.request_id!r}: {n} token ids but only {req.length} slots allocated")
-            if n < req.prefix_len or list(item.token_ids[: req.prefix_len]) != req.prefix_tokens:
+            if n < req.prefix_len or tuple(item.token_ids[: req.prefix_len]) != req.prefix_tokens:
                 raise InvalidArgument(
                     f"request {item.request_id!r}: token_ids do not start with its matched prefix of {req.prefix_len} tokens"
                 )
@@ -269,15 +269,17 @@ class Pool:
         p = self.page_size
         for req, item in plan:
             aligned = len(item.token_ids) - len(item.token_ids) % p
+            key = tuple(item.token_ids[:aligned])
+            at = (req.node, req.prefix_len)  # its locked prefix, checked above: the walks start below it
             if not item.finished:
-                held = self.tree.peek(req.namespace, item.token_ids[:aligned])
+                held = self.tree.peek(req.namespace, key, at)
                 if held > req.prefix_len:  # inserting would free its duplicates and remap it: keep its slots
                     results.append(CacheResult(req.request_id, held, 0, 0, tuple(req.prefix_slots)))
                     continue
             slots = req.prefix_slots + self.slots_of(req, req.prefix_len, aligned)
-            already, node = self.tree.insert(req.namespace, item.token_ids[:aligned], slots)
+            already, node = self.tree.insert(req.namespace, key, slots, at)
             if self.on_event is not None and aligned > already:
-                self.on_event("stored", req.namespace, list(item.token_ids[:aligned]), aligned - already)
+                self.on_event("stored", req.namespace, key, aligned - already)
             assert already >= req.prefix_len, "a locked prefix vanished from the tree"
             assert item.finished or already == req.prefix_len, "a running request's insert would remap its slots"
             first_tree = (already - req.prefix_len) // p
@@ -297,8 +299,8 @@ class Pool:
                 self.tree.lock(node)
                 self.tree.unlock(req.node)
                 req.node = node
-                req.prefix_tokens = list(item.token_ids[:aligned])
-                req.prefix_slots = self.tree.path_key(node)[1]
+                req.prefix_tokens = key
+                req.prefix_slots = slots  # already == prefix_len: the path to ``node`` holds exactly these
                 req.pages = rest
                 prefix = tuple(req.prefix_slots)
             results.append(CacheResult(req.request_id, already, aligned - already, freed, prefix))
@@ -362,6 +364,6 @@ class Pool:
         for key, req in self.requests.items():
             other.requests[key] = RequestState(
                 req.session_id, req.request_id, req.namespace, mapping[req.node.id],
-                list(req.prefix_tokens), list(req.prefix_slots), list(req.pages), req.length,
+                req.prefix_tokens, list(req.prefix_slots), list(req.pages), req.length,
             )
         return other

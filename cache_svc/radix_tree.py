@@ -121,12 +121,14 @@ class RadixTree:
             break
         return slots, node
 
-    def peek(self, namespace: str, key: Sequence[int]) -> int:
+    def peek(self, namespace: str, key: Sequence[int], at: tuple[TreeNode, int] | None = None) -> int:
         """Tokens of the longest cached prefix of ``key`` in whole pages: the length ``match`` would return.
-        Read-only: no node split, no access time or tick change, no lock ref. O(len(key))."""
+        Read-only: no node split, no access time or tick change, no lock ref. O(len(key)); with ``at`` (a node
+        and its depth in tokens, the first ``depth`` tokens of ``key`` being its path, which the caller
+        guarantees: a request's locked node) the walk starts there, O(len(key) - depth)."""
         p = self.page_size
         end = len(key) - len(key) % p
-        node, i = self.root, 0
+        node, i = at if at is not None else (self.root, 0)
         while i < end:
             child = node.children.get(self._child_key(node, namespace, key[i : i + p]))
             if child is None:
@@ -139,20 +141,28 @@ class RadixTree:
             return i + self._match_len(child.key, list(key[i:end]))
         return i
 
-    def insert(self, namespace: str, key: Sequence[int], value: Sequence[int]) -> tuple[int, TreeNode]:
+    def insert(self, namespace: str, key: Sequence[int], value: Sequence[int],
+               at: tuple[TreeNode, int] | None = None) -> tuple[int, TreeNode]:
         """Stores ``key`` -> ``value`` (same length, a multiple of page_size).
 
         Returns (tokens of ``key`` that were already cached, node ending ``key``). The caller owns the slots
         ``value[:already]`` it brought and must free them (they duplicate cached ones); ``value[already:]``
-        now belongs to the tree. Raises InvalidArgument for differing or unaligned lengths.
+        now belongs to the tree. ``at``: as for ``peek`` (the walk starts at that node, whose path is the first
+        ``depth`` tokens of ``key``: a request's locked prefix, so the tokens compared are its new ones, not its
+        prompt; the nodes up to it get the access time as a walk from the root gives them). Raises
+        InvalidArgument for differing or unaligned lengths.
         """
         if len(key) != len(value):
             raise InvalidArgument(f"key has {len(key)} tokens but value has {len(value)} slots")
         self._check_key(key)
         self._tick += 1
-        key, value = list(key), list(value)
-        end, i = len(key), 0
-        node = self.root
+        node, i = at if at is not None else (self.root, 0)
+        up = node
+        while up is not self.root:
+            up.last_access = self._tick
+            up = up.parent  # type: ignore[assignment]
+        key, value = list(key[i:]), list(value[i:])
+        base, end, i = i, len(key), 0
         while i < end:  # as ``match``: a slice compare per whole node, O(len(key)) however deep the path
             child = node.children.get(self._child_key(node, namespace, key[i : i + self.page_size]))
             if child is None:
@@ -168,7 +178,7 @@ class RadixTree:
                 node = self._split(child, n)
                 i += n
             break
-        already = i
+        already = base + i
         if i < end:
             rest = key[i:]
             leaf = TreeNode(next(self._ids), namespace, rest, value[i:], node)

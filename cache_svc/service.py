@@ -106,6 +106,7 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
     def Match(self, request, context):
         if hop_trace.enabled():
             for i in request.items:
+                hop_trace.mark(i.request_id, "cache_in")  # (marked already when a Batch brought it)
                 hop_trace.mark(i.request_id, "match_in")
         items = [MatchItem(i.request_id, i.namespace, as_tuple(i.token_ids), i.lock, i.max_match_tokens,
                            i.allocate_up_to, i.compute_tokens) for i in request.items]
@@ -144,6 +145,10 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
         """Each operation through its own RPC method, in order; the first that fails aborts the call with its
         status (``context.abort`` raises, so the rest are not applied)."""
         results = []
+        if hop_trace.enabled():  # a Match's arrival, before the operations sent ahead of it
+            for op in request.ops:
+                for i in op.match.items if op.WhichOneof("op") == "match" else ():
+                    hop_trace.mark(i.request_id, "cache_in")
         for op in request.ops:
             kind = op.WhichOneof("op")
             if kind is None:

@@ -12,8 +12,9 @@ Hops marked (the first time each happens for a request, in the order a request m
 gateway ``http_in`` (the middleware read the body), ``call`` (the Generate call is started),
 ``first_message`` (its first message arrived), ``first_chunk`` (the first event is handed to the HTTP server);
 scheduler ``generate`` (the servicer took the call), ``taken`` (the loop took it), ``match_sent`` / ``match_back``
-(its admission Match was sent / answered; cache ``match_in`` / ``match_out`` between them: the servicer took it /
-built its reply), ``admitted`` (it was admitted), ``extend_sent`` (its first extend Forward was sent), ``extend_reply`` (that
+(its admission Match was sent / answered; cache ``cache_in``, ``match_in`` / ``match_out`` between them: the call
+carrying it arrived (a Batch: before the operations deferred ahead of it), the servicer took it / built its
+reply), ``admitted`` (it was admitted), ``extend_sent`` (its first extend Forward was sent), ``extend_reply`` (that
 Forward's reply is being applied), ``first_token`` (its first token is on its stream), ``first_yield`` (the
 servicer hands the first message to gRPC); worker ``forward_in`` / ``forward_run`` / ``forward_out`` (the Forward carrying its
 first chunk arrived at the servicer / its turn came after the Forwards ahead of it / its reply is returned).

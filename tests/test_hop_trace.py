@@ -12,7 +12,7 @@ from bench import hop_report
 from common import hop_trace
 from tests.stack import Backend
 
-HOPS = ["http_in", "call", "generate", "taken", "match_sent", "match_in", "match_out", "match_back", "admitted", "extend_sent", "forward_in", "forward_run", "forward_out",
+HOPS = ["http_in", "call", "generate", "taken", "match_sent", "cache_in", "match_in", "match_out", "match_back", "admitted", "extend_sent", "forward_in", "forward_run", "forward_out",
         "extend_reply", "first_token", "first_yield", "first_message", "first_chunk"]
 
 
