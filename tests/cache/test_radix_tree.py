@@ -157,3 +157,35 @@ def test_a_deep_path_is_matched_and_inserted_whole_node_by_whole_node(page: int)
     assert tree.insert("", typed, list(range(len(typed))))[0] == len(typed) - page
     assert len(scans) <= 4  # the partial node of each call, never one per node of the path
     assert tree.peek("", last) == len(last) and tree.peek("", typed) == len(typed)
+
+
+@pytest.mark.parametrize("page", [1, 2])
+def test_insert_and_peek_from_a_node_equal_the_walk_from_the_root(page: int) -> None:
+    """``at`` (a request's locked node and its depth): the walk starts there. The results (already cached, the node
+    ending the key, the tree's shape, the tokens compared) are the root walk's, the nodes from the root to ``at``
+    get the insert's access time as a walk through them gives it, and the tokens above ``at`` are not compared."""
+    trees = [RadixTree(page), RadixTree(page)]
+    for tree in trees:
+        keystroke_chain(tree, 6, page)
+        tree.insert("", [1, 2] * page + [3] * page, [50] * 3 * page)  # a sibling path the walks must not take
+    prefix = list(range(1, 33)) + [500] * page  # the first keystroke's head: a node of both trees
+    key = prefix + [600] * 2 * page + [601] * page
+    value = [7000 + i for i in range(len(key))]
+    nodes = [tree.match("", prefix)[1] for tree in trees]
+    assert [len(tree.path_key(n)[0]) for tree, n in zip(trees, nodes)] == [len(prefix)] * 2
+    compared: list[int] = []
+    scan = trees[1]._match_len
+    trees[1]._match_len = lambda a, b: compared.append(len(b)) or scan(a, b)  # type: ignore[method-assign]
+    assert trees[0].peek("", key) == trees[1].peek("", key, (nodes[1], len(prefix))) == len(prefix)
+    root_walk, from_node = trees[0].insert("", key, value), trees[1].insert("", key, value, (nodes[1], len(prefix)))
+    assert root_walk[0] == from_node[0] == len(prefix)
+    (k0, v0), (k1, v1) = trees[0].path_key(root_walk[1]), trees[1].path_key(from_node[1])
+    assert (k0, v0) == (k1, v1) and k0 == key and v0[len(prefix):] == value[len(prefix):]
+    assert shape(trees[0]) == shape(trees[1]) and trees[0].evictable_size == trees[1].evictable_size
+    assert all(len(b) <= len(key) - len(prefix) for b in compared)  # never a token above the node
+    node = from_node[1]
+    while node is not trees[1].root:  # the whole path carries the insert's access time
+        assert node.last_access == trees[1]._tick
+        node = node.parent
+    again = trees[1].insert("", key, value, (nodes[1], len(prefix)))  # all cached: nothing new, the same node
+    assert again == (len(key), from_node[1]) and trees[1].peek("", key, (nodes[1], len(prefix))) == len(key)
