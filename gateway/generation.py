@@ -94,7 +94,6 @@ class GenerationResult:
     request_id: str
     prompt_tokens: int
     cached_tokens: int
-    prompt_token_ids: tuple[int, ...]
     prompt_logprobs: tuple[float, ...]
     prompt_top_logprobs: tuple[TopEntries, ...]
     token_ids: tuple[int, ...]
@@ -120,7 +119,6 @@ class GenerationResult:
             top_logprobs=tops(self.top_logprobs),
             prompt_tokens=self.prompt_tokens,
             cached_tokens=self.cached_tokens,
-            prompt_token_ids=self.prompt_token_ids,
             prompt_logprobs=self.prompt_logprobs,
             prompt_top_logprobs=tops(self.prompt_top_logprobs),
             finish_reason=self.finish_reason,
@@ -136,7 +134,6 @@ class ResultBuilder:
     request_id: str = ""
     prompt_tokens: int = 0
     cached_tokens: int = 0
-    prompt_token_ids: list[int] = field(default_factory=list)
     prompt_logprobs: list[float] = field(default_factory=list)
     prompt_top_logprobs: list[TopEntries] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
@@ -152,7 +149,6 @@ class ResultBuilder:
             self.request_id = msg.request_id
             self.prompt_tokens = msg.prompt_tokens
             self.cached_tokens = msg.cached_tokens
-            self.prompt_token_ids = list(msg.prompt_token_ids)
             self.prompt_logprobs = list(msg.prompt_logprobs)
             self.prompt_top_logprobs = list(_entries(msg.prompt_top_logprobs))
         self.token_ids.extend(msg.token_ids)
@@ -169,7 +165,6 @@ class ResultBuilder:
             request_id=self.request_id,
             prompt_tokens=self.prompt_tokens,
             cached_tokens=self.cached_tokens,
-            prompt_token_ids=tuple(self.prompt_token_ids),
             prompt_logprobs=tuple(self.prompt_logprobs),
             prompt_top_logprobs=tuple(self.prompt_top_logprobs),
             token_ids=tuple(self.token_ids),

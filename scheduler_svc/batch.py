@@ -63,7 +63,7 @@ def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
     if e.from_last:
         item.input_from_last_sample = True
     else:
-        item.input_ids.extend(req.ids_between(e.start, e.start + e.n))
+        req.extend_ids(item.input_ids, e.start, e.start + e.n)
     if p.return_logprob and e.sample:
         item.return_logprob = True
     if p.top_logprobs_num:
@@ -78,8 +78,8 @@ def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
         if len(req.prefix_slot_ids) != e.start:
             raise ValueError(f"{req.rid}: prefix of {len(req.prefix_slot_ids)} slots for position {e.start}")
         item.has_prefix = True
-        item.prefix_slot_ids.extend(req.prefix_slot_ids)
-        item.prefix_token_ids.extend(req.ids_between(0, e.start))
+        item.prefix_slot_ids.extend(req.prefix_slot_ids)  # the Match reply's field: copied in C
+        req.extend_ids(item.prefix_token_ids, 0, e.start)
     return item
 
 

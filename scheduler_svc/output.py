@@ -35,7 +35,7 @@ class OutputStream:
             req.first_sent = True
             msg.prompt_tokens = len(req.prompt_ids)
             msg.cached_tokens = max(req.cached_tokens, 0)
-            msg.prompt_token_ids.extend(req.prompt_ids)
+            req.extend_ids(msg.prompt_token_ids, 0, len(req.prompt_ids))
             msg.prompt_logprobs.extend(req.prompt_logprobs)
             msg.prompt_top_logprobs.extend(req.prompt_top_logprobs)
         return msg

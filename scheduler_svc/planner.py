@@ -19,10 +19,11 @@ Loop thread only. Moves requests only through the table's transitions (``schedul
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 from codeserve.v1 import cache_pb2
 from common import hop_trace
-from common.proto_ints import as_list, as_tuple
+from common.proto_ints import as_tuple
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
 from scheduler_svc.batch import Batch, Entry, slots_by_request
 from scheduler_svc.chain import continuation, continuation_batch
@@ -187,7 +188,7 @@ class Planner:
         pool_idle = not table.running
         out: list[tuple[Req, int]] = []
         queue = order_waiting(table.waiting, cfg.policy, self._prefix_lengths)
-        locked: dict[str, tuple[int, list[int]]] = {}  # the group's candidates not reached: queue[at:at + len]
+        locked: dict[str, tuple[int, Sequence[int]]] = {}  # the group's candidates not reached: queue[at:at + len]
         counters = None
         at = 0
         while at < len(queue) and budget > 0 and len(table.running) < cfg.max_running_requests:
@@ -230,22 +231,26 @@ class Planner:
             table.unlock(queue[at:at + len(locked)])
         return out
 
-    def _lock_prefixes(self, reqs: list[Req], budget: int) -> tuple[dict[str, tuple[int, list[int]]],
+    def _lock_prefixes(self, reqs: list[Req], budget: int) -> tuple[dict[str, tuple[int, Sequence[int]]],
                                                                    cache_pb2.Counters, dict[str, tuple[int, ...]]]:
         """One Match with lock for ``reqs``, which also registers them at the cache (a full hit still recomputes
         >= 1 token: max_match_tokens = len - 1); a lone request's Match also allocates its first chunk (up to
         ``budget`` tokens) from free pages. Returns ({rid: (cached tokens, their slots)}, the counters after the
         locks, {rid: slots allocated}). Requests collecting prompt logprobs, and 1-token prompts, match nothing
         (empty key). Raises RuntimeError for a receipt without counters or a result that contradicts its item."""
-        keys = [[] if r.wants_prompt_logprobs or len(r.all_ids) < 2 else r.all_ids for r in reqs]
+        totals = [len(r.prompt_ids) + len(r.output_ids) for r in reqs]
+        keys = [0 if r.wants_prompt_logprobs or n < 2 else n for r, n in zip(reqs, totals)]  # key lengths
         up_to = budget if len(reqs) == 1 else 0
         if hop_trace.enabled():
             for r in reqs:
                 hop_trace.mark(r.rid, "match_sent")
-        reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace, token_ids=key,
-                                                      lock=True, max_match_tokens=max(len(key) - 1, 0),
-                                                      allocate_up_to=up_to, compute_tokens=len(r.all_ids))
-                                  for r, key in zip(reqs, keys)])
+        items = []
+        for r, key, n in zip(reqs, keys, totals):
+            item = cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace, lock=True,
+                                       max_match_tokens=max(key - 1, 0), allocate_up_to=up_to, compute_tokens=n)
+            r.extend_ids(item.token_ids, 0, key)
+            items.append(item)
+        reply = self.cache.match(items)
         if hop_trace.enabled():
             for r in reqs:
                 hop_trace.mark(r.rid, "match_back")
@@ -256,16 +261,20 @@ class Planner:
         locked = {}
         for r, key in zip(reqs, keys):
             res = results.get(r.rid)
-            if res is None or len(res.slot_ids) != res.cached_tokens or res.cached_tokens >= max(len(key), 1):
+            if res is None or len(res.slot_ids) != res.cached_tokens or res.cached_tokens >= max(key, 1):
                 raise RuntimeError(f"Match receipt for {r.rid}: {res and res.cached_tokens} cached tokens, "
-                                   f"{res and len(res.slot_ids)} slots, key of {len(key)} tokens")
-            locked[r.rid] = (res.cached_tokens, as_list(res.slot_ids))
+                                   f"{res and len(res.slot_ids)} slots, key of {key} tokens")
+            locked[r.rid] = (res.cached_tokens, res.slot_ids)  # the reply's field: the ForwardItem copies it in C
         allocated = {r.request_id: as_tuple(r.allocated_slot_ids) for r in reply.results if r.allocated_slot_ids}
         return locked, reply.receipt.after, allocated
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
-        reply = self.cache.match([cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace,
-                                                      token_ids=r.all_ids, lock=False) for r in reqs])
+        items = []
+        for r in reqs:
+            item = cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace, lock=False)
+            r.extend_ids(item.token_ids, 0, len(r.prompt_ids) + len(r.output_ids))
+            items.append(item)
+        reply = self.cache.match(items)
         by_id = {r.request_id: r.cached_tokens for r in reply.results}
         return [by_id[r.rid] for r in reqs]
 

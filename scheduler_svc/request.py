@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import queue
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from codeserve.v1 import common_pb2, scheduler_pb2
 
@@ -79,6 +79,8 @@ class Req:
     rid: str
     prompt_ids: list[int]
     params: Params
+    prompt_field: Any = None  # the same ids as a protobuf repeated int field (``scheduler_pb2.TokenIds.ids``):
+    # ``extend_ids`` copies long runs of the prompt out of it in C; None: from ``prompt_ids``
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     output_top_logprobs: list[common_pb2.TopLogprobs] = field(default_factory=list)
@@ -88,7 +90,8 @@ class Req:
     kv_len: int = 0
     cached_tokens: int = -1              # cached prefix of the first admission (-1: not yet admitted)
     worker_knows: bool = False           # the worker holds this request's slot table
-    prefix_slot_ids: list[int] = field(default_factory=list)  # matched prefix, sent with the first chunk
+    # the matched prefix's slots (a list, or the Match reply's repeated field), sent with the first chunk
+    prefix_slot_ids: Sequence[int] = field(default_factory=list)
     admission: int = 0                   # order of the latest admission (larger = more recent)
     retractions: int = 0
     finish: Finish | None = None
@@ -109,6 +112,25 @@ class Req:
     def all_ids(self) -> list[int]:
         """Prompt followed by the generated tokens (the tokens a recompute must rebuild)."""
         return self.prompt_ids + self.output_ids
+
+    def extend_ids(self, dst, start: int, end: int) -> None:
+        """Appends ``all_ids[start:end]`` to ``dst``, a protobuf repeated int field. The prompt's part comes from
+        ``prompt_field`` when there is one and the run is long: upb copies one repeated field into another in C
+        (1,750 ids: ~1 us, against ~40 us from a list of Python ints), and the ids outside the run are deleted
+        from the copy as fast."""
+        n = len(self.prompt_ids)
+        top = min(end, n)
+        if start < top:
+            if self.prompt_field is not None and top - start > 64:
+                base = len(dst)
+                dst.extend(self.prompt_field)
+                del dst[base + top:]
+                if start:
+                    del dst[base:base + start]
+            else:
+                dst.extend(self.prompt_ids[start:top])
+        if end > n:
+            dst.extend(self.output_ids[max(start - n, 0):end - n])
 
     def ids_between(self, start: int, end: int) -> list[int]:
         """``all_ids[start:end]`` without building the whole list (decode reads one token per step)."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
-from typing import Callable, Collection
+from typing import Callable, Collection, Sequence
 
 import grpc
 
@@ -46,6 +46,13 @@ from scheduler_svc.request import Finish, Req, State
 from scheduler_svc.worker_releases import WorkerReleases
 
 _ADMISSIONS = itertools.count(1)  # admission order, across tables (larger = more recent)
+
+
+def written_item(req: Req, finished: bool) -> cache_pb2.CacheItem:
+    """The CacheItem of ``req``'s written tokens (``all_ids[:kv_len]``), its ids copied through ``Req.extend_ids``."""
+    item = cache_pb2.CacheItem(request_id=req.rid, finished=finished)
+    req.extend_ids(item.token_ids, 0, req.kv_len)
+    return item
 
 
 class Stance(enum.Enum):
@@ -117,13 +124,14 @@ class RequestTable:
             self.publish()
         return len(taken)
 
-    def admit(self, req: Req, cached_tokens: int, prefix_slot_ids: list[int]) -> None:
-        """WAITING -> PREFILLING with a locked prefix of ``cached_tokens`` tokens at ``prefix_slot_ids``."""
+    def admit(self, req: Req, cached_tokens: int, prefix_slot_ids: Sequence[int]) -> None:
+        """WAITING -> PREFILLING with a locked prefix of ``cached_tokens`` tokens at ``prefix_slot_ids`` (kept as
+        given: the Match reply's repeated field, which the first ForwardItem copies in C; never changed here)."""
         self.waiting.remove(req)
         if req.cached_tokens < 0:
             req.cached_tokens = cached_tokens
         req.kv_len = cached_tokens
-        req.prefix_slot_ids = list(prefix_slot_ids)
+        req.prefix_slot_ids = prefix_slot_ids
         req.worker_knows = False
         req.phase = State.PREFILL
         req.admission = next(_ADMISSIONS)
@@ -165,7 +173,7 @@ class RequestTable:
             if (req.state == State.DECODE and not req.abort_requested and id(req) in running and req.kv_len > 0
                     and req.rid not in seen):
                 seen.add(req.rid)
-                items.append(cache_pb2.CacheItem(request_id=req.rid, token_ids=req.all_ids[:req.kv_len], finished=False))
+                items.append(written_item(req, finished=False))
         self.cache.defer_cache(items)  # sent with the loop's next cache call
         return len(items)
 
@@ -173,8 +181,7 @@ class RequestTable:
         """Running -> WAITING, first in line: caches its written prefix (``cache_prefix``, when any was written)
         or releases it, drops it at the worker, and resets it for a recompute (its output so far is kept)."""
         if cache_prefix and req.kv_len > 0:
-            self.cache.cache_requests([cache_pb2.CacheItem(request_id=req.rid, token_ids=req.all_ids[:req.kv_len],
-                                                           finished=True)])
+            self.cache.cache_requests([written_item(req, finished=True)])
         else:
             self.cache.release_requests([req.rid])
         if req.worker_knows:
@@ -211,8 +218,7 @@ class RequestTable:
         if running_aborted:
             written = [r for r in running_aborted if r.kv_len > 0]
             # deferred: sent ahead of the next admission's Match (or the next Allocate), whose counters then show it
-            self.cache.defer_cache([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
-                                                        finished=True) for r in written])
+            self.cache.defer_cache([written_item(r, finished=True) for r in written])
             self.cache.defer_release([r.rid for r in running_aborted if r.kv_len == 0])
             self.releases.add([r.rid for r in running_aborted if r.worker_knows])
         gone = {id(r) for r in waiting_aborted + running_aborted}
@@ -248,8 +254,7 @@ class RequestTable:
                 self.finishing.append(req)
         if not release:
             return
-        self.cache.defer_cache([cache_pb2.CacheItem(request_id=r.rid, token_ids=r.all_ids[:r.kv_len],
-                                                    finished=True) for r in release])
+        self.cache.defer_cache([written_item(r, finished=True) for r in release])
         self.releases.add([r.rid for r in release])
         self._deliver(release)
 

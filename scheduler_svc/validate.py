@@ -100,4 +100,6 @@ def build_request(request: scheduler_pb2.GenerateRequest, tokenizer: Tokenizer, 
         return_logprob=request.return_logprob, top_logprobs_num=request.top_logprobs_num,
         return_prompt_logprobs=request.return_prompt_logprobs, namespace=request.namespace,
         no_stop_trim=request.no_stop_trim, health_probe=request.health_probe, router_id=request.router_id)
-    return Req(rid=request.request_id or uuid.uuid4().hex, prompt_ids=ids, params=params)
+    # the ids as a repeated field too: the request's own when it sent ids, else built once here (Req.extend_ids)
+    field = request.input_ids.ids if request.WhichOneof("input") == "input_ids" else scheduler_pb2.TokenIds(ids=ids).ids
+    return Req(rid=request.request_id or uuid.uuid4().hex, prompt_ids=ids, params=params, prompt_field=field)
