@@ -104,10 +104,10 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
 
     @_rpc
     def Match(self, request, context):
-        if hop_trace.enabled():
-            for i in request.items:
-                hop_trace.mark(i.request_id, "cache_in")  # (marked already when a Batch brought it)
-                hop_trace.mark(i.request_id, "match_in")
+        traced = [i.request_id for i in request.items if i.lock] if hop_trace.enabled() else ()  # admissions only:
+        for rid in traced:  # an unlocked Match (lpm's prefix lengths) comes first and would take their marks
+            hop_trace.mark(rid, "cache_in")  # (marked already when a Batch brought it)
+            hop_trace.mark(rid, "match_in")
         items = [MatchItem(i.request_id, i.namespace, as_tuple(i.token_ids), i.lock, i.max_match_tokens,
                            i.allocate_up_to, i.compute_tokens) for i in request.items]
         out = self.core.match(request.op_id, request.session_id, request.pool_id, items)
@@ -117,9 +117,8 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
             results=[cache_pb2.MatchResult(request_id=r.request_id, cached_tokens=r.cached_tokens,
                                            slot_ids=r.slot_ids, allocated_slot_ids=r.allocated_slot_ids)
                      for r in out.results])
-        if hop_trace.enabled():
-            for i in request.items:
-                hop_trace.mark(i.request_id, "match_out")
+        for rid in traced:
+            hop_trace.mark(rid, "match_out")
         return reply
 
     @_rpc
@@ -145,10 +144,11 @@ class CacheServicer(cache_pb2_grpc.CacheServicer):
         """Each operation through its own RPC method, in order; the first that fails aborts the call with its
         status (``context.abort`` raises, so the rest are not applied)."""
         results = []
-        if hop_trace.enabled():  # a Match's arrival, before the operations sent ahead of it
+        if hop_trace.enabled():  # an admission Match's arrival, before the operations sent ahead of it
             for op in request.ops:
                 for i in op.match.items if op.WhichOneof("op") == "match" else ():
-                    hop_trace.mark(i.request_id, "cache_in")
+                    if i.lock:
+                        hop_trace.mark(i.request_id, "cache_in")
         for op in request.ops:
             kind = op.WhichOneof("op")
             if kind is None:

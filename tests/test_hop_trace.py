@@ -58,3 +58,32 @@ def test_a_streamed_completion_meets_every_hop_in_order(tmp_path, monkeypatch) -
     assert sorted(marks, key=marks.get) == HOPS, marks
     table = hop_report.segments({"r": marks}, "first_chunk")
     assert list(table) == [f"{a} -> {b}" for a, b in zip(HOPS, HOPS[1:])] + ["total"]
+
+
+def test_the_cache_marks_the_admission_match_only(tmp_path, monkeypatch, fresh_trace) -> None:
+    """Under ``--policy lpm`` an unlocked Match (the waiting requests' prefix lengths) reaches the cache before the
+    admission's locking one: only the locking one's hops are marked (a hop counts the first time it happens)."""
+    import uuid
+
+    from cache_svc.core import CacheCore
+    from cache_svc.items import Member
+    from cache_svc.service import CacheServicer
+    from codeserve.v1 import cache_pb2
+
+    core = CacheCore()
+    sid = core.open_session("t").session_id
+    core.register_pool(uuid.uuid4().hex, "p", 1, [Member("w", "e", 64)], sid)
+    servicer = CacheServicer(core)
+    hop_trace.configure("cache", str(tmp_path))
+
+    def match(lock: bool) -> None:
+        item = cache_pb2.MatchItem(request_id="r", token_ids=[1, 2, 3], lock=lock)
+        servicer.Match(cache_pb2.MatchRequest(op_id=uuid.uuid4().hex, session_id=sid, pool_id="p", items=[item]), None)
+
+    match(lock=False)
+    assert hop_trace._seen == set()  # the probe of lpm's ordering marks nothing
+    match(lock=True)
+    batch = cache_pb2.BatchRequest(ops=[cache_pb2.BatchOp(match=cache_pb2.MatchRequest(
+        op_id=uuid.uuid4().hex, session_id=sid, pool_id="p", items=[cache_pb2.MatchItem(request_id="s", token_ids=[1])]))])
+    servicer.Batch(batch, None)  # an unlocked Match in a Batch: nothing either
+    assert hop_trace._seen == {("r", "cache_in"), ("r", "match_in"), ("r", "match_out")}
