@@ -20,15 +20,15 @@ import time
 from codeserve.v1 import cache_pb2, common_pb2, scheduler_pb2
 from common.proto_ints import as_list
 from scheduler_svc.batch import Entry, forward_item
+from scheduler_svc.planner import match_item
 from scheduler_svc.request import Params, Req
 from scheduler_svc.requests import written_item
 
 
 def admission(req: Req, reply: cache_pb2.MatchResult, cached: int, total: int) -> None:
-    """The messages of one admission, as ``Planner._lock_prefixes``, ``forward_items`` and ``written_item`` build
-    them."""
-    item = cache_pb2.MatchItem(request_id=req.rid, lock=True, max_match_tokens=total - 1, compute_tokens=total)
-    req.extend_ids(item.token_ids, 0, total)
+    """The messages of one admission, built by the scheduler's own ``match_item``, ``forward_item`` and
+    ``written_item``."""
+    match_item(req, total, lock=True, max_match_tokens=total - 1, compute_tokens=total)
     req.prefix_slot_ids = reply.slot_ids if req.prompt_field is not None else as_list(reply.slot_ids)  # as before
     forward_item(Entry(req, start=cached, n=total - cached, slot_ids=tuple(range(cached, total)), sample=True), (0,))
     req.kv_len = total

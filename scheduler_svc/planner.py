@@ -41,6 +41,13 @@ from scheduler_svc.step_budget import StepBudget
 ADMIT_GROUP = 8  # waiting requests whose prefixes one admission Match locks at once
 
 
+def match_item(req: Req, key_len: int, **fields) -> cache_pb2.MatchItem:
+    """``req``'s MatchItem keyed by its first ``key_len`` ids (copied through ``Req.extend_ids``), with ``fields``."""
+    item = cache_pb2.MatchItem(request_id=req.rid, namespace=req.params.namespace, **fields)
+    req.extend_ids(item.token_ids, 0, key_len)
+    return item
+
+
 class Planner:
     """Plans extend and decode batches. ``cfg`` may be replaced between rounds (the loop's ``cfg`` setter).
     ``budget``: the loop's measurements for the decode steps a Forward may run under arrivals, asked with
@@ -244,13 +251,9 @@ class Planner:
         if hop_trace.enabled():
             for r in reqs:
                 hop_trace.mark(r.rid, "match_sent")
-        items = []
-        for r, key, n in zip(reqs, keys, totals):
-            item = cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace, lock=True,
-                                       max_match_tokens=max(key - 1, 0), allocate_up_to=up_to, compute_tokens=n)
-            r.extend_ids(item.token_ids, 0, key)
-            items.append(item)
-        reply = self.cache.match(items)
+        reply = self.cache.match([match_item(r, key, lock=True, max_match_tokens=max(key - 1, 0),
+                                             allocate_up_to=up_to, compute_tokens=n)
+                                  for r, key, n in zip(reqs, keys, totals)])
         if hop_trace.enabled():
             for r in reqs:
                 hop_trace.mark(r.rid, "match_back")
@@ -269,12 +272,7 @@ class Planner:
         return locked, reply.receipt.after, allocated
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
-        items = []
-        for r in reqs:
-            item = cache_pb2.MatchItem(request_id=r.rid, namespace=r.params.namespace, lock=False)
-            r.extend_ids(item.token_ids, 0, len(r.prompt_ids) + len(r.output_ids))
-            items.append(item)
-        reply = self.cache.match(items)
+        reply = self.cache.match([match_item(r, len(r.prompt_ids) + len(r.output_ids), lock=False) for r in reqs])
         by_id = {r.request_id: r.cached_tokens for r in reply.results}
         return [by_id[r.rid] for r in reqs]
 

@@ -132,13 +132,6 @@ class Req:
         if end > n:
             dst.extend(self.output_ids[max(start - n, 0):end - n])
 
-    def ids_between(self, start: int, end: int) -> list[int]:
-        """``all_ids[start:end]`` without building the whole list (decode reads one token per step)."""
-        n = len(self.prompt_ids)
-        if start >= n:
-            return self.output_ids[start - n:end - n]
-        return self.prompt_ids[start:end] + self.output_ids[:max(0, end - n)]
-
     @property
     def pending_tokens(self) -> int:
         """Tokens whose KV is not written yet for the current admission (prefill rest, or 1 in decode)."""

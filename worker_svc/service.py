@@ -44,21 +44,16 @@ def sampling_of(p: common_pb2.SamplingParams) -> SamplingParams:
     return params
 
 
-def _ints(field) -> tuple[int, ...]:
-    """A repeated int field as a tuple (``common.proto_ints``: long ones through numpy)."""
-    return as_tuple(field)
-
-
 def item_from_proto(m: worker_pb2.ForwardItem) -> ForwardItem:
     """A ForwardItem message as the engine's frozen ForwardItem (repeated fields as tuples of ints)."""
     steps = m.decode_steps
     return ForwardItem.make(
-        request_id=m.request_id, input_ids=_ints(m.input_ids), position_start=m.position_start,
-        slot_ids=_ints(m.slot_ids), has_prefix=m.has_prefix, prefix_slot_ids=_ints(m.prefix_slot_ids),
-        prefix_token_ids=_ints(m.prefix_token_ids), sampling=sampling_of(m.sampling), sample=m.sample,
+        request_id=m.request_id, input_ids=as_tuple(m.input_ids), position_start=m.position_start,
+        slot_ids=as_tuple(m.slot_ids), has_prefix=m.has_prefix, prefix_slot_ids=as_tuple(m.prefix_slot_ids),
+        prefix_token_ids=as_tuple(m.prefix_token_ids), sampling=sampling_of(m.sampling), sample=m.sample,
         return_logprob=m.return_logprob, top_logprobs_num=m.top_logprobs_num,
         return_prompt_logprobs=m.return_prompt_logprobs, prompt_len=m.prompt_len,
-        decode_steps=max(steps, 1) if steps >= 0 else steps, stop_token_ids=_ints(m.stop_token_ids),
+        decode_steps=max(steps, 1) if steps >= 0 else steps, stop_token_ids=as_tuple(m.stop_token_ids),
         input_from_last_sample=m.input_from_last_sample)
 
 
