@@ -20,7 +20,7 @@ import time
 from codeserve.v1 import cache_pb2, common_pb2, scheduler_pb2
 from common.proto_ints import as_list
 from scheduler_svc.batch import Entry, forward_item
-from scheduler_svc.planner import match_item
+from scheduler_svc.admission_match import match_item
 from scheduler_svc.request import Params, Req
 from scheduler_svc.requests import written_item
 

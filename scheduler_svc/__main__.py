@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
                    help="chunked prefill pipelined: send a long prompt's next chunk while the one before it runs, "
                         "so the worker does not idle between chunks")
+    p.add_argument("--early-match", action=argparse.BooleanOptionalAction, default=True,
+                   help="send an arrival's admission Match from the thread that received it, while it waits for the "
+                        "loop (fcfs only; scheduler_svc/early_match.py)")
     p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE,
                    help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
                         "(an arrival's extend that reaches the worker before N+1 started still goes first); "
@@ -116,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
                           decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps,
                           overlap=args.overlap, overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
-                          chunk_pipeline=args.chunk_pipeline, chain_admissions=args.chain_admissions)
+                          chunk_pipeline=args.chunk_pipeline, chain_admissions=args.chain_admissions,
+                          early_match=args.early_match)
     from scheduler_svc.worker_client import WorkerClient
 
     liveness = None
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
              decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
              overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
-             chunk_pipeline=cfg.chunk_pipeline, chain_admissions=cfg.chain_admissions,
+             chunk_pipeline=cfg.chunk_pipeline, chain_admissions=cfg.chain_admissions, early_match=cfg.early_match,
              worker_stall_timeout=args.worker_stall_timeout)
 
     serving = True

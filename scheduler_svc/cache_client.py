@@ -14,7 +14,7 @@ import grpc
 from codeserve.v1 import cache_pb2, cache_pb2_grpc
 from common.shortfall import decode_shortfall
 from scheduler_svc.errors import AllocationFailed, PoolHeld, SessionLost
-from scheduler_svc.rpc import call, dependency_channel
+from scheduler_svc.rpc import call, dependency_channel, mapped_error
 
 
 def _op() -> str:
@@ -52,6 +52,10 @@ class CacheClient:
         self._stub = cache_pb2_grpc.CacheStub(self._chan)
         self.session_id = ""
         self._deferred: list[cache_pb2.BatchOp] = []  # sent ahead of the next request operation
+        # ids whose end (finished cache item, release) is deferred or in a call not yet answered: until it is done
+        # the cache still holds them, so an early Match (``match_early``) must not register that id again. Written by
+        # the loop thread (before the intake forgets the request), read by servicer threads (a set lookup)
+        self.ending: set[str] = set()
         # held while deferred operations are queued or sent: a Flush from another thread (the FlushCache RPC) then
         # goes after everything deferred before it, so it evicts what requests answered before it cached
         self._order = threading.Lock()
@@ -69,6 +73,7 @@ class CacheClient:
         self.session_id = reply.session_id
         with self._order:
             self._deferred = []
+            self.ending = set()
         return reply
 
     # ---- deferred mutations ------------------------------------------------------------------------------
@@ -78,12 +83,14 @@ class CacheClient:
         if items:
             with self._order:
                 self._deferred.append(cache_pb2.BatchOp(cache=self._cache_request(items)))
+                self.ending.update(i.request_id for i in items if i.finished)
 
     def defer_release(self, request_ids: list[str]) -> None:
         """``release_requests(request_ids)``, deferred as ``defer_cache`` is."""
         if request_ids:
             with self._order:
                 self._deferred.append(cache_pb2.BatchOp(release=self._release_request(request_ids)))
+                self.ending.update(request_ids)
 
     @property
     def deferred_ends(self) -> int:
@@ -100,7 +107,12 @@ class CacheClient:
     def _send_deferred(self) -> None:
         if self._deferred:
             self._call("Batch", cache_pb2.BatchRequest(ops=self._deferred))
-            self._deferred = []
+            self._sent_deferred()
+
+    def _sent_deferred(self) -> None:
+        """The deferred operations are done at the cache: the ids they ended may be registered again."""
+        self._deferred = []
+        self.ending = set()
 
     def _mutate(self, kind: str, name: str, request, on_error=_session_or_pool_lost):
         """Request operation ``name`` (BatchOp field ``kind``), after the deferred ones in one Batch when there
@@ -114,9 +126,9 @@ class CacheClient:
             try:
                 reply = self._call("Batch", cache_pb2.BatchRequest(ops=ops), on_error)
             except AllocationFailed:
-                self._deferred = []
+                self._sent_deferred()
                 raise
-            self._deferred = []
+            self._sent_deferred()
             return getattr(reply.results[-1], kind)
 
     def renew_session(self) -> cache_pb2.RenewSessionResponse:
@@ -133,6 +145,22 @@ class CacheClient:
     def match(self, items: list[cache_pb2.MatchItem]) -> cache_pb2.MatchResponse:
         return self._mutate("match", "Match", cache_pb2.MatchRequest(
             op_id=_op(), session_id=self.session_id, pool_id=self.pool_id, items=items))
+
+    def match_early(self, items: list[cache_pb2.MatchItem]) -> tuple[str, grpc.Future]:
+        """A Match sent now from any thread, not waited for and ahead of nothing deferred (``early_match.py``):
+        (the session it was sent in, its future). ``match_result`` waits for it. The caller keeps ids in
+        ``ending`` out of it."""
+        session_id = self.session_id
+        request = cache_pb2.MatchRequest(op_id=_op(), session_id=session_id, pool_id=self.pool_id, items=items)
+        return session_id, self._stub.Match.future(request, timeout=self.timeout)
+
+    def match_result(self, future: grpc.Future) -> cache_pb2.MatchResponse:
+        """The reply of a ``match_early`` future (waits for it). Raises what ``match`` would: DependencyUnavailable,
+        SessionLost, DependencyError (the call is not retried: a retry with a new op id could register twice)."""
+        try:
+            return future.result()
+        except grpc.RpcError as err:
+            raise mapped_error("cache", self.target, "Match", err, _session_or_pool_lost) from err
 
     def allocate(self, wants: list[tuple[str, int]]) -> cache_pb2.AllocateResponse:
         """Slots for ``(request_id, num_tokens)`` pairs, all or nothing."""

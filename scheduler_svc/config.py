@@ -37,6 +37,9 @@ class SchedulerConfig:
     # chunked prefill pipelined: the next chunk of a long prompt is allocated and sent while the one before it runs
     # (scheduler_svc/chunk_ahead.py), so the worker does not idle between the chunks of one prompt
     chunk_pipeline: bool = True
+    # an arrival's admission Match is sent by the servicer thread that received it, while it waits for the loop
+    # (scheduler_svc/early_match.py; fcfs only)
+    early_match: bool = True
 
     def __post_init__(self) -> None:
         if self.overlap_mode not in OVERLAP_MODES:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 from scheduler_svc.request import Req, State
 
@@ -30,9 +31,11 @@ class Intake:
         self.stopped_reason = ""
         self.busy_since = time.monotonic()   # when work arrived at an idle scheduler
 
-    def submit(self, req: Req, waiting_now: int) -> None:
+    def submit(self, req: Req, waiting_now: int, on_accept: Callable[[Req, int], None] | None = None) -> None:
         """Queues a validated request; ``waiting_now`` is the loop's waiting queue length (tokens not counted).
-        Raises QueueFull, SchedulerStopped, or ValueError when the request id is in use."""
+        ``on_accept(req, inbox)`` runs once it is accepted, before it is queued, under the lock (``inbox``: requests
+        queued ahead of it and not yet taken): ``EarlyMatch.start``. Raises QueueFull, SchedulerStopped, or
+        ValueError when the request id is in use."""
         with self._lock:
             if self.stopped_reason:
                 raise SchedulerStopped(self.stopped_reason)
@@ -40,6 +43,8 @@ class Intake:
                 raise QueueFull(f"waiting queue is full ({self.max_queued} requests)")
             if req.rid in self._live:
                 raise ValueError(f"request id {req.rid!r} is already in use")
+            if on_accept is not None:
+                on_accept(req, len(self._inbox))
             if not self._live:
                 self.busy_since = time.monotonic()
             self._live[req.rid] = req

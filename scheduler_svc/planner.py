@@ -25,6 +25,7 @@ from codeserve.v1 import cache_pb2
 from common import hop_trace
 from common.proto_ints import as_tuple
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
+from scheduler_svc.admission_match import locked_from, match_item, match_key
 from scheduler_svc.batch import Batch, Entry, slots_by_request
 from scheduler_svc.chain import continuation, continuation_batch
 from scheduler_svc.chunk_ahead import chunks_ahead, riders_ahead
@@ -41,21 +42,16 @@ from scheduler_svc.step_budget import StepBudget
 ADMIT_GROUP = 8  # waiting requests whose prefixes one admission Match locks at once
 
 
-def match_item(req: Req, key_len: int, **fields) -> cache_pb2.MatchItem:
-    """``req``'s MatchItem keyed by its first ``key_len`` ids (copied through ``Req.extend_ids``), with ``fields``."""
-    item = cache_pb2.MatchItem(request_id=req.rid, namespace=req.params.namespace, **fields)
-    req.extend_ids(item.token_ids, 0, key_len)
-    return item
-
-
 class Planner:
     """Plans extend and decode batches. ``cfg`` may be replaced between rounds (the loop's ``cfg`` setter).
     ``budget``: the loop's measurements for the decode steps a Forward may run under arrivals, asked with
-    ``cfg.adaptive_steps`` (``step_budget.py``; None: a new one that hears of no arrival, always K)."""
+    ``cfg.adaptive_steps`` (``step_budget.py``; None: a new one that hears of no arrival, always K). ``early``: the
+    EarlyMatch whose receipts admission uses for the requests that carry one (None: every Match is the loop's)."""
 
     def __init__(self, table: RequestTable, cache, cfg: SchedulerConfig, ratio: NewTokenRatio, stats: Stats,
-                 log, budget: StepBudget | None = None) -> None:
+                 log, budget: StepBudget | None = None, early=None) -> None:
         self.table, self.cache, self.cfg, self.ratio, self.stats, self.log = table, cache, cfg, ratio, stats, log
+        self.early = early
         self._preallocated: dict[str, tuple[int, ...]] = {}  # admitted this round, slots from their Match
         self.budget = budget if budget is not None else StepBudget()
 
@@ -201,13 +197,21 @@ class Planner:
         while at < len(queue) and budget > 0 and len(table.running) < cfg.max_running_requests:
             req = queue[at]
             if req.rid not in locked:
-                room = cfg.max_running_requests - len(table.running)
-                locked, counters, allocated = self._lock_prefixes(queue[at:at + min(ADMIT_GROUP, room)], budget)
+                early = self._early_locked(req, budget)
+                if early is not None:
+                    locked, counters, allocated = early
+                else:
+                    room = cfg.max_running_requests - len(table.running)
+                    group = queue[at:at + min(ADMIT_GROUP, room)]
+                    group = group[:next((i for i, r in enumerate(group) if r.early is not None), len(group))]
+                    locked, counters, allocated = self._lock_prefixes(group, budget)
             cached, slot_ids = locked.pop(req.rid)
             extend = len(req.all_ids) - cached
             decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
-            if not decision.admit and locked:  # the later candidates' locks may be what keeps it out
-                counters = table.unlock(queue[at + 1:at + 1 + len(locked)])  # the rest of its group
+            behind = self.early.settle(queue[at + 1 + len(locked):]) if not decision.admit and self.early else []
+            if not decision.admit and (locked or behind):  # the later candidates' locks may be what keeps it out
+                # the rest of its group, and the requests behind it that an early Match registered
+                counters = table.unlock(queue[at + 1:at + 1 + len(locked)] + behind)
                 locked = {}
                 decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
             at += 1
@@ -246,7 +250,7 @@ class Planner:
         locks, {rid: slots allocated}). Requests collecting prompt logprobs, and 1-token prompts, match nothing
         (empty key). Raises RuntimeError for a receipt without counters or a result that contradicts its item."""
         totals = [len(r.prompt_ids) + len(r.output_ids) for r in reqs]
-        keys = [0 if r.wants_prompt_logprobs or n < 2 else n for r, n in zip(reqs, totals)]  # key lengths
+        keys = [match_key(r) for r in reqs]
         up_to = budget if len(reqs) == 1 else 0
         if hop_trace.enabled():
             for r in reqs:
@@ -257,19 +261,21 @@ class Planner:
         if hop_trace.enabled():
             for r in reqs:
                 hop_trace.mark(r.rid, "match_back")
-        if not reply.receipt.HasField("after"):
-            raise RuntimeError(f"Match receipt without counters for {[r.rid for r in reqs]}: no budget is not a "
-                               f"budget of 0")
-        results = {r.request_id: r for r in reply.results}
-        locked = {}
-        for r, key in zip(reqs, keys):
-            res = results.get(r.rid)
-            if res is None or len(res.slot_ids) != res.cached_tokens or res.cached_tokens >= max(key, 1):
-                raise RuntimeError(f"Match receipt for {r.rid}: {res and res.cached_tokens} cached tokens, "
-                                   f"{res and len(res.slot_ids)} slots, key of {key} tokens")
-            locked[r.rid] = (res.cached_tokens, res.slot_ids)  # the reply's field: the ForwardItem copies it in C
-        allocated = {r.request_id: as_tuple(r.allocated_slot_ids) for r in reply.results if r.allocated_slot_ids}
-        return locked, reply.receipt.after, allocated
+        return locked_from(reqs, keys, reply)
+
+    def _early_locked(self, req: Req, budget: int):
+        """``_lock_prefixes``' answer for ``req`` from its early Match (``early_match.py``), or None when it has
+        none, it was sent in another session, or it allocated more than this round's ``budget`` (then its
+        registration is let go: the loop matches it again)."""
+        reply = self.early.reply(req) if self.early is not None else None
+        if reply is None:
+            return None
+        locked, counters, allocated = locked_from([req], [match_key(req)], reply)
+        if len(allocated.get(req.rid, ())) > budget:
+            self.table.unlock([req])
+            return None
+        self.stats.add("admissions_early_matched")
+        return locked, counters, allocated
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
         reply = self.cache.match([match_item(r, len(r.prompt_ids) + len(r.output_ids), lock=False) for r in reqs])

@@ -101,6 +101,8 @@ class Req:
     first_sent: bool = False
     sent_tokens: int = 0                 # output tokens already put on the stream
     stream: Any = None                   # scheduler_svc.output.OutputStream, set on submit
+    early: Any = None                    # its early Match in flight or answered (``early_match.Pending``), until
+    # the loop takes its receipt; set by the servicer thread before the request is queued
     out: "queue.SimpleQueue[scheduler_pb2.GenerateResponse | StreamEnd]" = field(default_factory=queue.SimpleQueue)
 
     @property

@@ -73,8 +73,9 @@ class RequestTable:
     ``resynced``); ``intake`` is told when a request ends (``forget``). Methods that call the cache or the worker
     raise their clients' errors."""
 
-    def __init__(self, cache, worker, intake: Intake, log) -> None:
+    def __init__(self, cache, worker, intake: Intake, log, early=None) -> None:
         self.cache, self.worker, self.intake, self.log = cache, worker, intake, log
+        self.early = early  # EarlyMatch: a waiting request it registered is released when aborted
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.finishing: list[Req] = []
@@ -215,6 +216,8 @@ class RequestTable:
         waiting_aborted = [r for r in self.aborting if r.state == State.WAITING]
         running_aborted = [r for r in self.aborting if r.state in live and r.rid not in held]
         self.aborting = [r for r in self.aborting if r.state in live and r.rid in held]
+        if waiting_aborted and self.early is not None:  # registered by an early Match: released (deferred)
+            self.cache.defer_release([r.rid for r in self.early.settle(waiting_aborted)])
         if running_aborted:
             written = [r for r in running_aborted if r.kv_len > 0]
             # deferred: sent ahead of the next admission's Match (or the next Allocate), whose counters then show it

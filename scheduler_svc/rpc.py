@@ -49,11 +49,17 @@ def call(service: str, target: str, rpc_name: str, method: Callable[..., Any], r
                 last = f"{code.name}: {err.details()}"
                 time.sleep(pause)
                 continue
-            if code in RETRY_CODES or code in OUTAGE_CODES:
-                raise DependencyUnavailable(service, target, f"{rpc_name}: {code.name}: {err.details()}"
-                                            f" after {attempt + 1} attempts") from err
-            mapped = on_error(err) if on_error else None
-            if mapped is not None:
-                raise mapped from err
-            raise DependencyError(service, rpc_name, code, err.details() or "") from err
+            raise mapped_error(service, target, rpc_name, err, on_error, attempts=attempt + 1) from err
     raise DependencyUnavailable(service, target, last)  # pragma: no cover - the loop always returns or raises
+
+
+def mapped_error(service: str, target: str, rpc_name: str, err: grpc.RpcError,
+                 on_error: Callable[[grpc.RpcError], Exception | None] | None = None, attempts: int = 1) -> Exception:
+    """The typed exception for a failed call (``call``'s mapping, after its retries or for a call sent once, such
+    as a ``.future()``): DependencyUnavailable for UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED; else what
+    ``on_error(err)`` returns, or DependencyError naming the service, RPC, code and details."""
+    code = err.code()
+    if code in RETRY_CODES or code in OUTAGE_CODES:
+        return DependencyUnavailable(service, target, f"{rpc_name}: {code.name}: {err.details()} after {attempts} attempts")
+    mapped = on_error(err) if on_error else None
+    return mapped if mapped is not None else DependencyError(service, rpc_name, code, err.details() or "")

@@ -48,6 +48,7 @@ from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.chunk_ahead import can_send_ahead
 from scheduler_svc.config import SchedulerConfig
+from scheduler_svc.early_match import EarlyMatch
 from scheduler_svc.errors import DependencyUnavailable, PoolHeld, SessionLost, WorkerEpochChanged, WorkerStalled
 from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
@@ -86,16 +87,15 @@ class Scheduler:
         self._stop = threading.Event()
         self._stats = Stats()
         self.ratio = NewTokenRatio()
-        self.table = RequestTable(cache, worker, self.intake, log)
+        self.early = EarlyMatch(cache, settings=lambda: self.cfg, waiting=lambda: self.table.snapshot[1])
+        self.table = RequestTable(cache, worker, self.intake, log, early=self.early)
         self.pipeline = Pipeline(worker, self.table.releases)
         self.budget = StepBudget()  # decode steps under arrivals (used with cfg.adaptive_steps)
-        self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log, self.budget)
+        self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log, self.budget, self.early)
         self.recovery = Recovery(cache, worker, cfg, log, liveness, self.table, self.pipeline, self._stop)
         self._cfg = cfg
 
-    @property
-    def cfg(self) -> SchedulerConfig:
-        return self._cfg
+    cfg = property(lambda self: self._cfg)
 
     @cfg.setter
     def cfg(self, cfg: SchedulerConfig) -> None:
@@ -141,7 +141,7 @@ class Scheduler:
         (the worker does not answer health checks: fail fast, never queue behind a frozen worker)."""
         if self.worker_stalled():
             raise self.recovery.stall_error()
-        self.intake.submit(req, self.table.snapshot[1])
+        self.intake.submit(req, self.table.snapshot[1], on_accept=self.early.start)
 
     def worker_stalled(self) -> bool:
         """True when the worker has not answered health checks past the stall timeout (False without liveness)."""

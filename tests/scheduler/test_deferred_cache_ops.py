@@ -9,15 +9,21 @@ from tests.scheduler.test_liveness import TOKEN, assert_pool_clean, ending, froz
 
 
 def cache_calls(sched) -> list[str]:
-    """The names of the cache RPCs ``sched``'s cache client sends from now on, in order (a list that grows)."""
+    """The names of the cache RPCs ``sched``'s cache client sends from now on, in order (a list that grows; an
+    early Match, sent by a servicer thread, is "Match" too)."""
     calls: list[str] = []
-    original = sched.cache._call
+    original, original_early = sched.cache._call, sched.cache.match_early
 
     def counted(name, request, *args, **kwargs):
         calls.append(name)
         return original(name, request, *args, **kwargs)
 
+    def counted_early(items):
+        calls.append("Match")
+        return original_early(items)
+
     sched.cache._call = counted
+    sched.cache.match_early = counted_early
     return calls
 
 
