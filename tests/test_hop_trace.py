@@ -55,9 +55,14 @@ def test_a_streamed_completion_meets_every_hop_in_order(tmp_path, monkeypatch) -
     finally:
         be.stop()
     marks = hop_report.load(str(trace))[f"{first['id']}-0"]
-    assert sorted(marks, key=marks.get) == HOPS, marks
+    order = sorted(marks, key=marks.get)
+    # a lone arrival is matched early (scheduler_svc/early_match.py): the servicer sends its Match before the loop
+    # takes it, and the loop takes it while that Match is out (before it reads the reply: match_back)
+    early = [h for h in HOPS if h != "taken"]
+    assert [h for h in order if h != "taken"] == early, marks
+    assert order.index("match_sent") < order.index("taken") < order.index("match_back"), marks
     table = hop_report.segments({"r": marks}, "first_chunk")
-    assert list(table) == [f"{a} -> {b}" for a, b in zip(HOPS, HOPS[1:])] + ["total"]
+    assert list(table) == [f"{a} -> {b}" for a, b in zip(order, order[1:])] + ["total"]
 
 
 def test_the_cache_marks_the_admission_match_only(tmp_path, monkeypatch, fresh_trace) -> None:
