@@ -226,6 +226,8 @@ ADAPTIVE_STEPS = ("adaptive decode steps stay on (scheduler_svc/step_budget.py);
 MIXED_CHUNK = ("mixed chunks stay off (they cost throughput on the H200, run 6); bench/serve_bench's mixed phase "
                "runs the scheduler with them for the A/B")
 
+EARLY_MATCH = ("an arrival's admission Match sent by the servicer thread (docs/scheduler.md); bench/editor_bench's "
+               "--scheduler-flags=--no-early-match is its A/B (bench/README.md, run 16)")
 CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/scheduler.md); bench/serve_bench's "
                     "nochain phase runs the scheduler without it for the A/B")
 
@@ -267,6 +269,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-chain-admissions": CHAIN_ADMISSIONS,
         "--adaptive-steps": ADAPTIVE_STEPS,
         "--no-adaptive-steps": ADAPTIVE_STEPS,
+        "--early-match": EARLY_MATCH,
+        "--no-early-match": EARLY_MATCH,
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",

@@ -51,10 +51,12 @@ class CacheClient:
         self._chan = dependency_channel(target)
         self._stub = cache_pb2_grpc.CacheStub(self._chan)
         self.session_id = ""
+        self.pool_session = ""  # the session whose RegisterPool was answered ("" from OpenSession until then)
         self._deferred: list[cache_pb2.BatchOp] = []  # sent ahead of the next request operation
         # ids whose end (finished cache item, release) is deferred or in a call not yet answered: until it is done
         # the cache still holds them, so an early Match (``match_early``) must not register that id again. Written by
-        # the loop thread (before the intake forgets the request), read by servicer threads (a set lookup)
+        # the loop thread (before the intake forgets the request), read by servicer threads (a set lookup). Requests
+        # forgotten without a release (``fail_all``, ``lose_finishing``) are freed by the resync that follows
         self.ending: set[str] = set()
         # held while deferred operations are queued or sent: a Flush from another thread (the FlushCache RPC) then
         # goes after everything deferred before it, so it evicts what requests answered before it cached
@@ -69,6 +71,7 @@ class CacheClient:
 
     def open_session(self, owner: str, lease_seconds: float) -> cache_pb2.OpenSessionResponse:
         """A new session: the old one's requests are released there, so what was deferred for them is dropped."""
+        self.pool_session = ""
         reply = self._call("OpenSession", cache_pb2.OpenSessionRequest(owner=owner, lease_seconds=lease_seconds))
         self.session_id = reply.session_id
         with self._order:
@@ -137,29 +140,37 @@ class CacheClient:
     def register_pool(self, page_size: int, members: Iterable[cache_pb2.PoolMember]) -> cache_pb2.RegisterPoolResponse:
         """Registers this client's pool for its session (which then holds it). Raises PoolHeld when a live
         session of another owner holds the pool, SessionLost when our session ended."""
-        return self._call("RegisterPool", cache_pb2.RegisterPoolRequest(
+        reply = self._call("RegisterPool", cache_pb2.RegisterPoolRequest(
             op_id=_op(), pool_id=self.pool_id, page_size=page_size, members=list(members),
             session_id=self.session_id), on_error=_registration)
+        self.pool_session = self.session_id  # a flush by this registration is behind: early Matches may go
+        return reply
 
     # ---- request operations (each after what is deferred) ----------------------------------------------------
     def match(self, items: list[cache_pb2.MatchItem]) -> cache_pb2.MatchResponse:
         return self._mutate("match", "Match", cache_pb2.MatchRequest(
             op_id=_op(), session_id=self.session_id, pool_id=self.pool_id, items=items))
 
-    def match_early(self, items: list[cache_pb2.MatchItem]) -> tuple[str, grpc.Future]:
-        """A Match sent now from any thread, not waited for and ahead of nothing deferred (``early_match.py``):
-        (the session it was sent in, its future). ``match_result`` waits for it. The caller keeps ids in
-        ``ending`` out of it."""
-        session_id = self.session_id
+    def match_early(self, items: list[cache_pb2.MatchItem]):
+        """A Match sent now from any thread, not waited for and ahead of nothing deferred (``early_match.py``), in
+        the session whose pool registration was answered: (that session, the request, its future); None before
+        that registration (a resync's RegisterPool may flush the pool). ``match_result`` waits for it. The caller
+        keeps ids in ``ending`` out of it."""
+        session_id = self.pool_session
+        if not session_id:
+            return None
         request = cache_pb2.MatchRequest(op_id=_op(), session_id=session_id, pool_id=self.pool_id, items=items)
-        return session_id, self._stub.Match.future(request, timeout=self.timeout)
+        return session_id, request, self._stub.Match.future(request, timeout=self.timeout)
 
-    def match_result(self, future: grpc.Future) -> cache_pb2.MatchResponse:
-        """The reply of a ``match_early`` future (waits for it). Raises what ``match`` would: DependencyUnavailable,
-        SessionLost, DependencyError (the call is not retried: a retry with a new op id could register twice)."""
+    def match_result(self, request: cache_pb2.MatchRequest, future: grpc.Future) -> cache_pb2.MatchResponse:
+        """The reply of a ``match_early`` future (waits for it); on UNAVAILABLE ``request`` is sent again as the
+        loop's calls are (the same op id: the cache answers a Match it ran with its first receipt). Raises what
+        ``match`` would: DependencyUnavailable, SessionLost, DependencyError."""
         try:
             return future.result()
         except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                return self._call("Match", request)
             raise mapped_error("cache", self.target, "Match", err, _session_or_pool_lost) from err
 
     def allocate(self, wants: list[tuple[str, int]]) -> cache_pb2.AllocateResponse:

@@ -5,24 +5,31 @@ Match costs the loop a cache round trip (~1.5-2 ms on the H200 hosts, most of it
 it takes no arrival and applies no Forward reply; and it starts only once the loop has taken the request. On the
 editor's path (H200 run 15, p50) the request waited 1.3 ms for the loop (``generate -> taken``) and then 1.8 ms for
 its Match. An early Match is sent as a ``.future()`` when the request is accepted (``Intake.submit``'s
-``on_accept``), so it runs while the request waits for the loop and while the loop does other work; the loop
-decides on its receipt when it reaches the request (``result``), exactly as on a Match of its own: the decision is
-taken on the counters after the lock, the ledger charges every admission of the round, and a request that does not
-fit is unlocked and stays waiting (it is matched again by the loop later).
+``on_accept``), so it runs while the request waits for the loop and while the loop does other work; the loop takes
+its receipt when it reaches the request (``reply``; it waits for it if it is not in yet).
 
-It is sent only when the receipt will be used soon and cannot hurt others: the fcfs policy (lpm orders the queue
-on prefix lengths first), fewer than ``MAX_WAITING`` requests waiting (under load the loop's group Match serves
-better, and a waiting request's lock and first chunk are held from nobody else), no prompt logprobs wanted, and
-the request id not being ended at the cache (``CacheClient.ending``: a deferred release of an earlier request with
-the same id would make the cache refuse the registration). Its first chunk (up to ``cfg.chunk_size``) is allocated
-from free pages in the same call (``MatchItem.allocate_up_to``); a round whose chunk budget is smaller releases it
-and matches again.
+An early receipt may only say yes. Its counters are older than the loop's round: they may predate releases
+deferred since (an abort just before the next keystroke) and already count the first chunks of other early
+Matches that the round's ledger charges again. So admission admits on it when the request fits; when it does not,
+the request is unlocked and judged on a Match of the loop's own, as without early Matches (``Planner._admit``).
 
-Where the early registration is let go: a deferred admission (``RequestTable.unlock``), an abort while waiting
-(``settle``, then a deferred release), a later head of the queue that does not fit while early-matched requests
-behind it hold locks (``Planner._admit``, as for a group), and a new session (the cache released the old one's
-requests: a receipt from another session is dropped). A failed early Match raises from ``result`` / ``settle``
-as the loop's own cache calls do (the loop resyncs).
+It is sent only when the receipt will be used soon: the fcfs policy (lpm orders the queue on prefix lengths
+first), fewer than ``MAX_WAITING`` requests waiting (under load the loop's group Match serves better), no prompt
+logprobs wanted, the pool registered in the current session (``CacheClient.pool_session``: a resync's
+RegisterPool may flush the pool), and the request id not being ended at the cache (``CacheClient.ending``: a
+deferred release of an earlier request with the same id would make the cache refuse the registration). Its first
+chunk (up to ``cfg.chunk_size``) is allocated from free pages in the same call (``MatchItem.allocate_up_to``); a
+round whose chunk budget is smaller lets it go and matches again. The Match carries none of the cache operations
+deferred by the loop: a keystroke's request may miss the few tokens the previous keystroke's aborted extend wrote
+(H200 run 16: the server's prefix hit rate was the same with and without early Matches, 0.96).
+
+Where an early registration is let go: a deferred admission (``RequestTable.unlock``), an abort while waiting
+(``settle``, then a deferred release), a head of the queue that does not fit while early-matched requests behind
+it hold locks (``Planner._admit``, as for a group), an Allocate the pool cannot fund (``Planner._let_go_early``,
+before anything running is retracted or failed), and a new session (the cache released the old one's requests: a
+receipt from another session is dropped; a worker stall that fails waiting requests holding one resyncs,
+``Recovery.on_worker_stalled``). A failed early Match raises from ``reply`` / ``settle`` as the loop's own cache
+calls do (the loop resyncs).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from common import hop_trace
-from scheduler_svc.admission_match import match_item, match_key
+from scheduler_svc.admission_match import locked_from, match_item, match_key
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.request import Req
 
@@ -40,9 +47,10 @@ MAX_WAITING = 4  # waiting requests (taken or not) above which an arrival is mat
 
 @dataclass
 class Pending:
-    """An early Match in flight or answered: the cache session it was sent in and its grpc future."""
+    """An early Match in flight or answered: the cache session it was sent in, its MatchRequest, its grpc future."""
 
     session_id: str
+    request: object
     future: object
 
 
@@ -59,26 +67,29 @@ class EarlyMatch:
         not yet taken ahead of it; sets ``req.early``. Called under the intake's lock, before ``req`` is queued:
         the loop never sees it without its ``early``."""
         cfg = self._settings()
-        if (not cfg.early_match or cfg.policy != "fcfs" or not self.cache.session_id
-                or inbox + self._waiting() >= MAX_WAITING or req.rid in self.cache.ending):
+        if (not cfg.early_match or cfg.policy != "fcfs" or inbox + self._waiting() >= MAX_WAITING
+                or req.rid in self.cache.ending):
             return
         key = match_key(req)
         if key == 0:
             return
+        if not self.cache.pool_session:
+            return
         n = len(req.prompt_ids) + len(req.output_ids)
         hop_trace.mark(req.rid, "match_sent")
-        session_id, future = self.cache.match_early([match_item(
+        sent = self.cache.match_early([match_item(
             req, key, lock=True, max_match_tokens=key - 1, allocate_up_to=cfg.chunk_size, compute_tokens=n)])
-        req.early = Pending(session_id, future)
+        if sent is not None:
+            req.early = Pending(*sent)
 
     def reply(self, req: Req):
         """Takes ``req.early`` (loop thread): its MatchResponse, or None when it has none or it was sent in another
         session (that session's registrations are gone with it). Waits for the reply when it is not in. Raises the
         cache client's errors."""
         pending, req.early = req.early, None
-        if pending is None or pending.session_id != self.cache.session_id:
+        if pending is None or pending.session_id != self.cache.pool_session:
             return None
-        reply = self.cache.match_result(pending.future)
+        reply = self.cache.match_result(pending.request, pending.future)
         hop_trace.mark(req.rid, "match_back")
         return reply
 
@@ -86,3 +97,27 @@ class EarlyMatch:
         """Those of ``reqs`` (waiting, loop thread) registered at the cache by their early Match, each waited for
         and taken (``req.early`` cleared): the caller releases them. Raises the cache client's errors."""
         return [r for r in reqs if r.early is not None and self.reply(r) is not None]
+
+    def locked(self, req: Req, budget: int, unlock: Callable[[list[Req]], object]):
+        """``Planner._lock_prefixes``' answer for ``req`` from its early Match: ({rid: (cached, slots)}, counters,
+        {rid: allocated slots}); None when it has none, it was sent in another session, or it allocated more than
+        this round's chunk ``budget`` (then it is let go through ``unlock``: the loop matches it again). Raises
+        the cache client's errors, and RuntimeError for a receipt that contradicts its item."""
+        reply = self.reply(req)
+        if reply is None:
+            return None
+        locked, counters, allocated = locked_from([req], [match_key(req)], reply)
+        if len(allocated.get(req.rid, ())) > budget:
+            unlock([req])
+            return None
+        return locked, counters, allocated
+
+    def let_go(self, waiting: list[Req], unlock: Callable[[list[Req]], object], log) -> bool:
+        """Relief before an allocation failure retracts or fails anything: the early registrations of ``waiting``
+        (their locks and first chunks) are released through ``unlock`` (they are matched again by the loop later).
+        True when some were."""
+        held = self.settle(waiting)
+        if held:
+            unlock(held)
+            log.info("early_matches_let_go", requests=len(held))
+        return bool(held)

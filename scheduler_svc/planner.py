@@ -75,7 +75,7 @@ class Planner:
         if not plan:
             return None
         try:
-            slots = self._allocate(plan)
+            slots = self._allocate_relieved(plan)
         except AllocationFailed as exc:
             # New admissions go back first (released: nothing of theirs was written); continuing chunks retry.
             self.log.warning("extend_allocation_failed", error=str(exc), requests=len(plan), continuing=len(continuing))
@@ -137,11 +137,22 @@ class Planner:
         (``_lock_prefixes``) takes those, the rest come from one Allocate (none when nothing is left). Raises
         AllocationFailed (the preallocated stay with their requests: a retract releases them) or RuntimeError for
         a receipt that delivered other counts."""
-        pre = {r.rid: self._preallocated.pop(r.rid) for r, _ in plan if r.rid in self._preallocated}
+        pre = {r.rid: self._preallocated[r.rid] for r, _ in plan if r.rid in self._preallocated}
         rest = [(r, n) for r, n in plan if r.rid not in pre]
         slots = slots_by_request(self.cache.allocate([(r.rid, n) for r, n in rest]), rest) if rest else {}
+        for rid in pre:
+            del self._preallocated[rid]
         self.stats.add("admissions_allocated_by_match", len(pre))
         return {**slots, **pre}
+
+    def _allocate_relieved(self, plan: list[tuple[Req, int]]) -> dict[str, tuple[int, ...]]:
+        """``_allocate``, once more after ``_let_go_early`` when the pool cannot fund it. Raises AllocationFailed."""
+        try:
+            return self._allocate(plan)
+        except AllocationFailed:
+            if not self._let_go_early():
+                raise
+        return self._allocate(plan)
 
     def _riders_ahead(self, inflight: Batch) -> tuple[Entry, ...]:
         """The decode riders of the extend behind ``inflight`` (``chunk_ahead.riders_ahead``), their slots
@@ -196,6 +207,7 @@ class Planner:
         at = 0
         while at < len(queue) and budget > 0 and len(table.running) < cfg.max_running_requests:
             req = queue[at]
+            early = None
             if req.rid not in locked:
                 early = self._early_locked(req, budget)
                 if early is not None:
@@ -208,6 +220,14 @@ class Planner:
             cached, slot_ids = locked.pop(req.rid)
             extend = len(req.all_ids) - cached
             decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
+            if early is not None and not decision.admit:  # an early receipt only says yes (early_match.py)
+                table.unlock([req])
+                early = None
+                locked, counters, allocated = self._lock_prefixes([req], budget)
+                cached, slot_ids = locked.pop(req.rid)
+                extend = len(req.all_ids) - cached
+                decision = ledger.decide(counters, extend, req.remaining_new_tokens, self.ratio.value, pool_idle)
+            self.stats.add("admissions_early_matched", int(early is not None and decision.admit))
             behind = self.early.settle(queue[at + 1 + len(locked):]) if not decision.admit and self.early else []
             if not decision.admit and (locked or behind):  # the later candidates' locks may be what keeps it out
                 # the rest of its group, and the requests behind it that an early Match registered
@@ -264,18 +284,12 @@ class Planner:
         return locked_from(reqs, keys, reply)
 
     def _early_locked(self, req: Req, budget: int):
-        """``_lock_prefixes``' answer for ``req`` from its early Match (``early_match.py``), or None when it has
-        none, it was sent in another session, or it allocated more than this round's ``budget`` (then its
-        registration is let go: the loop matches it again)."""
-        reply = self.early.reply(req) if self.early is not None else None
-        if reply is None:
-            return None
-        locked, counters, allocated = locked_from([req], [match_key(req)], reply)
-        if len(allocated.get(req.rid, ())) > budget:
-            self.table.unlock([req])
-            return None
-        self.stats.add("admissions_early_matched")
-        return locked, counters, allocated
+        """``EarlyMatch.locked`` (None without early Matches)."""
+        return self.early.locked(req, budget, self.table.unlock) if self.early is not None else None
+
+    def _let_go_early(self) -> bool:
+        """``EarlyMatch.let_go`` of the waiting requests (False without early Matches)."""
+        return self.early is not None and self.early.let_go(list(self.table.waiting), self.table.unlock, self.log)
 
     def _prefix_lengths(self, reqs: list[Req]) -> list[int]:
         reply = self.cache.match([match_item(r, len(r.prompt_ids) + len(r.output_ids), lock=False) for r in reqs])
@@ -300,6 +314,8 @@ class Planner:
             try:
                 reply = self.cache.allocate([(r.rid, k) for r, k in plan])
             except AllocationFailed as exc:
+                if self._let_go_early():  # waiting requests' early first chunks go before anything running
+                    continue
                 if max_steps > 1:  # fund one step for everyone before retracting anyone
                     self.log.info("multistep_allocation_failed", error=str(exc), running=len(decoding))
                     max_steps = 1
@@ -339,7 +355,13 @@ class Planner:
             reply = self.cache.allocate([(r.rid, k) for r, k in asked])
         except AllocationFailed as exc:
             self.log.info("overlap_allocation_failed", error=str(exc), running=len(asked))
-            return None
+            if not self._let_go_early():
+                return None
+            try:
+                reply = self.cache.allocate([(r.rid, k) for r, k in asked])
+            except AllocationFailed as again:
+                self.log.info("overlap_allocation_failed", error=str(again), running=len(asked))
+                return None
         batch = continuation_batch(plan, first, slots_by_request(reply, asked))
         steps = max(k for _, k in asked)
         self._funded(steps, time.perf_counter() - t0)

@@ -204,8 +204,10 @@ class Recovery:
         resync follows when the worker answers again (when anything was sent or held). Waits a moment on
         ``wake`` (the intake's event)."""
         table = self.table
-        sent = bool(table.running or self.pipeline or table.finishing or self.stale)
         table.take_new()
+        # a waiting request registered by its early Match holds a lock and slots: the new session frees them
+        sent = bool(table.running or self.pipeline or table.finishing or self.stale
+                    or any(r.early is not None for r in table.waiting))
         failed = len(table.waiting) + len(table.running)
         if failed or sent:
             self.log.error("worker_stalled", error=str(exc), failed=failed, in_flight=len(self.pipeline),

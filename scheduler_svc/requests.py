@@ -214,10 +214,11 @@ class RequestTable:
             return
         live = (State.PREFILL, State.DECODE)
         waiting_aborted = [r for r in self.aborting if r.state == State.WAITING]
+        if waiting_aborted and self.early is not None:  # registered by an early Match: released (deferred). First:
+            # when it raises, every flagged request is still pending for the round after the resync
+            self.cache.defer_release([r.rid for r in self.early.settle(waiting_aborted)])
         running_aborted = [r for r in self.aborting if r.state in live and r.rid not in held]
         self.aborting = [r for r in self.aborting if r.state in live and r.rid in held]
-        if waiting_aborted and self.early is not None:  # registered by an early Match: released (deferred)
-            self.cache.defer_release([r.rid for r in self.early.settle(waiting_aborted)])
         if running_aborted:
             written = [r for r in running_aborted if r.kv_len > 0]
             # deferred: sent ahead of the next admission's Match (or the next Allocate), whose counters then show it

@@ -1,9 +1,11 @@
 """Early Match (``scheduler_svc/early_match.py``): an arrival's locking Match is sent by the thread that accepts it,
 and the loop admits on its receipt. On the real cache service (a real gRPC server and CacheClient): the admission
-uses the early receipt and sends no Match of its own; a waiting request aborted, deferred, or behind a head that
-does not fit lets its early registration go (nothing leaked); a receipt of an older session is dropped; an id
-whose end is still deferred at the cache is not matched early; lpm and the flag turn it off. End to end through
-the loop: tests/scheduler/test_admission_round_trip.py and the editor burst tests."""
+uses the early receipt and sends no Match of its own; an early receipt only says yes (a no is judged again on the
+loop's own Match); a waiting request aborted, behind a head that does not fit, or in the way of a running
+request's decode Allocate lets its early registration go (nothing leaked, nothing retracted or failed); a receipt
+of an older session is dropped, and none is sent before the pool's registration is answered; an id whose end is
+still deferred at the cache is not matched early; lpm and the flag turn it off. End to end through the loop:
+tests/scheduler/test_admission_round_trip.py, tests/test_hop_trace.py and the editor burst tests."""
 
 from __future__ import annotations
 
@@ -103,6 +105,7 @@ def test_a_waiting_request_aborted_lets_its_early_registration_go():
         b = p.submit(_req("b", range(50, 80)))  # matched early, waits (no room)
         p.table.take_new()
         assert p.planner.extend(new_only=True) is None and b.early is not None  # a's chunk is in flight
+        b.early.future.result()  # the early Match is in before the pool is read
         assert p.counters().available == CAPACITY - 37 - 30  # b's first chunk is held while it waits
         p.intake.abort("b", "client")
         p.table.abort()
@@ -172,3 +175,49 @@ def test_a_queue_of_waiting_requests_is_matched_by_the_loop():
     with parts(chunk_size=64) as (p, core):
         reqs = [p.submit(_req(f"r{i}", range(100 * i + 1, 100 * i + 20))) for i in range(MAX_WAITING + 2)]
         assert [r.early is not None for r in reqs] == [True] * MAX_WAITING + [False, False]
+
+
+def test_an_early_no_is_judged_again_on_the_loops_own_match():
+    # the early receipt of a saw 56 free tokens: r held the rest. r was aborted before the loop reached a: its release
+    # is deferred (it rides the loop's next cache call), so a's receipt is stale. Refusing a on it ("an idle pool
+    # funds only 56") would fail a request that the now idle pool funds (it did before this test)
+    with parts(chunk_size=256) as (p, core):
+        r = p.submit(_req("r", range(1000, 1200)))
+        p.table.take_new()
+        p.planner.extend()
+        a = p.submit(_req("a", range(10, 110)))
+        a.early.future.result()
+        p.intake.abort("r", "client")
+        p.table.abort()  # r ends mid-prefill: released with the next cache call
+        p.table.take_new()
+        batch = p.planner.extend()
+        assert not hasattr(a.stream, "failed"), a.stream.failed
+        assert batch is not None and [e.req.rid for e in batch.entries] == ["a"] and a.state == State.PREFILL
+        assert p.stats.counts["admissions_early_matched"] == 1  # r; a was admitted on the loop's Match
+        assert r not in p.table.running
+        assert core.check_integrity("default") == []
+
+
+def test_a_decode_allocation_lets_waiting_early_chunks_go_before_failing_a_running_request():
+    with parts(chunk_size=256, max_running_requests=1) as (p, core):
+        r = p.submit(_req("r", range(10, 70), max_new=8))
+        p.table.take_new()
+        p.planner.extend()
+        r.kv_len, r.phase = 60, State.DECODE  # its prefill ran
+        b = p.submit(_req("b", range(1000, 1196)))  # waits (no room); its early Match takes every free slot
+        b.early.future.result()
+        p.table.take_new()
+        assert p.counters().available == 0
+        batch = p.planner.decode()
+        assert batch is not None and [e.req.rid for e in batch.entries] == ["r"]  # was: r failed, "pool too small"
+        assert r in p.table.running and b.early is None and list(p.table.waiting) == [b]
+        assert p.counters().available == CAPACITY - 61
+        assert core.check_integrity("default") == []
+
+
+def test_no_early_match_before_the_pool_is_registered_in_the_session():
+    with parts() as (p, core):
+        p.cache.open_session("t", 30.0)  # a resync: its RegisterPool may flush the pool
+        assert p.submit(_req("a", range(10, 47))).early is None
+        p.cache.register_pool(1, [cache_pb2.PoolMember(worker_id="w", epoch="e", capacity_tokens=CAPACITY)])
+        assert p.submit(_req("b", range(10, 47))).early is not None
