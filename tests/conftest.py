@@ -5,9 +5,14 @@ function is decorated, and triton.language's own helpers (``tl.zeros``, ``tl.cdi
 imported: if any test imported it before an interpreter test set the variable, that test's kernels fail with
 "Cannot call @triton.jit'd outside of the scope of a kernel". Set it before anything imports Triton (CI has no
 Triton: the interpreter tests skip there, naming it).
+
+grpcio runs as every service process runs it (``common/grpc_env.py``: its EventEngine client and listener off), set
+before anything imports grpc.
 """
 
 import os
+
+import common.grpc_env  # noqa: F401  (before grpc is imported)
 
 import torch
 
