@@ -6,7 +6,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
         [--overlap-mode queued|just-in-time] [--rtt-ms 0] [--background N --probes 40]
         [--chunk-size 8192] [--chunk-pipeline | --no-chunk-pipeline] [--long N] [--json PATH]
         [--background N --rate R --seconds S] [--no-adaptive-steps] [--run-weight 0.25] [--decode-forward-ms 0]
-        [--extend-forward-ms 0.3] [--hop-trace DIR] [--typists N --seconds S]
+        [--extend-forward-ms 0.3] [--hop-trace DIR] [--typists N --seconds S] [--no-early-match]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -160,6 +160,8 @@ def main() -> None:
     ap.add_argument("--chunk-size", type=int, default=8192)
     ap.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
                     help="send a prompt's next chunk (or the next admissions) while the extend before it runs")
+    ap.add_argument("--early-match", action=argparse.BooleanOptionalAction, default=True,
+                    help="the scheduler's early Match (scheduler_svc/early_match.py)")
     ap.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=False,
                     help="decoding requests ride in extend batches (the scheduler's --mixed-chunk)")
     ap.add_argument("--typists", type=int, default=0, help="typist mode: this many simulated typists (module doc)")
@@ -177,7 +179,8 @@ def main() -> None:
     sched = Scheduler(CacheClient(f"127.0.0.1:{server.port}", "default"), worker,
                       SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap,
                                       overlap_mode=a.overlap_mode, chunk_size=a.chunk_size, max_running_requests=256,
-                                      chunk_pipeline=a.chunk_pipeline, mixed_chunk=a.mixed_chunk), structlog.get_logger())
+                                      chunk_pipeline=a.chunk_pipeline, mixed_chunk=a.mixed_chunk,
+                                      early_match=a.early_match), structlog.get_logger())
     sched.budget.run_weight = a.run_weight
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
