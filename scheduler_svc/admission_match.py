@@ -7,9 +7,13 @@ from common.proto_ints import as_tuple
 from scheduler_svc.request import Req
 
 
-def match_item(req: Req, key_len: int, **fields) -> cache_pb2.MatchItem:
-    """``req``'s MatchItem keyed by its first ``key_len`` ids (copied through ``Req.extend_ids``), with ``fields``."""
-    item = cache_pb2.MatchItem(request_id=req.rid, namespace=req.params.namespace, **fields)
+def match_item(req: Req, key_len: int, into: cache_pb2.MatchItem | None = None, **fields) -> cache_pb2.MatchItem:
+    """``req``'s MatchItem keyed by its first ``key_len`` ids (copied through ``Req.extend_ids``), with ``fields``;
+    filled ``into`` an item already in a request (``request.items.add()``: no copy of the ids) when given."""
+    item = into if into is not None else cache_pb2.MatchItem()
+    item.request_id, item.namespace = req.rid, req.params.namespace
+    for name, value in fields.items():
+        setattr(item, name, value)
     req.extend_ids(item.token_ids, 0, key_len)
     return item
 

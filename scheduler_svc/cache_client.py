@@ -12,6 +12,7 @@ from typing import Iterable
 import grpc
 
 from codeserve.v1 import cache_pb2, cache_pb2_grpc
+from common.poller_keeper import PollerKeeper
 from common.shortfall import decode_shortfall
 from scheduler_svc.errors import AllocationFailed, PoolHeld, SessionLost
 from scheduler_svc.rpc import call, dependency_channel, mapped_error
@@ -49,6 +50,7 @@ class CacheClient:
     def __init__(self, target: str, pool_id: str, timeout: float = 10.0) -> None:
         self.target, self.pool_id, self.timeout = target, pool_id, timeout
         self._chan = dependency_channel(target)
+        self._keeper = PollerKeeper(self._chan)  # early Matches are sent with .future(): no thread started per call
         self._stub = cache_pb2_grpc.CacheStub(self._chan)
         self.session_id = ""
         self.pool_session = ""  # the session whose RegisterPool was answered ("" from OpenSession until then)
@@ -67,6 +69,7 @@ class CacheClient:
                     self.timeout if timeout is None else timeout, on_error)
 
     def close(self) -> None:
+        self._keeper.close()
         self._chan.close()
 
     def open_session(self, owner: str, lease_seconds: float) -> cache_pb2.OpenSessionResponse:
@@ -151,16 +154,20 @@ class CacheClient:
         return self._mutate("match", "Match", cache_pb2.MatchRequest(
             op_id=_op(), session_id=self.session_id, pool_id=self.pool_id, items=items))
 
-    def match_early(self, items: list[cache_pb2.MatchItem]):
-        """A Match sent now from any thread, not waited for and ahead of nothing deferred (``early_match.py``), in
-        the session whose pool registration was answered: (that session, the request, its future); None before
-        that registration (a resync's RegisterPool may flush the pool). ``match_result`` waits for it. The caller
-        keeps ids in ``ending`` out of it."""
+    def early_request(self) -> cache_pb2.MatchRequest | None:
+        """An empty MatchRequest (a new op id; the caller adds its items) in the session whose pool registration was
+        answered, for ``match_early``; None before that registration (a resync's RegisterPool may flush the pool).
+        Any thread."""
         session_id = self.pool_session
         if not session_id:
             return None
-        request = cache_pb2.MatchRequest(op_id=_op(), session_id=session_id, pool_id=self.pool_id, items=items)
-        return session_id, request, self._stub.Match.future(request, timeout=self.timeout)
+        return cache_pb2.MatchRequest(op_id=_op(), session_id=session_id, pool_id=self.pool_id)
+
+    def match_early(self, request: cache_pb2.MatchRequest) -> grpc.Future:
+        """Sends ``request`` (from ``early_request``) now from any thread, not waited for and ahead of nothing
+        deferred (``early_match.py``): its future, which ``match_result`` waits for. The caller keeps ids in
+        ``ending`` out of it."""
+        return self._stub.Match.future(request, timeout=self.timeout)
 
     def match_result(self, request: cache_pb2.MatchRequest, future: grpc.Future) -> cache_pb2.MatchResponse:
         """The reply of a ``match_early`` future (waits for it); on UNAVAILABLE ``request`` is sent again as the

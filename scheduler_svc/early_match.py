@@ -4,9 +4,11 @@ The loop admits a waiting request on the receipt of a locking Match (``Planner._
 Match costs the loop a cache round trip (~1.5-2 ms on the H200 hosts, most of it two grpcio crossings) during which
 it takes no arrival and applies no Forward reply; and it starts only once the loop has taken the request. On the
 editor's path (H200 run 15, p50) the request waited 1.3 ms for the loop (``generate -> taken``) and then 1.8 ms for
-its Match. An early Match is sent as a ``.future()`` when the request is accepted (``Intake.submit``'s
-``on_accept``), so it runs while the request waits for the loop and while the loop does other work; the loop takes
-its receipt when it reaches the request (``reply``; it waits for it if it is not in yet).
+its Match. An early Match is sent as a ``.future()`` when the request is accepted (``submit``: built before the
+intake's lock, claimed under it by ``Intake.submit``'s ``on_accept``, sent after it: ~20 us under the lock instead of
+~220-550), so it runs while the request waits for the loop and while the loop does other work; the loop takes its
+receipt when it reaches the request (``reply``; it waits for the send and the reply if they are not done yet). The
+cache client's channel holds a call open (``PollerKeeper``) so a ``.future()`` starts no thread of its own.
 
 An early receipt may only say yes. Its counters are older than the loop's round: they may predate releases
 deferred since (an abort just before the next keystroke) and already count the first chunks of other early
@@ -34,12 +36,14 @@ calls do (the loop resyncs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Callable
 
 from common import hop_trace
 from scheduler_svc.admission_match import locked_from, match_item, match_key
 from scheduler_svc.config import SchedulerConfig
+from scheduler_svc.errors import DependencyUnavailable
 from scheduler_svc.request import Req
 
 MAX_WAITING = 4  # waiting requests (taken or not) above which an arrival is matched by the loop
@@ -47,11 +51,17 @@ MAX_WAITING = 4  # waiting requests (taken or not) above which an arrival is mat
 
 @dataclass
 class Pending:
-    """An early Match in flight or answered: the cache session it was sent in, its MatchRequest, its grpc future."""
+    """An early Match claimed for a request: its MatchRequest (and the session in it), then its grpc future once
+    sent (``sent`` is set then, or with ``error`` when the send raised)."""
 
-    session_id: str
     request: object
-    future: object
+    future: object = None
+    error: BaseException | None = None
+    sent: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def session_id(self) -> str:
+        return self.request.session_id
 
 
 class EarlyMatch:
@@ -62,32 +72,68 @@ class EarlyMatch:
     def __init__(self, cache, settings: Callable[[], SchedulerConfig], waiting: Callable[[], int]) -> None:
         self.cache, self._settings, self._waiting = cache, settings, waiting
 
-    def start(self, req: Req, inbox: int) -> None:
-        """Sends ``req``'s locking Match now when allowed (module docstring), with ``inbox`` requests accepted and
-        not yet taken ahead of it; sets ``req.early``. Called under the intake's lock, before ``req`` is queued:
-        the loop never sees it without its ``early``."""
+    def prepare(self, req: Req):
+        """``req``'s early MatchRequest when the settings allow one (module docstring), else None. Any thread, before
+        ``req`` is submitted (building it, ~60 us, stays out of the intake's lock)."""
         cfg = self._settings()
-        if (not cfg.early_match or cfg.policy != "fcfs" or inbox + self._waiting() >= MAX_WAITING
-                or req.rid in self.cache.ending):
-            return
         key = match_key(req)
-        if key == 0:
+        if not cfg.early_match or cfg.policy != "fcfs" or key == 0:
+            return None
+        request = self.cache.early_request()
+        if request is not None:
+            match_item(req, key, into=request.items.add(), lock=True, max_match_tokens=key - 1,
+                       allocate_up_to=cfg.chunk_size, compute_tokens=len(req.prompt_ids) + len(req.output_ids))
+        return request
+
+    def submit(self, req: Req, submit: Callable[..., None]) -> None:
+        """``submit(on_accept)`` (``Intake.submit`` of ``req``) with ``req``'s early Match built before it
+        (``prepare``), claimed under the intake's lock (``claim``) and sent after it (``send``). Raises what
+        ``submit`` raises (nothing is sent then) and what the send raises."""
+        request = self.prepare(req)
+        if request is None:
+            submit(None)
             return
-        if not self.cache.pool_session:
+        claimed: list[Pending | None] = []
+        submit(lambda r, inbox: claimed.append(self.claim(r, request, inbox)))
+        self.send(req, claimed[0] if claimed else None)
+
+    def claim(self, req: Req, request, inbox: int) -> Pending | None:
+        """Sets ``req.early`` to ``request`` (from ``prepare``) and returns it when it may go now: fewer than
+        ``MAX_WAITING`` waiting with ``inbox`` accepted and not yet taken, the id not ending at the cache, the
+        session still the one whose pool registration was answered; else None. Called under the intake's lock,
+        once ``req`` is accepted and before it is queued: the loop never sees it without its ``early``."""
+        if (inbox + self._waiting() < MAX_WAITING and req.rid not in self.cache.ending
+                and request.session_id == self.cache.pool_session):
+            req.early = Pending(request)
+            return req.early
+        return None
+
+    def send(self, req: Req, pending: Pending | None) -> None:
+        """Sends ``pending`` (what ``claim`` returned: the loop may have taken ``req.early`` already; None: nothing
+        was claimed) and marks it sent. The request is queued by then: an error of the send (grpcio raises
+        ValueError on a closed channel) is kept for the loop, whose ``reply`` raises it as the cache call's failure."""
+        if pending is None:
             return
-        n = len(req.prompt_ids) + len(req.output_ids)
         hop_trace.mark(req.rid, "match_sent")
-        sent = self.cache.match_early([match_item(
-            req, key, lock=True, max_match_tokens=key - 1, allocate_up_to=cfg.chunk_size, compute_tokens=n)])
-        if sent is not None:
-            req.early = Pending(*sent)
+        try:
+            pending.future = self.cache.match_early(pending.request)
+        except Exception as exc:  # kept, not dropped: ``reply`` raises DependencyUnavailable with it
+            pending.error = exc
+        finally:
+            pending.sent.set()
 
     def reply(self, req: Req):
         """Takes ``req.early`` (loop thread): its MatchResponse, or None when it has none or it was sent in another
         session (that session's registrations are gone with it). Waits for the reply when it is not in. Raises the
         cache client's errors."""
         pending, req.early = req.early, None
-        if pending is None or pending.session_id != self.cache.pool_session:
+        if pending is None:
+            return None
+        pending.sent.wait()  # the servicer thread sends it right after queueing the request
+        if pending.error is not None:  # the loop resyncs, as for any failed cache call
+            raise DependencyUnavailable("cache", self.cache.target,
+                                        f"the early Match of {req.rid} was not sent: {pending.error!r}") from pending.error
+        if pending.session_id != self.cache.pool_session:
             return None
         reply = self.cache.match_result(pending.request, pending.future)
         hop_trace.mark(req.rid, "match_back")

@@ -141,7 +141,7 @@ class Scheduler:
         (the worker does not answer health checks: fail fast, never queue behind a frozen worker)."""
         if self.worker_stalled():
             raise self.recovery.stall_error()
-        self.intake.submit(req, self.table.snapshot[1], on_accept=self.early.start)
+        self.early.submit(req, lambda on_accept: self.intake.submit(req, self.table.snapshot[1], on_accept))
 
     def worker_stalled(self) -> bool:
         """True when the worker has not answered health checks past the stall timeout (False without liveness)."""

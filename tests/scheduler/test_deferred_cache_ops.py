@@ -18,9 +18,9 @@ def cache_calls(sched) -> list[str]:
         calls.append(name)
         return original(name, request, *args, **kwargs)
 
-    def counted_early(items):
+    def counted_early(request):
         calls.append("Match")
-        return original_early(items)
+        return original_early(request)
 
     sched.cache._call = counted
     sched.cache.match_early = counted_early

@@ -10,6 +10,7 @@ tests/scheduler/test_admission_round_trip.py, tests/test_hop_trace.py and the ed
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import pytest
 import structlog
@@ -18,6 +19,7 @@ from codeserve.v1 import cache_pb2, common_pb2
 from scheduler_svc.admission import NewTokenRatio
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.early_match import MAX_WAITING, EarlyMatch
+from scheduler_svc.errors import DependencyUnavailable
 from scheduler_svc.intake import Intake
 from scheduler_svc.planner import Planner
 from scheduler_svc.request import Params, Req, State
@@ -41,7 +43,7 @@ class Parts:
                                early=self.early)
 
     def submit(self, req: Req) -> Req:
-        self.intake.submit(req, self.table.snapshot[1], on_accept=self.early.start)
+        self.early.submit(req, lambda on_accept: self.intake.submit(req, self.table.snapshot[1], on_accept))
         return req
 
     def counters(self) -> cache_pb2.Counters:
@@ -221,3 +223,32 @@ def test_no_early_match_before_the_pool_is_registered_in_the_session():
         assert p.submit(_req("a", range(10, 47))).early is None
         p.cache.register_pool(1, [cache_pb2.PoolMember(worker_id="w", epoch="e", capacity_tokens=CAPACITY)])
         assert p.submit(_req("b", range(10, 47))).early is not None
+
+
+def test_the_match_is_sent_after_the_intake_lock_and_the_loop_waits_for_the_send():
+    # claimed under the intake's lock (the loop may take the request at once), sent after it: the loop's reply waits
+    # for the send instead of reading an early Match that is not out yet
+    with parts(chunk_size=64) as (p, core):
+        a = _req("a", range(10, 47))
+        request = p.early.prepare(a)
+        held = []
+        p.intake.submit(a, 0, lambda r, inbox: held.append(p.early.claim(r, request, inbox)))
+        assert a.early is held[0] and not a.early.sent.is_set()
+        sender = threading.Timer(0.2, p.early.send, (a, held[0]))
+        sender.start()
+        p.table.take_new()
+        batch = p.planner.extend()  # waits for the send, then admits on the early receipt
+        sender.join()
+        assert [e.req.rid for e in batch.entries] == ["a"] and p.stats.counts["admissions_early_matched"] == 1
+
+
+def test_a_send_that_failed_is_a_cache_failure_in_the_loop_not_in_the_servicer():
+    with parts(chunk_size=64) as (p, core):
+        def closed(request):
+            raise ValueError("Cannot invoke RPC on closed channel!")
+
+        p.cache.match_early = closed
+        p.submit(_req("a", range(10, 47)))  # accepted and queued: the servicer does not fail the call
+        p.table.take_new()
+        with pytest.raises(DependencyUnavailable, match="was not sent"):  # the loop resyncs, as for a failed call
+            p.planner.extend()
