@@ -13,7 +13,7 @@ gateway ``http_in`` (the middleware read the body), ``call`` (the Generate call 
 ``first_message`` (its first message arrived), ``first_chunk`` (the first event is handed to the HTTP server);
 scheduler ``generate`` (the servicer took the call), ``taken`` (the loop took it), ``match_sent`` / ``match_back``
 (its admission Match was sent / its reply read by the loop; an early Match, ``scheduler_svc/early_match.py``, is
-sent by the servicer thread, before ``taken``; cache ``cache_in``, ``match_in`` / ``match_out`` between them: the call
+sent by the servicer thread, around ``taken``; cache ``cache_in``, ``match_in`` / ``match_out`` between them: the call
 carrying it arrived (a Batch: before the operations deferred ahead of it), the servicer took it / built its
 reply), ``admitted`` (it was admitted), ``extend_sent`` (its first extend Forward was sent), ``extend_reply`` (that
 Forward's reply is being applied), ``first_token`` (its first token is on its stream), ``first_yield`` (the

@@ -21,12 +21,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
 REOPEN_PAUSE_S = 0.05  # between a stream's end and the next one (a server that refuses Watch cannot make it spin)
+# after a stream the keeper ended itself because the server said NOT_SERVING (it is draining: an open stream would
+# hold its graceful stop for the whole grace period); it is opened again then, and the server answers what it is
+NOT_SERVING_PAUSE_S = 0.5
 
 
 class PollerKeeper:
     """Holds a Health/Watch stream open on ``channel`` until ``close``, from a daemon thread that reads it (one
     message per serving-status change, a few bytes; a stream whose messages are not read never sees its end)
-    and opens it again when it ends (it then waits for the server while it is unreachable)."""
+    and opens it again when it ends (it then waits for the server while it is unreachable). A NOT_SERVING status
+    ends the stream from this side (a draining server's ``stop(grace)`` would wait the whole grace for it)."""
 
     def __init__(self, channel: grpc.Channel) -> None:
         self._stub = health_pb2_grpc.HealthStub(channel)
@@ -43,12 +47,16 @@ class PollerKeeper:
                 if self._closed:
                     return
                 call = self._call = self._stub.Watch(health_pb2.HealthCheckRequest(service=""), wait_for_ready=True)
+            pause = REOPEN_PAUSE_S
             try:
-                for _ in call:
+                for message in call:
                     self.answered += 1
+                    if message.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                        call.cancel()  # ends the iteration with CANCELLED
+                        pause = NOT_SERVING_PAUSE_S
             except grpc.RpcError:
                 pass  # the stream ended (the server went away, or ``close``): that is what this loop waits for
-            time.sleep(REOPEN_PAUSE_S)
+            time.sleep(pause)
 
     @property
     def held(self) -> bool:

@@ -26,7 +26,7 @@ deferred by the loop: a keystroke's request may miss the few tokens the previous
 (H200 run 16: the server's prefix hit rate was the same with and without early Matches, 0.96).
 
 Where an early registration is let go: a deferred admission (``RequestTable.unlock``), an abort while waiting
-(``settle``, then a deferred release), a head of the queue that does not fit while early-matched requests behind
+(``settle``, then a release), a head of the queue that does not fit while early-matched requests behind
 it hold locks (``Planner._admit``, as for a group), an Allocate the pool cannot fund (``Planner._let_go_early``,
 before anything running is retracted or failed), and a new session (the cache released the old one's requests: a
 receipt from another session is dropped; a worker stall that fails waiting requests holding one resyncs,
@@ -88,7 +88,7 @@ class EarlyMatch:
     def submit(self, req: Req, submit: Callable[..., None]) -> None:
         """``submit(on_accept)`` (``Intake.submit`` of ``req``) with ``req``'s early Match built before it
         (``prepare``), claimed under the intake's lock (``claim``) and sent after it (``send``). Raises what
-        ``submit`` raises (nothing is sent then) and what the send raises."""
+        ``submit`` raises (nothing is sent then); a failed send is the loop's to raise (``send``)."""
         request = self.prepare(req)
         if request is None:
             submit(None)
@@ -114,13 +114,15 @@ class EarlyMatch:
         ValueError on a closed channel) is kept for the loop, whose ``reply`` raises it as the cache call's failure."""
         if pending is None:
             return
-        hop_trace.mark(req.rid, "match_sent")
         try:
+            hop_trace.mark(req.rid, "match_sent")
             pending.future = self.cache.match_early(pending.request)
-        except Exception as exc:  # kept, not dropped: ``reply`` raises DependencyUnavailable with it
+        except BaseException as exc:  # kept, not dropped: ``reply`` raises DependencyUnavailable with it
             pending.error = exc
+            if not isinstance(exc, Exception):
+                raise
         finally:
-            pending.sent.set()
+            pending.sent.set()  # whatever happened: the loop never waits for a send that will not come
 
     def reply(self, req: Req):
         """Takes ``req.early`` (loop thread): its MatchResponse, or None when it has none or it was sent in another
@@ -130,11 +132,11 @@ class EarlyMatch:
         if pending is None:
             return None
         pending.sent.wait()  # the servicer thread sends it right after queueing the request
-        if pending.error is not None:  # the loop resyncs, as for any failed cache call
-            raise DependencyUnavailable("cache", self.cache.target,
-                                        f"the early Match of {req.rid} was not sent: {pending.error!r}") from pending.error
         if pending.session_id != self.cache.pool_session:
             return None
+        if pending.error is not None or pending.future is None:  # the loop resyncs, as for any failed cache call
+            raise DependencyUnavailable("cache", self.cache.target,
+                                        f"the early Match of {req.rid} was not sent: {pending.error!r}") from pending.error
         reply = self.cache.match_result(pending.request, pending.future)
         hop_trace.mark(req.rid, "match_back")
         return reply

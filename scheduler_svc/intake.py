@@ -34,7 +34,7 @@ class Intake:
     def submit(self, req: Req, waiting_now: int, on_accept: Callable[[Req, int], None] | None = None) -> None:
         """Queues a validated request; ``waiting_now`` is the loop's waiting queue length (tokens not counted).
         ``on_accept(req, inbox)`` runs once it is accepted, before it is queued, under the lock (``inbox``: requests
-        queued ahead of it and not yet taken): ``EarlyMatch.start``. Raises QueueFull, SchedulerStopped, or
+        queued ahead of it and not yet taken): ``EarlyMatch.claim``. Raises QueueFull, SchedulerStopped, or
         ValueError when the request id is in use."""
         with self._lock:
             if self.stopped_reason:

@@ -214,9 +214,10 @@ class RequestTable:
             return
         live = (State.PREFILL, State.DECODE)
         waiting_aborted = [r for r in self.aborting if r.state == State.WAITING]
-        if waiting_aborted and self.early is not None:  # registered by an early Match: released (deferred). First:
-            # when it raises, every flagged request is still pending for the round after the resync
-            self.cache.defer_release([r.rid for r in self.early.settle(waiting_aborted)])
+        registered = self.early.settle(waiting_aborted) if waiting_aborted and self.early is not None else []
+        if registered:  # by an early Match: released now (not deferred: a waiting request never counts as held).
+            # First: when it raises, every flagged request is still pending for the round after the resync
+            self.cache.release_requests([r.rid for r in registered])
         running_aborted = [r for r in self.aborting if r.state in live and r.rid not in held]
         self.aborting = [r for r in self.aborting if r.state in live and r.rid in held]
         if running_aborted:
