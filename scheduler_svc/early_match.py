@@ -65,7 +65,7 @@ class Pending:
 
 
 class EarlyMatch:
-    """Sends (``start``, any thread) and collects (``reply``, ``settle``, the loop thread) early Matches through
+    """Sends (``submit``, any thread) and collects (``reply``, ``settle``, the loop thread) early Matches through
     ``cache`` (a CacheClient). ``settings()`` is the loop's SchedulerConfig now (``early_match``, ``policy``;
     ``chunk_size``: the first chunk the Match allocates); ``waiting()`` the number of waiting requests."""
 
