@@ -216,13 +216,14 @@ def test_a_frozen_worker_fails_requests_fast_and_the_resync_waits_for_its_stale_
     assert sched.progress_ok() is False and sched.unhealthy_reason().startswith(STALL)
     sent = sum(e[0] == "send" for e in worker.events)
 
-    # health answers again; the Forward sent before the stall has not: no new Forward, no resync yet
-    worker.thaw()
-    assert liveness.probe_once() and not liveness.stalled() and sched.progress_ok()
-    d = submit("d", 7)
+    # health answers again; the Forward sent before the stall has not: no new Forward, no resync yet. What the resync
+    # will wait for is read before the thaw: the loop may start waiting on it before submit("d") returns
     first = worker.held[0][1]
     waited = first.waiters
     stale_seqs = {request.seq for request, _ in worker.held}
+    worker.thaw()
+    assert liveness.probe_once() and not liveness.stalled() and sched.progress_ok()
+    d = submit("d", 7)
     wait_until(lambda: first.waiters > waited, "the resync waiting for the stale Forward")
     assert sum(e[0] == "send" for e in worker.events) == sent and worker.events.count(("info",)) == 1
 
