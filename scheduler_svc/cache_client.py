@@ -55,11 +55,6 @@ class CacheClient:
         self.session_id = ""
         self.pool_session = ""  # the session whose RegisterPool was answered ("" from OpenSession until then)
         self._deferred: list[cache_pb2.BatchOp] = []  # sent ahead of the next request operation
-        # ids whose end (finished cache item, release) is deferred or in a call not yet answered: until it is done
-        # the cache still holds them, so an early Match (``match_early``) must not register that id again. Written by
-        # the loop thread (before the intake forgets the request), read by servicer threads (a set lookup). Requests
-        # forgotten without a release (``fail_all``, ``lose_finishing``) are freed by the resync that follows
-        self.ending: set[str] = set()
         # held while deferred operations are queued or sent: a Flush from another thread (the FlushCache RPC) then
         # goes after everything deferred before it, so it evicts what requests answered before it cached
         self._order = threading.Lock()
@@ -79,7 +74,6 @@ class CacheClient:
         self.session_id = reply.session_id
         with self._order:
             self._deferred = []
-            self.ending = set()
         return reply
 
     # ---- deferred mutations ------------------------------------------------------------------------------
@@ -89,14 +83,25 @@ class CacheClient:
         if items:
             with self._order:
                 self._deferred.append(cache_pb2.BatchOp(cache=self._cache_request(items)))
-                self.ending.update(i.request_id for i in items if i.finished)
 
     def defer_release(self, request_ids: list[str]) -> None:
         """``release_requests(request_ids)``, deferred as ``defer_cache`` is."""
         if request_ids:
             with self._order:
                 self._deferred.append(cache_pb2.BatchOp(release=self._release_request(request_ids)))
-                self.ending.update(request_ids)
+
+    def ending(self, request_id: str) -> bool:
+        """True while a deferred operation (sent or not yet answered) ends ``request_id`` (a finished cache item, a
+        release): the cache still holds it, so an early Match (``match_early``) must not register that id again.
+        Any thread: reads the list the loop replaces when the operations are done (the loop defers an end before
+        the intake forgets the request; requests forgotten without one, ``fail_all``, ``lose_finishing``, are freed
+        by the resync that follows)."""
+        for op in self._deferred:
+            if op.HasField("release") and request_id in op.release.request_ids:
+                return True
+            if op.HasField("cache") and any(i.finished and i.request_id == request_id for i in op.cache.items):
+                return True
+        return False
 
     @property
     def deferred_ends(self) -> int:
@@ -113,12 +118,7 @@ class CacheClient:
     def _send_deferred(self) -> None:
         if self._deferred:
             self._call("Batch", cache_pb2.BatchRequest(ops=self._deferred))
-            self._sent_deferred()
-
-    def _sent_deferred(self) -> None:
-        """The deferred operations are done at the cache: the ids they ended may be registered again."""
-        self._deferred = []
-        self.ending = set()
+            self._deferred = []
 
     def _mutate(self, kind: str, name: str, request, on_error=_session_or_pool_lost):
         """Request operation ``name`` (BatchOp field ``kind``), after the deferred ones in one Batch when there
@@ -132,9 +132,9 @@ class CacheClient:
             try:
                 reply = self._call("Batch", cache_pb2.BatchRequest(ops=ops), on_error)
             except AllocationFailed:
-                self._sent_deferred()
+                self._deferred = []
                 raise
-            self._sent_deferred()
+            self._deferred = []
             return getattr(reply.results[-1], kind)
 
     def renew_session(self) -> cache_pb2.RenewSessionResponse:

@@ -102,7 +102,7 @@ class EarlyMatch:
         ``MAX_WAITING`` waiting with ``inbox`` accepted and not yet taken, the id not ending at the cache, the
         session still the one whose pool registration was answered; else None. Called under the intake's lock,
         once ``req`` is accepted and before it is queued: the loop never sees it without its ``early``."""
-        if (inbox + self._waiting() < MAX_WAITING and req.rid not in self.cache.ending
+        if (inbox + self._waiting() < MAX_WAITING and not self.cache.ending(req.rid)
                 and request.session_id == self.cache.pool_session):
             req.early = Pending(request)
             return req.early

@@ -75,7 +75,7 @@ class Planner:
         if not plan:
             return None
         try:
-            slots = self._allocate_relieved(plan)
+            slots = self._relieved(lambda: self._allocate(plan))
         except AllocationFailed as exc:
             # New admissions go back first (released: nothing of theirs was written); continuing chunks retry.
             self.log.warning("extend_allocation_failed", error=str(exc), requests=len(plan), continuing=len(continuing))
@@ -145,14 +145,15 @@ class Planner:
         self.stats.add("admissions_allocated_by_match", len(pre))
         return {**slots, **pre}
 
-    def _allocate_relieved(self, plan: list[tuple[Req, int]]) -> dict[str, tuple[int, ...]]:
-        """``_allocate``, once more after ``_let_go_early`` when the pool cannot fund it. Raises AllocationFailed."""
+    def _relieved(self, allocate):
+        """``allocate()``, once more after ``_let_go_early`` when the pool cannot fund it (waiting requests' early
+        first chunks go before anything running is retracted or failed). Raises AllocationFailed."""
         try:
-            return self._allocate(plan)
+            return allocate()
         except AllocationFailed:
             if not self._let_go_early():
                 raise
-        return self._allocate(plan)
+        return allocate()
 
     def _riders_ahead(self, inflight: Batch) -> tuple[Entry, ...]:
         """The decode riders of the extend behind ``inflight`` (``chunk_ahead.riders_ahead``), their slots
@@ -312,10 +313,8 @@ class Planner:
             plan = [(r, steps_for(r, max_steps)) for r in decoding]
             t0 = time.perf_counter()
             try:
-                reply = self.cache.allocate([(r.rid, k) for r, k in plan])
+                reply = self._relieved(lambda: self.cache.allocate([(r.rid, k) for r, k in plan]))
             except AllocationFailed as exc:
-                if self._let_go_early():  # waiting requests' early first chunks go before anything running
-                    continue
                 if max_steps > 1:  # fund one step for everyone before retracting anyone
                     self.log.info("multistep_allocation_failed", error=str(exc), running=len(decoding))
                     max_steps = 1
@@ -352,16 +351,10 @@ class Planner:
             return None
         asked = [(e.req, k) for e, k in plan] + first
         try:
-            reply = self.cache.allocate([(r.rid, k) for r, k in asked])
+            reply = self._relieved(lambda: self.cache.allocate([(r.rid, k) for r, k in asked]))
         except AllocationFailed as exc:
             self.log.info("overlap_allocation_failed", error=str(exc), running=len(asked))
-            if not self._let_go_early():
-                return None
-            try:
-                reply = self.cache.allocate([(r.rid, k) for r, k in asked])
-            except AllocationFailed as again:
-                self.log.info("overlap_allocation_failed", error=str(again), running=len(asked))
-                return None
+            return None
         batch = continuation_batch(plan, first, slots_by_request(reply, asked))
         steps = max(k for _, k in asked)
         self._funded(steps, time.perf_counter() - t0)
