@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import signal
 import sys
@@ -128,7 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     # in tests/worker/test_service.py::test_cli_serves_and_stops_on_sigterm under load)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    running = grpc_server.start(lambda s: add_to_server(engine, s, log), [SERVICE_NAME], args.listen)
+    from worker_svc.forward_log import ENV as FORWARD_LOG_ENV, DeviceOrigin, ForwardLog
+    forward_log = None
+    if path := os.environ.get(FORWARD_LOG_ENV):  # CODESERVE_FORWARD_LOG=PATH: the Forward timeline
+        forward_log = ForwardLog(path)
+        engine.origin = DeviceOrigin(engine.device)
+        log.info("forward_log", path=path)
+    running = grpc_server.start(lambda s: add_to_server(engine, s, log, forward_log), [SERVICE_NAME], args.listen)
     log.info("serving", switch_interval_s=switch_s, port=running.port, **{k: v for k, v in info.__dict__.items()})
     stop.wait()
     running.set_serving(False, ["", SERVICE_NAME])

@@ -103,11 +103,14 @@ class RequestState:
 @dataclass(frozen=True)
 class ForwardResult:
     """Outputs in item order, the seconds spent in the model and the sampler (host work included), and the
-    device seconds of the model's steps alone (``step_clock.StepClock``; 0.0 when every item was skipped)."""
+    device seconds of the model's steps alone (``step_clock.StepClock``; 0.0 when every item was skipped);
+    ``device_span_ns``: those steps' (start, end) on ``time.monotonic_ns()``'s clock when the engine has an
+    ``origin`` (``forward_log.DeviceOrigin``: the Forward timeline is on), else None."""
 
     outputs: tuple[ForwardOutput, ...]
     forward_seconds: float
     device_seconds: float = 0.0
+    device_span_ns: tuple[int, int] | None = None
 
 
 class Engine:
@@ -139,6 +142,7 @@ class Engine:
         self._pending: tuple[int, EnqueuedSteps] | None = None  # (seq, steps) of the multi-step Forward enqueued,
         # not yet committed: every other Forward waits for its commit (``_wait_turn``)
         self.turn_timeout_s = 60.0  # seconds a Forward waits for that commit
+        self.origin = None  # a forward_log.DeviceOrigin: each ForwardResult then carries its device span
 
     def info(self) -> EngineInfo:
         """Model facts, pool geometry, epoch."""
@@ -204,7 +208,8 @@ class Engine:
             if steps is not None:
                 outputs = self._finish(steps, outputs, seq)
             result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
-                                   device_seconds=clock.seconds() if clock.ran else 0.0)
+                                   device_seconds=clock.seconds() if clock.ran else 0.0,
+                                   device_span_ns=clock.span_ns(self.origin) if clock.ran and self.origin else None)
         except BaseException as e:  # recorded for the Forwards that follow this one, then raised
             self.order.done(seq, f"{e.code}: {e.message}" if isinstance(e, WorkerError) else f"{type(e).__name__}: {e}")
             raise

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from codeserve.v1 import common_pb2, worker_pb2, worker_pb2_grpc
 from common import hop_trace
 from common.proto_ints import as_tuple
 from worker_svc.engine import Engine
+from worker_svc.forward_log import ForwardLog
 from worker_svc.sampler import SamplingParams
 from worker_svc.types import ForwardItem, ForwardOutput, WorkerError
 
@@ -97,19 +100,24 @@ def response_to_proto(outputs, forward_seconds: float, device_seconds: float = 0
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     """Thin servicer over an Engine."""
 
-    def __init__(self, engine: Engine, log=None):
+    def __init__(self, engine: Engine, log=None, forward_log: ForwardLog | None = None):
+        """``forward_log``: the Forward timeline (``forward_log.py``) each Forward appends to; the engine's
+        ``origin`` must then be set so results carry their device spans."""
         self.engine = engine
         self.log = log
+        self.forward_log = forward_log
 
     def Info(self, request, context):
         return worker_pb2.WorkerInfo(**self.engine.info().__dict__)
 
     def Forward(self, request, context):
+        in_ns = time.monotonic_ns()
         firsts = [m.request_id for m in request.items if m.has_prefix] if hop_trace.enabled() else ()
         for rid in firsts:  # an admission's first chunk (hop tracing: common/hop_trace.py)
             hop_trace.mark(rid, "forward_in")
+        items = [item_from_proto(m) for m in request.items]
         try:
-            res = self.engine.forward([item_from_proto(m) for m in request.items], request.expected_epoch,
+            res = self.engine.forward(items, request.expected_epoch,
                                       seq=request.seq, after_seq=request.after_seq,
                                       cancelled=lambda: not context.is_active(), before_seq=request.before_seq,
                                       release_ids=list(request.release_request_ids),
@@ -117,6 +125,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         except WorkerError as e:
             if self.log is not None:
                 self.log.warning("forward_rejected", code=e.code, reason=e.message)
+            if self.forward_log is not None:
+                self.forward_log.record(request.seq, request.after_seq, items, in_ns, time.monotonic_ns(), None,
+                                        rejected=True)
             context.abort(grpc.StatusCode[e.code], e.message)
         except Exception as e:  # a fault of ours (e.g. device out of memory): reported as INTERNAL, never hidden
             if self.log is not None:
@@ -124,14 +135,17 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             context.abort(grpc.StatusCode.INTERNAL, f"forward failed: {type(e).__name__}: {e}")
         for rid in firsts:
             hop_trace.mark(rid, "forward_out")
-        return response_to_proto(res.outputs, res.forward_seconds, res.device_seconds)
+        reply = response_to_proto(res.outputs, res.forward_seconds, res.device_seconds)
+        if self.forward_log is not None:
+            self.forward_log.record(request.seq, request.after_seq, items, in_ns, time.monotonic_ns(), res.device_span_ns)
+        return reply
 
     def Release(self, request, context):
         return worker_pb2.ReleaseResponse(released=self.engine.release(list(request.request_ids)))
 
 
-def add_to_server(engine: Engine, server: grpc.Server, log=None) -> WorkerServicer:
-    """Registers a WorkerServicer for ``engine`` on ``server``."""
-    servicer = WorkerServicer(engine, log)
+def add_to_server(engine: Engine, server: grpc.Server, log=None, forward_log: ForwardLog | None = None) -> WorkerServicer:
+    """Registers a WorkerServicer for ``engine`` on ``server`` (``forward_log``: see ``WorkerServicer``)."""
+    servicer = WorkerServicer(engine, log, forward_log)
     worker_pb2_grpc.add_WorkerServicer_to_server(servicer, server)
     return servicer

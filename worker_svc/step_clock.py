@@ -5,7 +5,7 @@ that grows with the steps a Forward runs (the model's steps on the device) and a
 around them, the RPC, the loop's own work). ``forward_seconds`` cannot split them: it holds the worker's fixed host
 work too. ``StepClock`` times from just before the first step is launched to the end of the last one: on CUDA with
 two events on the current stream (device time, the device's idle gaps between steps included, the host work before
-the first launch and after the last one not), elsewhere with ``time.perf_counter`` at the same two points (on the
+the first launch and after the last one not), elsewhere with ``time.monotonic_ns`` at the same two points (on the
 CPU the steps run synchronously, so that is their compute).
 """
 
@@ -35,12 +35,12 @@ class StepClock:
     def start(self) -> None:
         if self._cuda:
             self._e0.record()
-        self._t0 = time.perf_counter()
+        self._t0 = time.monotonic_ns()
 
     def stop(self) -> None:
         if self._cuda:
             self._e1.record()
-        self._t1 = time.perf_counter()
+        self._t1 = time.monotonic_ns()
 
     @property
     def ran(self) -> bool:
@@ -53,4 +53,15 @@ class StepClock:
         if self._cuda:
             self._e1.synchronize()
             return self._e0.elapsed_time(self._e1) / 1e3
-        return self._t1 - self._t0
+        return (self._t1 - self._t0) / 1e9
+
+    def span_ns(self, origin) -> tuple[int, int]:
+        """(start, end) on the host's ``time.monotonic_ns()`` clock: on CUDA the two events' times through
+        ``origin`` (a ``forward_log.DeviceOrigin`` of this device; waits for the stop event), elsewhere the host
+        times of ``start`` and ``stop``. Raises RuntimeError as ``seconds()`` does."""
+        if not self.ran:
+            raise RuntimeError("StepClock.span_ns() before start() and stop()")
+        if self._cuda:
+            self._e1.synchronize()
+            return origin.to_host_ns(self._e0), origin.to_host_ns(self._e1)
+        return self._t0, self._t1

@@ -1,0 +1,131 @@
+"""Where the device's time goes across a served workload: a report of the worker's Forward timeline.
+
+Input: the file a worker wrote with ``CODESERVE_FORWARD_LOG=PATH`` (``worker_svc/forward_log.py``: one line per
+Forward, its device span on the host's monotonic clock). The timeline is cut into segments wherever the device
+idles longer than ``--split-s`` (the phases of a benchmark: c64, then c1, ...). For each segment:
+
+- wall (first launch to last step end), the device's busy time (the union of the Forwards' spans) and its share;
+- per kind (``decode``, ``extend``): Forwards, rows, tokens, device time;
+- the gaps between consecutive Forwards, by the pair of kinds around them, each split in two: ``late``, the part
+  before the next Forward reached the worker's servicer (the scheduler had not sent it yet, or it was in
+  transit), and ``worker``, the part after (the worker had it: its turn, validation, metadata, plan, launch).
+
+Usage: ``python -m bench.forward_timeline PATH [--split-s 1.0] [--json OUT]``. Prints a table; ``--json`` keeps
+the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Fwd:
+    """One logged Forward (times in ns, ``time.monotonic_ns()``'s clock)."""
+
+    seq: int
+    kind: str
+    rows: int
+    tokens: int
+    steps: int
+    in_ns: int
+    start: int
+    end: int
+
+
+def read(path: str) -> list[Fwd]:
+    """The Forwards of ``path`` that ran on the device, by device start. Raises OSError / KeyError / ValueError on
+    an unreadable file or a malformed line."""
+    with open(path, encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    out = [Fwd(int(r["seq"]), r["kind"], int(r["rows"]), int(r["tokens"]), int(r["steps"]), int(r["in_ns"]),
+               int(r["dev_start_ns"]), int(r["dev_end_ns"])) for r in rows if int(r["dev_start_ns"]) >= 0]
+    return sorted(out, key=lambda f: f.start)
+
+
+def segments(fwds: list[Fwd], split_ns: int) -> list[list[Fwd]]:
+    """``fwds`` cut wherever the device idles longer than ``split_ns``."""
+    out: list[list[Fwd]] = []
+    last_end = None
+    for f in fwds:
+        if last_end is None or f.start - last_end > split_ns:
+            out.append([])
+        out[-1].append(f)
+        last_end = f.end if last_end is None else max(last_end, f.end)
+    return out
+
+
+def _p50(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2] if xs else 0.0
+
+
+def summarize(seg: list[Fwd]) -> dict:
+    """The figures of one segment (ms unless named otherwise)."""
+    wall = max(f.end for f in seg) - seg[0].start
+    busy = 0
+    cover_end = seg[0].start
+    for f in seg:  # union of spans (sorted by start)
+        if f.end > cover_end:
+            busy += f.end - max(f.start, cover_end)
+            cover_end = f.end
+    kinds: dict[str, dict] = {}
+    for f in seg:
+        k = kinds.setdefault(f.kind, {"forwards": 0, "rows": 0, "tokens": 0, "device_ms": 0.0})
+        k["forwards"] += 1
+        k["rows"] += f.rows
+        k["tokens"] += f.tokens
+        k["device_ms"] += (f.end - f.start) / 1e6
+    gaps: dict[str, dict] = {}
+    cover_end = seg[0].end
+    for prev, nxt in zip(seg, seg[1:]):
+        cover_end = max(cover_end, prev.end)
+        gap = nxt.start - cover_end
+        if gap <= 0:
+            continue
+        late = min(gap, max(0, nxt.in_ns - cover_end))
+        g = gaps.setdefault(f"{prev.kind}->{nxt.kind}", {"n": 0, "ms": 0.0, "late_ms": 0.0, "worker_ms": 0.0, "all": []})
+        g["n"] += 1
+        g["ms"] += gap / 1e6
+        g["late_ms"] += late / 1e6
+        g["worker_ms"] += (gap - late) / 1e6
+        g["all"].append(gap / 1e6)
+    for g in gaps.values():
+        g["p50_ms"] = _p50(g.pop("all"))
+    return {"wall_ms": wall / 1e6, "busy_ms": busy / 1e6, "busy_share": busy / wall if wall else 0.0,
+            "forwards": len(seg), "kinds": kinds, "gaps": gaps}
+
+
+def table(summaries: list[dict]) -> str:
+    """The segments' figures as text."""
+    lines = []
+    for i, s in enumerate(summaries):
+        lines.append(f"segment {i}: {s['forwards']} Forwards, wall {s['wall_ms']:.1f} ms, device busy "
+                     f"{s['busy_ms']:.1f} ms ({100 * s['busy_share']:.1f}%)")
+        for k, v in sorted(s["kinds"].items()):
+            lines.append(f"  {k:<8} {v['forwards']:>5} Forwards {v['rows']:>7} rows {v['tokens']:>8} tokens "
+                         f"{v['device_ms']:>9.1f} ms on the device")
+        for k, g in sorted(s["gaps"].items(), key=lambda kv: -kv[1]["ms"]):
+            lines.append(f"  gap {k:<16} {g['n']:>5} x  {g['ms']:>8.1f} ms (p50 {g['p50_ms']:.3f}): late "
+                         f"{g['late_ms']:.1f}, worker {g['worker_ms']:.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("path", help="a CODESERVE_FORWARD_LOG file")
+    ap.add_argument("--split-s", type=float, default=1.0, help="device idle (s) that starts a new segment")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    a = ap.parse_args(argv)
+    summaries = [summarize(seg) for seg in segments(read(a.path), int(a.split_s * 1e9))]
+    print(table(summaries))
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump({"source": a.path, "split_s": a.split_s, "segments": summaries}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""The Forward timeline (``worker_svc/forward_log.py``) on a real Worker service, and its report
+(``bench/forward_timeline.py``): one line per Forward with its kind, sizes and spans in order, rejected Forwards
+marked, and the report's busy time, kinds and gaps computed from them."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from bench import forward_timeline
+from codeserve.v1 import worker_pb2, worker_pb2_grpc
+from common import grpc_server
+from tests.worker.helpers import make_engine
+from worker_svc.forward_log import FIELDS, DeviceOrigin, ForwardLog
+from worker_svc.service import SERVICE_NAME, add_to_server
+
+
+@pytest.fixture()
+def logged(model_dir, tmp_path):
+    engine = make_engine(model_dir, kv_tokens=200, epoch="boot-1")
+    engine.origin = DeviceOrigin(engine.device)
+    log = ForwardLog(str(tmp_path / "forwards.tsv"))
+    running = grpc_server.start(lambda s: add_to_server(engine, s, forward_log=log), [SERVICE_NAME], "127.0.0.1:0")
+    ch = grpc_server.channel(f"127.0.0.1:{running.port}")
+    yield worker_pb2_grpc.WorkerStub(ch), log
+    ch.close()
+    running.server.stop(0)
+    log.close()
+
+
+def test_each_forward_is_one_line_with_its_kind_sizes_and_device_span(logged):
+    stub, log = logged
+    t0 = time.monotonic_ns()
+    ext = worker_pb2.ForwardItem(request_id="a", input_ids=[5, 6, 7], position_start=0, slot_ids=[10, 11, 12],
+                                 has_prefix=True, sample=True)
+    (res,) = stub.Forward(worker_pb2.ForwardRequest(expected_epoch="boot-1", items=[ext], seq=1)).results
+    dec = worker_pb2.ForwardItem(request_id="a", input_ids=[res.next_token_id], position_start=3,
+                                 slot_ids=[13, 14, 15, 16], decode_steps=4, sample=True)
+    stub.Forward(worker_pb2.ForwardRequest(expected_epoch="boot-1", items=[dec], seq=2, after_seq=1))
+    bad = worker_pb2.ForwardItem(request_id="nobody", input_ids=[1], position_start=9, slot_ids=[20], sample=True)
+    with pytest.raises(grpc.RpcError):
+        stub.Forward(worker_pb2.ForwardRequest(expected_epoch="boot-1", items=[bad], seq=3, after_seq=2))
+    t1 = time.monotonic_ns()
+    with open(log.path, encoding="utf-8") as f:
+        lines = [line.rstrip("\n").split("\t") for line in f]
+    assert tuple(lines[0]) == FIELDS
+    rows = [dict(zip(FIELDS, line)) for line in lines[1:]]
+    assert [(r["seq"], r["after_seq"], r["kind"], r["rows"], r["tokens"], r["steps"]) for r in rows] == [
+        ("1", "0", "extend", "1", "3", "1"), ("2", "1", "decode", "1", "4", "4"), ("3", "2", "rejected", "1", "1", "1")]
+    for r in rows[:2]:
+        t_in, t_out, s, e = (int(r[k]) for k in ("in_ns", "out_ns", "dev_start_ns", "dev_end_ns"))
+        assert t0 <= t_in <= s <= e <= t_out <= t1
+    assert int(rows[1]["dev_start_ns"]) >= int(rows[0]["dev_end_ns"])
+    assert (rows[2]["dev_start_ns"], rows[2]["dev_end_ns"]) == ("-1", "-1")
+
+    (seg,) = forward_timeline.segments(forward_timeline.read(log.path), split_ns=10**9)
+    s = forward_timeline.summarize(seg)
+    assert s["forwards"] == 2 and s["kinds"]["extend"]["tokens"] == 3 and s["kinds"]["decode"]["tokens"] == 4
+    spans = [(int(r["dev_start_ns"]), int(r["dev_end_ns"])) for r in rows[:2]]
+    assert s["wall_ms"] == pytest.approx((spans[1][1] - spans[0][0]) / 1e6)
+    assert s["busy_ms"] == pytest.approx(sum(e - b for b, e in spans) / 1e6)
+    (gap,) = s["gaps"].values()
+    assert gap["n"] == 1 and gap["ms"] == pytest.approx((spans[1][0] - spans[0][1]) / 1e6)
+    assert gap["late_ms"] + gap["worker_ms"] == pytest.approx(gap["ms"])
+
+
+def _fwd(seq, kind, in_ms, start_ms, end_ms):
+    ms = 10**6
+    return forward_timeline.Fwd(seq, kind, 1, 1, 1, in_ms * ms, start_ms * ms, end_ms * ms)
+
+
+def test_the_report_splits_phases_and_divides_each_gap_into_late_and_worker_time():
+    fwds = [_fwd(1, "extend", 0, 1, 10), _fwd(2, "decode", 12, 14, 20), _fwd(3, "decode", 15, 21, 30),
+            _fwd(4, "decode", 5000, 5001, 5002)]
+    a, b = forward_timeline.segments(fwds, split_ns=10**9)
+    assert [f.seq for f in a] == [1, 2, 3] and [f.seq for f in b] == [4]
+    s = forward_timeline.summarize(a)
+    assert s["wall_ms"] == 29 and s["busy_ms"] == 9 + 6 + 9 and s["busy_share"] == pytest.approx(24 / 29)
+    # extend -> decode: the decode reached the worker 2 ms after the extend ended, ran 2 ms after that
+    assert s["gaps"]["extend->decode"] == {"n": 1, "ms": 4.0, "late_ms": 2.0, "worker_ms": 2.0, "p50_ms": 4.0}
+    # decode -> decode: it was there before the device finished: all of the 1 ms is the worker's
+    assert s["gaps"]["decode->decode"] == {"n": 1, "ms": 1.0, "late_ms": 0.0, "worker_ms": 1.0, "p50_ms": 1.0}
