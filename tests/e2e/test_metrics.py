@@ -116,16 +116,22 @@ def test_a_scheduler_error_is_counted_once_at_the_scheduler(url, http, backend):
     its generate_errors, not again in the gateway's request_errors."""
     backend.wait_idle()
     before = scrape(http)
-    # 3,500 tokens: the first call must still run when the duplicate reaches the scheduler (it is aborted when the
-    # stream closes below); at 2,000 a busy CI box once let it finish first and the duplicate was served (200)
+    # the first call must still run when the duplicate reaches the scheduler (it is aborted when the stream closes
+    # below): its line iterator is kept. ``next(r.iter_lines())`` alone let the iterator go at once, which closed the
+    # connection (httpx closes a response read part-way): the first call was aborted while the duplicate was on its
+    # way, and a busy CI box let the abort in first, so the duplicate was served (200, 3,500 tokens)
     body = {"text": "def f3():", "rid": "issue12-dup", "stream": True,
             "sampling_params": {"max_new_tokens": 3500, "ignore_eos": True}}
     with httpx.Client(base_url=url, timeout=60) as client:
         with client.stream("POST", "/generate", json=body) as r:
             assert r.status_code == 200
-            next(r.iter_lines())  # it runs
+            lines = r.iter_lines()
+            first = json.loads(next(lines)[len("data: "):])  # it runs
             dup = http.post("/generate", json={**body, "stream": False})
             assert dup.status_code == 409, dup.text
+            # and it still ran once the duplicate was refused: its next event carries more tokens, not an error
+            later = json.loads(next(line for line in lines if line.startswith("data: "))[len("data: "):])
+            assert "output_ids" in later and len(later["output_ids"]) > len(first["output_ids"]), later
     after = wait_counted(http, before, 2)
     backend.wait_idle()
     after = scrape(http)
