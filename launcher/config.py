@@ -242,6 +242,9 @@ PREPARE_AHEAD = ("a chained decode Forward's step metadata stays built while the
                  "run 13: 1B chained K = 8 steps 1.58 -> 1.49 ms at B = 1, 2.66 -> 2.30 at B = 64): python -m "
                  "worker_svc.bench times both, bench/serve_bench --worker-flags=--no-prepare-ahead runs without it")
 
+LAUNCH_BEHIND = ("a chained decode Forward is launched behind the Forward ahead on the device (its default; H200 run "
+                 "17): bench/serve_bench --worker-flags=--no-launch-behind runs without it for the A/B")
+
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -258,6 +261,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-ragged-prefill": RAGGED_PREFILL,
         "--prepare-ahead": PREPARE_AHEAD,
         "--no-prepare-ahead": PREPARE_AHEAD,
+        "--launch-behind": LAUNCH_BEHIND,
+        "--no-launch-behind": LAUNCH_BEHIND,
     },
     "scheduler": {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",

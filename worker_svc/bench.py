@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> None:
     ctx = args.context
     chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice
     multi_calls = max(3, args.iters // 2) + 2 + chained_calls if args.decode_steps > 1 else 0  # warm-up, timed, profile
-    prefills = [int(n) for n in args.prefill.split(",")]
-    kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix + max(prefills) + 16
+    prefills = [int(n) for n in args.prefill.split(",") if n]
+    kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix + max(prefills, default=0) + 16
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
     for t in pool.k + pool.v:
         t.normal_()
@@ -327,25 +327,26 @@ def main(argv: list[str] | None = None) -> None:
                     sync(device)
                     torch.cuda.cudart().cudaProfilerStop()
             results.append(rec)
-            # the same Forwards, sent as the scheduler sends them (two in flight), with the step metadata built
-            # ahead (the worker's default) and at the launch (--no-prepare-ahead), alternated twice
-            chained, configured = {True: [], False: []}, eng.prepare_ahead
-            used0, built0 = eng.prepared_ahead["used"], eng.prepared_ahead["built_at_launch"]
-            for ahead in (False, True, False, True):
-                eng.prepare_ahead = ahead
-                chained[ahead].append(chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k)
-            used, built = eng.prepared_ahead["used"] - used0, eng.prepared_ahead["built_at_launch"] - built0
-            for ahead, secs in chained.items():
+            # the same Forwards, sent as the scheduler sends them (two in flight), launched behind the Forward ahead
+            # on the device (the worker's default) and at their turn (--no-launch-behind), alternated twice; the
+            # step metadata built ahead in both (run 13 measured that)
+            chained, configured = {True: [], False: []}, eng.launch_behind
+            behind0 = eng.prepared_ahead["behind"]
+            for behind in (False, True, False, True):
+                eng.launch_behind = behind
+                chained[behind].append(chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k)
+            launched = eng.prepared_ahead["behind"] - behind0
+            for behind, secs in chained.items():
                 csecs = min(secs)
                 results.append({"case": "decode_chained", "batch": b, "context": ctx, "decode_steps": k,
-                                "prepare_ahead": ahead, "step_ms": csecs * 1e3, "tokens_per_s": b / csecs,
-                                "step_ms_runs": [x * 1e3 for x in secs], "ahead_used": used, "ahead_built_at_launch": built})
-                print(f"decode batch {b:4d} ctx {ctx} K={k} chained (metadata {'ahead' if ahead else 'at launch'}): "
+                                "launch_behind": behind, "step_ms": csecs * 1e3, "tokens_per_s": b / csecs,
+                                "step_ms_runs": [x * 1e3 for x in secs], "launched_behind": launched})
+                print(f"decode batch {b:4d} ctx {ctx} K={k} chained ({'launched behind' if behind else 'at its turn'}): "
                       f"{csecs * 1e3:8.2f} ms/step  {b / csecs:10.1f} tok/s", flush=True)
             on, off = min(chained[True]), min(chained[False])
-            print(f"decode batch {b:4d} chained: metadata ahead / at launch = {on / off:.3f} (built ahead and used in "
-                  f"{used} of {used + built} launches, half of them with it off)", flush=True)
-            eng.prepare_ahead = configured
+            print(f"decode batch {b:4d} chained: launched behind / at its turn = {on / off:.3f} ({launched} Forwards "
+                  f"launched behind, in the runs with it on)", flush=True)
+            eng.launch_behind = configured
             if args.profile and b == max(batches):
                 profile_forward(multi, device, args.profile, b)
     eng.requests.clear()

@@ -47,7 +47,7 @@ from worker_svc.forward_batch import BatchLayout, build_layout, layout_from_part
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
-from worker_svc.multistep import EnqueuedSteps, Prepared, enqueue_multistep, prepare_rows, row_tables
+from worker_svc.multistep import EnqueuedSteps, Prepared, assumed_table, enqueue_multistep, prepare_rows, row_tables
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
@@ -118,16 +118,19 @@ class Engine:
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
-                 extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True):
+                 extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True,
+                 launch_behind: bool = True):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
         that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.
         ``ragged_prefill``: eager batches with no cached prefix take the backend's ragged prefill where it has one
         (``backend.ragged_prefill``: flashinfer; the torch backend has none, so this changes nothing there).
         ``prepare_ahead``: a multi-step Forward that arrives while the one it follows (``after_seq``) is enqueued
-        builds its step metadata then (``_prepare_ahead``), not after that one's commit."""
-        self.prepare_ahead = prepare_ahead
-        self.prepared_ahead = {"used": 0, "built_at_launch": 0}  # multi-step launches, by where their metadata came from
+        builds its step metadata then (``_prepare_ahead``), not after that one's commit. ``launch_behind``: such a
+        Forward is also launched then, behind that one on the device (``_launch_behind``; needs ``prepare_ahead``)."""
+        self.prepare_ahead, self.launch_behind = prepare_ahead, launch_behind
+        # multi-step launches, by where their metadata came from; "behind": those launched behind the one ahead
+        self.prepared_ahead = {"used": 0, "built_at_launch": 0, "behind": 0}
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
         self.ragged_prefill = ragged_prefill and backend.ragged_prefill
         self.graphs, self.extend_graphs, self.whole_graphs = graphs, extend_graphs, whole_graphs
@@ -139,8 +142,9 @@ class Engine:
         self._turn = threading.Condition(self._lock)  # notified when the pending multi-step Forward leaves
         self.order = ForwardOrder()
         self._seq = 0  # seq of the Forward running under the lock (``commit`` stamps the states it creates)
-        self._pending: tuple[int, EnqueuedSteps] | None = None  # (seq, steps) of the multi-step Forward enqueued,
-        # not yet committed: every other Forward waits for its commit (``_wait_turn``)
+        # (seq, steps) of the multi-step Forwards enqueued, not yet committed, in launch order (two when one was
+        # launched behind the other): every other Forward waits for their commits (``_wait_turn``)
+        self._pending: list[tuple[int, EnqueuedSteps]] = []
         self.turn_timeout_s = 60.0  # seconds a Forward waits for that commit
         self.origin = None  # a forward_log.DeviceOrigin: each ForwardResult then carries its device span
 
@@ -180,17 +184,31 @@ class Engine:
         when the batch then fails). ``on_run()`` (optional) is called when the Forward's turn came, before it is
         validated (hop tracing: the time before it is the wait for the Forwards ahead). Raises WorkerError
         (INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION, ABORTED when the Forward it follows failed or never
-        completed) before any work when the batch is invalid or may not run; then nothing else has changed."""
+        completed) before any work when the batch is invalid or may not run; then nothing else has changed.
+        A Forward launched behind the one it follows (``_launch_behind``) has run on the device when it is answered
+        ABORTED (the one ahead failed, or it was cancelled): it commits nothing, and its K/V went to its own new slots."""
+        behind = None  # (steps, clock) of this Forward when it was launched behind the one it follows
+        finishing = False  # _finish leaves the pending place itself
         try:
             if expected_epoch != self.epoch:  # before waiting: a restarted worker never saw after_seq
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.insert_before(seq, before_seq, after_seq)
             ahead = self._prepare_ahead(items, after_seq)
+            if ahead is not None and self.launch_behind:
+                behind = self._launch_behind(items, seq, after_seq, ahead, release_ids, on_run)
             self.order.wait_for(after_seq, seq)
             if after_seq > 0 and cancelled is not None and cancelled():
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
                                              f"for seq {after_seq}")
+            if behind is not None:
+                t0 = time.perf_counter()  # from the turn: the steps ahead of it are the other Forward's time
+                finishing = True
+                steps, clock = behind
+                outputs = self._finish(steps, (None,) * len(items), seq, release_ids)
+                return self._done(seq, ForwardResult(
+                    outputs=outputs, forward_seconds=time.perf_counter() - t0, device_seconds=clock.seconds(),
+                    device_span_ns=clock.span_ns(self.origin) if self.origin else None))
             clock = StepClock(self.device)
             with self._lock:
                 self._wait_turn(seq)
@@ -204,17 +222,89 @@ class Engine:
                 t0 = time.perf_counter()
                 outputs, steps = self._launch(items, clock, ahead)
                 if steps is not None:
-                    self._pending = (seq, steps)
+                    self._pending.append((seq, steps))
             if steps is not None:
+                finishing = True
                 outputs = self._finish(steps, outputs, seq)
             result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
                                    device_seconds=clock.seconds() if clock.ran else 0.0,
                                    device_span_ns=clock.span_ns(self.origin) if clock.ran and self.origin else None)
         except BaseException as e:  # recorded for the Forwards that follow this one, then raised
-            self.order.done(seq, f"{e.code}: {e.message}" if isinstance(e, WorkerError) else f"{type(e).__name__}: {e}")
+            try:
+                if behind is not None and not finishing:
+                    self._abandon(behind[0], seq)
+            finally:
+                self.order.done(seq, f"{e.code}: {e.message}" if isinstance(e, WorkerError)
+                                else f"{type(e).__name__}: {e}")
             raise
+        return self._done(seq, result)
+
+    def _done(self, seq: int, result: ForwardResult) -> ForwardResult:
         self.order.done(seq)
         return result
+
+    def _launch_behind(self, items: Sequence[ForwardItem], seq: int, after_seq: int, ahead: Prepared,
+                       release_ids: Sequence[str], on_run) -> tuple[EnqueuedSteps, StepClock] | None:
+        """Launches multi-step Forward ``seq`` behind Forward ``after_seq`` (enqueued, not yet committed) on the
+        device, before that one's commit, so the device goes from one to the other without waiting for the host
+        (issue 15, technique 3). It waits (without the lock) until the device starts the last step of the one ahead
+        (``EnqueuedSteps.near_end``; at once on the CPU): a Forward inserted ahead of this one until then
+        (``before_seq``) still runs first. Then, under the lock, when the one ahead is still the only pending
+        Forward and ``ahead`` (built by ``_prepare_ahead`` against it) describes this batch: validates it against
+        the table as that commit will leave it (``multistep.assumed_table``), marks it started
+        (``ForwardOrder.start_early``) and enqueues its steps, each row's first input taken from the tokens of the
+        one ahead on the device (``multistep.behind_inputs``). Its commit then comes after that one's: a row that
+        commit stopped or cut short is answered skipped (``EnqueuedSteps.expect``), its release_ids are applied
+        just before it. Returns (steps, clock), or None (nothing launched; the Forward takes its turn as before)
+        when any of that does not hold, when a row's request was stopped or released or is not the state the one
+        ahead runs, when the batch releases one of its own requests, or on CUDA when a step would plan flashinfer
+        on the host (its page-locked plan buffer is still the one ahead's: only Triton buckets launch behind)."""
+        with self._lock:
+            if len(self._pending) != 1 or self._pending[0][0] != after_seq:
+                return None
+            first = self._pending[0][1]
+        if first.near_end is not None:
+            first.near_end.synchronize()  # the device is on its last step: what arrives later goes behind this one
+        with self._lock:
+            if len(self._pending) != 1 or self._pending[0][1] is not first:
+                return None  # the one ahead committed meanwhile: the usual turn
+            running = {it.request_id: st for it, st in zip(first.items, first.states)}
+            ids = {it.request_id for it in items}
+            if any(st is None or self.requests.get(it.request_id) is not st or st.stopped
+                   or running.get(it.request_id, st) is not st for it, st in zip(ahead.rows.its, ahead.rows.states)):
+                return None
+            if ids.intersection(release_ids) or not self._fits_behind(ahead):
+                return None
+            try:
+                validate_batch(items, self.epoch, self.epoch, self.cfg, self.kv_pool.pool_slots,
+                               assumed_table(self.requests, first), frozenset())
+            except WorkerError:
+                return None  # its own turn validates it against the committed table and answers the error
+            if not self.order.start_early(seq, after_seq):
+                return None
+            if on_run is not None:
+                on_run()
+            clock = StepClock(self.device)
+            steps = enqueue_multistep(self, items, clock, ahead, behind=first)
+            self._pending.append((seq, steps))
+            self.prepared_ahead["behind"] += 1
+            return steps, clock
+
+    def _fits_behind(self, ahead: Prepared) -> bool:
+        """On CUDA: every step of ``ahead`` replays a decode graph of a Triton bucket (no host plan). Elsewhere
+        (the CPU runs each step as it is enqueued): True."""
+        if self.device.type != "cuda":
+            return True
+        return ahead.feed is not None and all(size <= self.graphs.triton_max_batch for size in ahead.feed.size)
+
+    def _abandon(self, steps: EnqueuedSteps, seq: int) -> None:
+        """A Forward launched behind another gave up before its commit: its steps run out, then it leaves the
+        pending place (nothing committed)."""
+        try:
+            steps.wait()
+        finally:
+            with self._lock:
+                self._leave(seq)
 
     def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int) -> Prepared | None:
         """The step metadata of multi-step batch ``items``, built now while Forward ``after_seq`` (enqueued, its
@@ -234,7 +324,7 @@ class Engine:
                or min(it.slot_ids) < 1 or max(it.slot_ids) >= top for it in items):
             return None  # validation answers it at its turn; nothing is built for a batch it may reject
         with self._lock:  # the tables are read under the lock, the metadata is built outside it
-            pending = self._pending
+            pending = self._pending[-1] if self._pending else None
             if pending is None or pending[0] != after_seq or any(it.request_id not in self.requests for it in items):
                 return None
             rows = row_tables(self, items, pending[1])
@@ -247,33 +337,37 @@ class Engine:
         Forward is enqueued and not yet committed: Forward ``seq`` then validates against the committed table and
         launches. Raises WorkerError ABORTED when that commit does not come within ``turn_timeout_s``."""
         deadline = time.monotonic() + self.turn_timeout_s
-        while self._pending is not None:
+        while self._pending:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WorkerError("ABORTED", f"Forward seq {seq} waited {self.turn_timeout_s:g} s for the commit of "
-                                             f"Forward seq {self._pending[0]}, launched before it")
+                                             f"Forward seq {self._pending[0][0]}, launched before it")
             self._turn.wait(left)
 
-    def _finish(self, steps: EnqueuedSteps, outputs, seq: int) -> tuple[ForwardOutput, ...]:
+    def _finish(self, steps: EnqueuedSteps, outputs, seq: int, release_ids: Sequence[str] = ()) -> tuple[ForwardOutput, ...]:
         """The second part of a multi-step Forward: waits for its steps without the lock, then commits under the
-        lock. It leaves the pending place whatever happens (and wakes the Forwards waiting for their turn)."""
+        lock (after dropping ``release_ids``: a Forward launched behind another applies its releases here, after
+        that one's commit). It leaves the pending place whatever happens (and wakes the Forwards waiting for their
+        turn)."""
         try:
             steps.wait()
         except BaseException:
             with self._lock:
-                self._leave()
+                self._leave(seq)
             raise
         with self._lock:  # the commit and the leaving in one hold: no Forward sees it committed and still pending
             try:
+                self._drop_released(release_ids, seq)
                 self._seq = seq
                 done = iter(steps.finish(self, self.requests))
                 return tuple(next(done) if o is None else o for o in outputs)
             finally:
-                self._leave()
+                self._leave(seq)
 
-    def _leave(self) -> None:
-        """(Lock held.) The pending multi-step Forward committed or failed: the next Forward may take its turn."""
-        self._pending = None
+    def _leave(self, seq: int) -> None:
+        """(Lock held.) Pending multi-step Forward ``seq`` committed or failed: once none is pending, the next
+        Forward may take its turn."""
+        self._pending = [p for p in self._pending if p[0] != seq]
         self._turn.notify_all()
 
     def _drop_released(self, request_ids: Sequence[str], seq: int) -> None:

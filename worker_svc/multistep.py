@@ -61,11 +61,18 @@ class EnqueuedSteps:
     ``toks`` int64 [K, B] (and ``lps`` float32 [K, B] when a row asked for logprobs) on the device: row b's
     token of step j; ``host_toks``/``host_lps``: their asynchronous copies (page-locked on CUDA), valid once
     ``wait()`` returned. ``states``: the request state each row was validated against (None for a ``has_prefix``
-    row), so a row whose request was released meanwhile is answered ``skipped`` instead of committed."""
+    row), so a row whose request was released meanwhile is answered ``skipped`` instead of committed. ``near_end``:
+    a CUDA event recorded before the last step's launch (None on the CPU or for one step), which a Forward launched
+    behind this one waits for (``Engine._launch_behind``). ``expect``: for a Forward launched behind another
+    (``launch_behind``), each row's (table length, commits) that the Forward ahead's commit must leave for the row's
+    steps to stand; a row whose state differs at the commit (the Forward ahead stopped it, or cut it short) is
+    answered ``skipped`` and commits nothing."""
 
-    def __init__(self, items, order, states, toks, lps):
+    def __init__(self, items, order, states, toks, lps, near_end=None, expect=None):
         self.items, self.order, self.states = items, order, states
         self.toks, self.lps = toks, lps
+        self.near_end = near_end  # a CUDA event that completes when the device starts the last step (None: CPU)
+        self.expect = expect  # launched behind: (table length, commits) each row's state must have at the commit
         cuda = toks.device.type == "cuda"
         self.host_toks = _host_copy(toks, cuda)
         self.host_lps = _host_copy(lps, cuda) if lps is not None else None
@@ -90,7 +97,8 @@ class EnqueuedSteps:
         for row, (b, it) in enumerate(zip(self.order, self.items)):
             state = self.states[row]
             if state is not None:
-                if requests.get(it.request_id) is not state:
+                if requests.get(it.request_id) is not state or (
+                        self.expect is not None and (state.stopped or (len(state.slots), state.commits) != self.expect[row])):
                     outputs[b] = ForwardOutput(request_id=it.request_id, sampled=False, skipped=True)
                     continue
                 first = state.last_token if it.input_from_last_sample else it.input_ids[0]
@@ -201,11 +209,15 @@ def prepare_rows(engine, items: Sequence[ForwardItem], rows: Rows) -> Prepared:
     return Prepared(items, rows, feed, eager)
 
 
-def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Prepared | None = None) -> EnqueuedSteps:
+def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Prepared | None = None,
+                      behind: EnqueuedSteps | None = None) -> EnqueuedSteps:
     """Enqueues a validated multi-step decode batch on ``engine`` (a ``worker_svc.engine.Engine``; caller holds
     its lock); ``clock`` (``step_clock.StepClock``) times the steps, from the first one's launch to the last
     one's end. ``prepared``: its rows and metadata built ahead (``prepare_rows``; the caller checked
-    ``Prepared.valid_for``), or None: built here. Returns the ``EnqueuedSteps`` to ``wait()`` for and ``finish``."""
+    ``Prepared.valid_for``), or None: built here. ``behind``: the enqueued, not yet committed Forward this one is
+    launched behind (``Engine._launch_behind``; ``prepared`` then holds the tables as its commit will leave them):
+    the rows it runs take their first input from its tokens on the device (``behind_inputs``) and the result
+    carries each row's ``expect``. Returns the ``EnqueuedSteps`` to ``wait()`` for and ``finish``."""
     dev = engine.device
     if prepared is None:
         prepared = prepare_rows(engine, items, row_tables(engine, items))
@@ -213,15 +225,22 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
     feed, eager = prepared.feed, prepared.eager
     steps = ks[0]
     active = [bisect.bisect_left(ks, -j, key=operator.neg) for j in range(steps)]  # rows with k > j
-    first = [it.input_ids[0] if state is None or not it.input_from_last_sample else state.last_token
-             for it, state in zip(its, states)]
-    cur = to_device(np.asarray(first, dtype=np.int64), dev)  # [B] int64 on the device: inputs of this step
+    if behind is not None:
+        cur = behind_inputs(behind, prepared.rows, dev)
+    else:
+        first = [it.input_ids[0] if state is None or not it.input_from_last_sample else state.last_token
+                 for it, state in zip(its, states)]
+        cur = to_device(np.asarray(first, dtype=np.int64), dev)  # [B] int64 on the device: inputs of this step
     want_lp = any(it.return_logprob for it in its)
     all_greedy = all(it.sampling.greedy for it in its)
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
     lps = torch.zeros((steps, len(its)), dtype=torch.float32, device=dev) if want_lp else None
+    near_end = None
     clock.start()
     for j in range(steps):
+        if j == steps - 1 and steps > 1 and dev.type == "cuda":
+            near_end = torch.cuda.Event()  # completes when the device starts the last step (a Forward behind waits)
+            near_end.record()
         n = active[j]
         ids = cur[:n]
         if feed is not None:
@@ -241,4 +260,46 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
         toks[j, :n] = nxt
         cur = nxt  # rows past n never run again (k sorted, largest first)
     clock.stop()
-    return EnqueuedSteps(its, order, states, toks, lps)
+    expect = [(len(p), c) for p, c in zip(prepared.rows.prefixes, prepared.rows.commits)] if behind is not None else None
+    return EnqueuedSteps(its, order, states, toks, lps, near_end=near_end, expect=expect)
+
+
+def behind_inputs(ahead: EnqueuedSteps, rows: Rows, device: torch.device) -> torch.Tensor:
+    """The first inputs (int64 [B] on ``device``) of a multi-step Forward launched behind ``ahead`` (enqueued, not
+    yet committed): a row whose request ``ahead`` runs (the same state object) takes ``ahead``'s last token of that
+    row from the device (its step ``k - 1``, where it ran ``k`` steps); any other row its request's ``last_token``
+    (``input_from_last_sample``) or its own input id. Enqueued on the current stream, behind ``ahead``'s steps."""
+    width = ahead.toks.shape[1]
+    where = {it.request_id: (row, it.decode_steps, st) for row, (it, st) in enumerate(zip(ahead.items, ahead.states))}
+    own, index = [], []
+    flat = ahead.toks.numel()
+    for it, state in zip(rows.its, rows.states):
+        got = where.get(it.request_id)
+        if got is not None and state is not None and got[2] is state and it.input_from_last_sample:
+            index.append((got[1] - 1) * width + got[0])
+        else:
+            index.append(flat + len(own))
+            own.append(it.input_ids[0] if state is None or not it.input_from_last_sample else state.last_token)
+    source = torch.cat([ahead.toks.reshape(-1), to_device(np.asarray(own, dtype=np.int64), device)]) if own \
+        else ahead.toks.reshape(-1)
+    return source[to_device(np.asarray(index, dtype=np.int64), device)]
+
+
+class _Assumed(NamedTuple):
+    """A request's state as a pending Forward's commit will leave it when none of its rows stops: what
+    ``validation.validate_batch`` reads (``slots`` only for its length)."""
+
+    slots: range
+    last_token: int
+    stopped: bool = False
+
+
+def assumed_table(requests: Mapping[str, object], ahead: EnqueuedSteps) -> Mapping[str, object]:
+    """``requests`` (the committed table) with every request that ``ahead`` runs (its validated state still there)
+    as its commit will leave it when no row stops: ``k`` slots longer, a last token sampled, not stopped. What a
+    Forward launched behind ``ahead`` is validated against."""
+    table = dict(requests)
+    for it, state in zip(ahead.items, ahead.states):
+        if state is not None and requests.get(it.request_id) is state:
+            table[it.request_id] = _Assumed(range(len(state.slots) + it.decode_steps), 0)
+    return table

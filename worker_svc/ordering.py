@@ -12,6 +12,10 @@ N+1``. When E arrives before N+1 has started, N+1 also waits for E (completed or
 N+1's), so when N ends E runs first and the new requests' first tokens do not wait for N+1's decode steps. When
 N+1 has already started, E runs after its own after_seq as usual. The registration happens when E arrives,
 under the same lock as N+1's start, so there is no window in which both are runnable and N+1 wins a race.
+
+Launch behind (``start_early``): a decode N+1 may start before N completed, launched behind it on the device
+(``Engine._launch_behind``, when the device reaches N's last step); it then counts as started, and an E arriving
+later runs after it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,23 @@ class ForwardOrder:
             self._ahead.move_to_end(before_seq)
             while len(self._ahead) > KEEP:
                 self._ahead.popitem(last=False)
+            return True
+
+    def start_early(self, seq: int, after_seq: int) -> bool:
+        """Forward ``seq`` starts before ``after_seq`` completed (launched behind it on the device,
+        ``Engine._launch_behind``): True, and ``seq`` counts as started (a Forward inserted ahead of it later runs
+        after it), when ``after_seq`` has no outcome yet and every Forward inserted ahead of ``seq`` has one; False
+        (nothing changes) otherwise, or for seq <= 0 or after_seq <= 0. ``seq`` still calls ``wait_for`` for
+        ``after_seq``'s outcome."""
+        if seq <= 0 or after_seq <= 0:
+            return False
+        with self._cond:
+            if after_seq in self._outcomes or any(s not in self._outcomes for s in self._ahead.get(seq, ())):
+                return False
+            self._ahead.pop(seq, None)
+            self._started[seq] = None
+            while len(self._started) > KEEP:
+                self._started.popitem(last=False)
             return True
 
     def wait_for(self, after_seq: int, seq: int) -> None:

@@ -4,6 +4,7 @@ the same batch in bf16, and greedy agreement with HF for the default model."""
 from __future__ import annotations
 
 import importlib.util
+import time
 
 import pytest
 import torch
@@ -337,7 +338,7 @@ def test_chained_forwards_on_cuda_graphs_use_the_metadata_built_ahead(model_dir,
 
     def engine(ahead: bool):
         eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
-        eng.epoch, eng.prepare_ahead = "epoch-1", ahead
+        eng.epoch, eng.prepare_ahead, eng.launch_behind = "epoch-1", ahead, False
         eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend, decode_attention)
         _prefill(eng, ps)
         return eng
@@ -355,4 +356,46 @@ def test_chained_forwards_on_cuda_graphs_use_the_metadata_built_ahead(model_dir,
         t.join(WAIT_S)
     got = [[o.next_token_ids for o in out["result"].outputs] for out in (out1, out2)]
     assert got == want and all(len(t) == K for f in got for t in f)
-    assert eng.prepared_ahead == {"used": 1, "built_at_launch": 1}
+    assert eng.prepared_ahead == {"used": 1, "built_at_launch": 1, "behind": 0}
+
+
+@pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
+def test_chained_forwards_launched_behind_give_the_tokens_of_forwards_run_one_by_one(model_dir, prompts,
+                                                                                   decode_attention, monkeypatch):
+    """Forward 2 (after_seq 1) reaches the worker while Forward 1's steps are on the device: on the Triton buckets it
+    is launched behind Forward 1 on the device (``Engine._launch_behind``: its first inputs read from Forward 1's
+    tokens there), on flashinfer's it waits for its turn (the plan is host work); Forward 3 (after_seq 2) is sent
+    once Forward 1 answered. Tokens: those of the three run one by one (the same graphs and kernels: equal)."""
+    from tests.worker.test_multistep_in_flight import K, WAIT_S, Held, _decode, _prefill, _started
+    from worker_svc.build import make_graphs
+
+    ps = prompts[:5]
+    at = len(sum(ps, [])) + 1
+    forwards = [_decode(ps, at, i) for i in range(3)]
+
+    def engine(behind: bool):
+        eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
+        eng.epoch, eng.launch_behind = "epoch-1", behind
+        eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend, decode_attention)
+        _prefill(eng, ps)
+        return eng
+
+    ref = engine(False)
+    want = [[o.next_token_ids for o in ref.forward(f, "epoch-1", seq=i + 1).outputs] for i, f in enumerate(forwards)]
+    eng = engine(True)
+    held = Held(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(forwards[0], "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    t2, out2 = _started(lambda: eng.forward(forwards[1], "epoch-1", seq=2, after_seq=1))
+    deadline = time.monotonic() + WAIT_S
+    while decode_attention == "triton" and eng.prepared_ahead["behind"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    held.release.set()
+    t1.join(WAIT_S)
+    t3, out3 = _started(lambda: eng.forward(forwards[2], "epoch-1", seq=3, after_seq=2))
+    for t in (t2, t3):
+        t.join(WAIT_S)
+    got = [[o.next_token_ids for o in out["result"].outputs] for out in (out1, out2, out3)]
+    assert got == want and all(len(t) == K for f in got for t in f)
+    behind = eng.prepared_ahead["behind"]  # Forward 3 launches behind Forward 2 when it arrives before that one's commit
+    assert (behind >= 1) if decode_attention == "triton" else (behind == 0), eng.prepared_ahead

@@ -46,8 +46,10 @@ def _reference(model_dir, ps, forwards):
 
 def _chained(model_dir, ps, forwards, monkeypatch, meanwhile=lambda eng: None):
     """Forward 1 held in flight; Forward 2 (after_seq 1) sent and its metadata built ahead; ``meanwhile(eng)``; then
-    both run. Returns (each Forward's next_token_ids per item, None where skipped; the engine)."""
+    both run. Returns (each Forward's next_token_ids per item, None where skipped; the engine). Launch behind is off:
+    these tests are about the metadata used at Forward 2's own turn (``test_launch_behind.py`` has the other way)."""
     eng = make_engine(model_dir)
+    eng.launch_behind = False
     _prefill(eng, ps)
     held = Held(monkeypatch)
     prepared = _watch_prepare(monkeypatch)
@@ -73,7 +75,7 @@ def test_the_metadata_built_ahead_is_used_and_gives_the_same_tokens(model_dir, p
         got, eng = _chained(model_dir, ps, forwards, mp)
     assert got == want
     assert all(len(t) == K for f in got for t in f)
-    assert eng.prepared_ahead == {"used": 1, "built_at_launch": 1}  # Forward 2 launched on what it built ahead; Forward 1 built at its launch
+    assert eng.prepared_ahead == {"used": 1, "built_at_launch": 1, "behind": 0}  # Forward 2 launched on what it built ahead; Forward 1 built at its launch
 
 
 def test_a_stop_in_the_forward_ahead_makes_the_launch_build_again(model_dir, prompts, monkeypatch):
@@ -89,7 +91,7 @@ def test_a_stop_in_the_forward_ahead_makes_the_launch_build_again(model_dir, pro
     got, eng = _chained(model_dir, ps, forwards, monkeypatch)
     assert got == want
     assert got[0][0] == (first,) and got[1][0] is None  # r0 stopped, then skipped
-    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2}
+    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2, "behind": 0}
 
 
 def _chained_inserting(model_dir, ps, forwards, monkeypatch, item):
@@ -121,7 +123,7 @@ def test_a_state_replaced_meanwhile_makes_the_launch_build_again(model_dir, prom
     got, eng, out3 = _chained_inserting(model_dir, ps, forwards, monkeypatch, again)
     assert [o.next_token_ids for o in out3["result"].outputs] == want[1]
     assert got == [want[0], want[2]]
-    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2}
+    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2, "behind": 0}
 
 
 def test_a_stopped_row_refilled_by_an_inserted_forward_is_not_taken_as_valid(model_dir, prompts, monkeypatch):
@@ -148,7 +150,7 @@ def test_a_stopped_row_refilled_by_an_inserted_forward_is_not_taken_as_valid(mod
     assert list(eng.requests["r0"].slots) == want_table  # the committed table: r0's prompt, a0, E's slots, ...
     # the launch must have built the rows again (r0's table is not the one built ahead) and match the reference
     assert got[1] == want[2], f"Forward 2's tokens differ from the reference; prepared_ahead={eng.prepared_ahead}"
-    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2}, f"Forward 2 launched on metadata built ahead: {eng.prepared_ahead}"
+    assert eng.prepared_ahead == {"used": 0, "built_at_launch": 2, "behind": 0}, f"Forward 2 launched on metadata built ahead: {eng.prepared_ahead}"
 
 
 def test_an_invalid_slot_id_is_answered_invalid_argument_and_its_releases_applied(model_dir, prompts, monkeypatch):
