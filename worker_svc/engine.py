@@ -187,6 +187,8 @@ class Engine:
         completed) before any work when the batch is invalid or may not run; then nothing else has changed.
         A Forward launched behind the one it follows (``_launch_behind``) has run on the device when it is answered
         ABORTED (the one ahead failed, or it was cancelled): it commits nothing, and its K/V went to its own new slots."""
+        if seq > 0 and after_seq == seq:  # before anything: nothing is registered or recorded under that seq
+            raise WorkerError("INVALID_ARGUMENT", f"Forward seq {seq} cannot run after itself (after_seq {after_seq})")
         behind = None  # (steps, clock) of this Forward when it was launched behind the one it follows
         finishing = False  # _finish leaves the pending place itself
         try:
@@ -257,7 +259,9 @@ class Engine:
         commit stopped or cut short is answered skipped (``EnqueuedSteps.expect``), its release_ids are applied
         just before it. Returns (steps, clock), or None (nothing launched; the Forward takes its turn as before)
         when any of that does not hold, when a row's request was stopped or released or is not the state the one
-        ahead runs, when the batch releases one of its own requests, or on CUDA when a step would plan flashinfer
+        ahead runs or that it runs with an explicit input (not ``input_from_last_sample``: a stop in the one ahead
+        does not skip such a row at its turn), when the batch releases one of its own requests, or on CUDA when a
+        step would plan flashinfer
         on the host (its page-locked plan buffer is still the one ahead's: only Triton buckets launch behind)."""
         with self._lock:
             if len(self._pending) != 1 or self._pending[0][0] != after_seq:
@@ -271,8 +275,9 @@ class Engine:
             running = {it.request_id: st for it, st in zip(first.items, first.states)}
             ids = {it.request_id for it in items}
             if any(st is None or self.requests.get(it.request_id) is not st or st.stopped
-                   or running.get(it.request_id, st) is not st for it, st in zip(ahead.rows.its, ahead.rows.states)):
-                return None
+                   or (it.request_id in running and (running[it.request_id] is not st or not it.input_from_last_sample))
+                   for it, st in zip(ahead.rows.its, ahead.rows.states)):
+                return None  # (an explicit input for a request N runs: N may stop it, which its turn answers otherwise)
             if ids.intersection(release_ids) or not self._fits_behind(ahead):
                 return None
             try:
@@ -304,7 +309,7 @@ class Engine:
             steps.wait()
         finally:
             with self._lock:
-                self._leave(seq)
+                self._leave(steps)
 
     def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int) -> Prepared | None:
         """The step metadata of multi-step batch ``items``, built now while Forward ``after_seq`` (enqueued, its
@@ -353,7 +358,7 @@ class Engine:
             steps.wait()
         except BaseException:
             with self._lock:
-                self._leave(seq)
+                self._leave(steps)
             raise
         with self._lock:  # the commit and the leaving in one hold: no Forward sees it committed and still pending
             try:
@@ -362,12 +367,12 @@ class Engine:
                 done = iter(steps.finish(self, self.requests))
                 return tuple(next(done) if o is None else o for o in outputs)
             finally:
-                self._leave(seq)
+                self._leave(steps)
 
-    def _leave(self, seq: int) -> None:
-        """(Lock held.) Pending multi-step Forward ``seq`` committed or failed: once none is pending, the next
-        Forward may take its turn."""
-        self._pending = [p for p in self._pending if p[0] != seq]
+    def _leave(self, steps: EnqueuedSteps) -> None:
+        """(Lock held.) The pending multi-step Forward of ``steps`` committed or failed (found by identity: a
+        malformed call may reuse a seq): once none is pending, the next Forward may take its turn."""
+        self._pending = [p for p in self._pending if p[1] is not steps]
         self._turn.notify_all()
 
     def _drop_released(self, request_ids: Sequence[str], seq: int) -> None:

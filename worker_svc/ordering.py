@@ -63,9 +63,9 @@ class ForwardOrder:
         """Forward ``seq`` starts before ``after_seq`` completed (launched behind it on the device,
         ``Engine._launch_behind``): True, and ``seq`` counts as started (a Forward inserted ahead of it later runs
         after it), when ``after_seq`` has no outcome yet and every Forward inserted ahead of ``seq`` has one; False
-        (nothing changes) otherwise, or for seq <= 0 or after_seq <= 0. ``seq`` still calls ``wait_for`` for
+        (nothing changes) otherwise, or for seq <= 0, after_seq <= 0 or seq == after_seq. ``seq`` still calls ``wait_for`` for
         ``after_seq``'s outcome."""
-        if seq <= 0 or after_seq <= 0:
+        if seq <= 0 or after_seq <= 0 or seq == after_seq:
             return False
         with self._cond:
             if after_seq in self._outcomes or any(s not in self._outcomes for s in self._ahead.get(seq, ())):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+import pytest
+
 from tests.worker.helpers import make_engine
 from tests.worker.test_multistep_in_flight import K, WAIT_S, Held, _decode, _prefill, _started
 from worker_svc import multistep
@@ -209,3 +211,55 @@ def test_with_launch_behind_off_nothing_is_launched_behind(model_dir, prompts, m
     for t in (t1, t2):
         t.join(WAIT_S)
     assert [_tokens(out1), _tokens(out2)] == want and eng.prepared_ahead == {"used": 1, "built_at_launch": 1, "behind": 0}
+
+
+def test_a_forward_naming_itself_as_the_one_it_follows_leaves_the_pending_forward_in_place(model_dir, prompts,
+                                                                                          monkeypatch):
+    """Review of session 15: a malformed Forward with seq == after_seq == the pending Forward's seq was launched
+    behind it, and its INVALID_ARGUMENT dropped both from the pending list (by seq), so another Forward validated
+    against the uncommitted table and r0's K/V went one position off. Now it is refused before anything; Forward 1
+    stays pending (a one-step decode waits for its commit) and completes."""
+    ps = prompts[:2]
+    eng = make_engine(model_dir)
+    at = _prefill(eng, ps)
+    held = Held(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(_decode(ps, at, 0), "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    with pytest.raises(WorkerError) as bad:
+        eng.forward(_decode(ps, at, 1), "epoch-1", seq=1, after_seq=1)
+    assert bad.value.code == "INVALID_ARGUMENT" and "after itself" in bad.value.message
+    assert [s for s, _ in eng._pending] == [1] and eng.prepared_ahead["behind"] == 0
+    one = [ForwardItem("r0", (), len(ps[0]) + K, (3900,), input_from_last_sample=True)]
+    t3, out3 = _started(lambda: eng.forward(one, "epoch-1"))
+    t3.join(0.5)
+    assert t3.is_alive(), "a Forward ran while Forward 1 was still uncommitted"
+    held.release.set()
+    for t in (t1, t3):
+        t.join(WAIT_S)
+    assert _tokens(out1) and _tokens(out3) and len(eng.requests["r0"].slots) == len(ps[0]) + K + 1
+
+
+def test_an_explicit_input_row_of_a_request_the_forward_ahead_runs_waits_for_its_turn(model_dir, prompts, monkeypatch):
+    """Review of session 15: Forward 2's r0 item has an explicit input id and Forward 1 stops r0 at its last step.
+    One by one, Forward 2 runs r0 (an explicit item is never skipped); launched behind it answered r0 skipped. Such
+    a batch now takes its turn: the reference's tokens."""
+    ps = prompts[:2]
+    at = len(sum(ps, [])) + 1
+    plain = [_decode(ps, at, 0), _decode(ps, at, 1)]
+    last = _one_by_one(model_dir, ps, plain)[0][0][0][-1]
+    f1 = [dataclasses.replace(plain[0][0], stop_token_ids=(last,))] + plain[0][1:]
+    f2 = [dataclasses.replace(plain[1][0], input_from_last_sample=False, input_ids=(last,))] + plain[1][1:]
+    want, ref = _one_by_one(model_dir, ps, [f1, f2])
+    eng = make_engine(model_dir)
+    _prefill(eng, ps)
+    held = Held(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(f1, "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    t2, out2 = _started(lambda: eng.forward(f2, "epoch-1", seq=2, after_seq=1))
+    t2.join(0.5)
+    held.release.set()
+    for t in (t1, t2):
+        t.join(WAIT_S)
+    assert [_tokens(out1), _tokens(out2)] == want and want[1][0] is not None
+    assert list(eng.requests["r0"].slots) == list(ref.requests["r0"].slots)
+    assert eng.prepared_ahead["behind"] == 0
