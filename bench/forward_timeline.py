@@ -10,6 +10,9 @@ idles longer than ``--split-s`` (the phases of a benchmark: c64, then c1, ...). 
   before the next Forward reached the worker's servicer (the scheduler had not sent it yet, or it was in
   transit), and ``worker``, the part after (the worker had it: its turn, validation, metadata, plan, launch).
 
+``bench/serve_bench.py`` turns the log on for its worker and adds ``summarize`` of each phase's window to the
+phase's results (``timeline``; the table's ``busy`` column).
+
 Usage: ``python -m bench.forward_timeline PATH [--split-s 1.0] [--json OUT]``. Prints a table; ``--json`` keeps
 the figures.
 """
@@ -46,6 +49,11 @@ def read(path: str) -> list[Fwd]:
     return sorted(out, key=lambda f: f.start)
 
 
+def within(fwds: list[Fwd], start_ns: int, end_ns: int) -> list[Fwd]:
+    """The Forwards whose device span lies inside [start_ns, end_ns] (a benchmark phase's window)."""
+    return [f for f in fwds if start_ns <= f.start and f.end <= end_ns]
+
+
 def segments(fwds: list[Fwd], split_ns: int) -> list[list[Fwd]]:
     """``fwds`` cut wherever the device idles longer than ``split_ns``."""
     out: list[list[Fwd]] = []
@@ -63,7 +71,7 @@ def _p50(xs: list[float]) -> float:
 
 
 def summarize(seg: list[Fwd]) -> dict:
-    """The figures of one segment (ms unless named otherwise)."""
+    """The figures of one segment (ms unless named otherwise; ``seg`` sorted by device start, not empty)."""
     wall = max(f.end for f in seg) - seg[0].start
     busy = 0
     cover_end = seg[0].start

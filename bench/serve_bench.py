@@ -34,7 +34,10 @@ each, so a run cut short still leaves data):
 
 Decode figures come from the scheduler's cumulative ``loop_stats`` log line (decode Forwards, steps, wall
 seconds of the decode rounds, the worker's forward seconds): time outside the worker's forward = wall -
-forward. The bandwidth limit of a decode step = (weight bytes + KV bytes read) / copy bandwidth.
+forward. The bandwidth limit of a decode step = (weight bytes + KV bytes read) / copy bandwidth. The worker
+writes its Forward timeline to ``OUT/forwards.tsv`` (``worker_svc/forward_log.py``); each phase's results hold
+``timeline``, the figures of its window (``bench/forward_timeline.py``: the device's busy share, time per kind, the
+gaps between Forwards), and the table's ``busy`` column is that share.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import subprocess
 import sys
 import time
 
-from bench import hf_phase, loadgen
+from bench import forward_timeline, hf_phase, loadgen
 from launcher.config import StackConfig, commands
 from launcher.stack import Stack
 
@@ -65,6 +68,7 @@ class Bench:
         self.args = args
         self.out = pathlib.Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
+        self.forward_log = self.out / "forwards.tsv"  # the worker's Forward timeline (CODESERVE_FORWARD_LOG)
         self.results: dict = {"config": vars(args), "phases": {}}
         self.stack: Stack | None = None
         self.rng = random.Random(0)
@@ -91,6 +95,9 @@ class Bench:
 
     def start_stack(self, model: str, decode_steps: int) -> None:
         a = self.args
+        from worker_svc.forward_log import ENV as FORWARD_LOG_ENV
+        self.forward_log.unlink(missing_ok=True)
+        os.environ[FORWARD_LOG_ENV] = str(self.forward_log)  # the worker's Forward timeline (each phase's window)
         cfg = StackConfig(model_path=model, http_port=0, cache_port=0, worker_port=0, scheduler_port=0,
                           device="cuda" if a.gpu else "cpu", dtype="bfloat16" if a.gpu else "float32",
                           kv_tokens=a.kv_tokens, chunk_size=a.chunk_size, max_running_requests=a.max_running,
@@ -167,7 +174,9 @@ class Bench:
 
     def drive(self, name: str, payloads: list[dict], concurrency: int, extra: dict | None = None) -> dict:
         before = self.stats()
+        t0 = time.monotonic_ns()
         recs = loadgen.run(self.stack.url, payloads, concurrency, procs=self.args.client_procs)
+        t1 = time.monotonic_ns()
         summary = loadgen.summarize(recs)
         after = self.stats()
         d = {k: after.get(k, 0) - before.get(k, 0) for k in (
@@ -179,6 +188,9 @@ class Bench:
             d["worker_forward_step_ms"] = round(1000 * d["decode_forward_seconds"] / d["decode_steps"], 3)
             d["outside_worker_share"] = round(1 - d["decode_forward_seconds"] / d["decode_wall_seconds"], 4)
         summary.update(concurrency=concurrency, decode_steps_flag=self.decode_steps, scheduler=d, **(extra or {}))
+        fwds = forward_timeline.within(forward_timeline.read(str(self.forward_log)), t0, t1)
+        if fwds:  # the device's busy share and the gaps between Forwards in this phase (bench/forward_timeline.py)
+            summary["timeline"] = forward_timeline.summarize(fwds)
         self.results["phases"][name] = summary
         self.save()
         log(f"{name}: {json.dumps({k: summary.get(k) for k in ('ok', 'errors', 'output_tok_s', 'ttft_p50_ms', 'itl_p50_ms', 'tpot_p50_ms')})} "
@@ -250,7 +262,7 @@ class Bench:
 
     def table(self) -> str:
         rows = [f"{'phase':<14}{'ok':>5}{'tok/s':>10}{'xHF':>6}{'TTFT p50':>10}{'p99':>9}{'ITL p50':>9}{'p99':>8}"
-                f"{'TPOT p50':>9}{'p99':>8}{'step ms':>9}{'fwd ms':>8}{'outside':>8}{'x limit':>8}"]
+                f"{'TPOT p50':>9}{'p99':>8}{'step ms':>9}{'fwd ms':>8}{'outside':>8}{'x limit':>8}{'busy':>6}"]
         for name, p in self.results["phases"].items():
             s = p.get("scheduler", {})
             f = lambda k, d=p: d.get(k, float("nan"))  # noqa: E731
@@ -258,7 +270,8 @@ class Bench:
                         f"{(p.get('over_hf') or {}).get('static_compiled') or float('nan'):>6.2f}"
                         f"{f('ttft_p50_ms'):>10.1f}{f('ttft_p99_ms'):>9.1f}{f('itl_p50_ms'):>9.2f}{f('itl_p99_ms'):>8.1f}"
                         f"{f('tpot_p50_ms'):>9.2f}{f('tpot_p99_ms'):>8.2f}{f('decode_step_ms', s):>9.2f}"
-                        f"{f('worker_forward_step_ms', s):>8.2f}{f('outside_worker_share', s):>8.3f}{f('step_over_limit', s):>8.2f}")
+                        f"{f('worker_forward_step_ms', s):>8.2f}{f('outside_worker_share', s):>8.3f}{f('step_over_limit', s):>8.2f}"
+                        f"{f('busy_share', p.get('timeline', {})):>6.3f}")
         hf = self.results.get("hf")
         if hf:
             rows += hf_phase.hf_table(hf, self.results["phases"])
