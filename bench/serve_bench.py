@@ -107,7 +107,7 @@ class Bench:
         t = time.monotonic()
         argv = commands(self.stack.cfg, model)
         for name in ("cache", "worker", "scheduler", "gateway"):
-            extra = (["--decode-steps", str(decode_steps)] if name == "scheduler"
+            extra = (["--decode-steps", str(decode_steps), *a.scheduler_flags.split()] if name == "scheduler"
                      else a.worker_flags.split() if name == "worker" else [])
             self.stack.start_one(name, argv[name] + extra, timeout=600)
             log(f"{name} ready after {time.monotonic() - t:.1f} s")
@@ -126,7 +126,7 @@ class Bench:
     def restart_scheduler(self, decode_steps: int, extra: list[str] | None = None) -> None:
         self.stack.kill("scheduler", signal.SIGTERM)
         argv = (commands(self.stack.cfg, self.stack.model_path)["scheduler"] + ["--decode-steps", str(decode_steps)]
-                + (extra or []))
+                + self.args.scheduler_flags.split() + (extra or []))
         self.stack.start_one("scheduler", argv, timeout=120)
         self.decode_steps = decode_steps
         self.wait_gateway()
@@ -361,6 +361,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-from", default=None, help="serve_bench.json of an earlier --phases hf run on this machine: "
                     "its baselines give the ratios (to run the hf phase and the stack as two commands)")
     ap.add_argument("--worker-flags", default="", help="extra worker flags, space-separated (e.g. --no-extend-whole-graph)")
+    ap.add_argument("--scheduler-flags", default="", help="extra scheduler flags, space-separated (e.g. "
+                    "--no-deliver-after-send)")
     ap.add_argument("--c1-requests", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1, help="cN phases (N > 1) send this many times their requests "
                     "(longer phases for an A/B)")

@@ -228,6 +228,9 @@ MIXED_CHUNK = ("mixed chunks stay off (they cost throughput on the H200, run 6);
 
 EARLY_MATCH = ("an arrival's admission Match sent by the servicer thread (docs/scheduler.md); bench/editor_bench's "
                "--scheduler-flags=--no-early-match is its A/B (bench/README.md, run 16)")
+DELIVER_AFTER_SEND = ("a chained decode's stream messages handed over once the next Forward is sent (docs/scheduler.md); "
+                      "tests/scheduler/arrival_sim.py --no-deliver-after-send and bench/serve_bench "
+                      "--scheduler-flags are its A/B")
 CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/scheduler.md); bench/serve_bench's "
                     "nochain phase runs the scheduler without it for the A/B")
 
@@ -276,6 +279,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-adaptive-steps": ADAPTIVE_STEPS,
         "--early-match": EARLY_MATCH,
         "--no-early-match": EARLY_MATCH,
+        "--deliver-after-send": DELIVER_AFTER_SEND,
+        "--no-deliver-after-send": DELIVER_AFTER_SEND,
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",

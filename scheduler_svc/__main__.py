@@ -68,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--early-match", action=argparse.BooleanOptionalAction, default=True,
                    help="send an arrival's admission Match from the thread that received it, while it waits for the "
                         "loop (fcfs only; scheduler_svc/early_match.py)")
+    p.add_argument("--deliver-after-send", action=argparse.BooleanOptionalAction, default=True,
+                   help="hand the stream messages of a chained decode Forward to their streams once the next Forward "
+                        "is sent, not while it is built (scheduler_svc/outbox.py; --no-deliver-after-send for the A/B)")
     p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE,
                    help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
                         "(an arrival's extend that reaches the worker before N+1 started still goes first); "
@@ -120,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                           decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps,
                           overlap=args.overlap, overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
                           chunk_pipeline=args.chunk_pipeline, chain_admissions=args.chain_admissions,
-                          early_match=args.early_match)
+                          early_match=args.early_match, deliver_after_send=args.deliver_after_send)
     from scheduler_svc.worker_client import WorkerClient
 
     liveness = None
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
              decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
              overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
              chunk_pipeline=cfg.chunk_pipeline, chain_admissions=cfg.chain_admissions, early_match=cfg.early_match,
-             worker_stall_timeout=args.worker_stall_timeout)
+             deliver_after_send=cfg.deliver_after_send, worker_stall_timeout=args.worker_stall_timeout)
 
     serving = True
     logged_stats, next_stats = None, 0.0

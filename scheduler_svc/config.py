@@ -40,6 +40,9 @@ class SchedulerConfig:
     # an arrival's admission Match is sent by the servicer thread that received it, while it waits for the loop
     # (scheduler_svc/early_match.py; fcfs only)
     early_match: bool = True
+    # the stream messages of a decode Forward applied by the chain are handed to their streams once the next Forward
+    # is sent, not before its Allocate (scheduler_svc/outbox.py)
+    deliver_after_send: bool = True
 
     def __post_init__(self) -> None:
         if self.overlap_mode not in OVERLAP_MODES:

@@ -8,6 +8,7 @@ from codeserve.v1 import common_pb2, scheduler_pb2
 from common import hop_trace
 from scheduler_svc.detokenizer import IncrementalDetokenizer
 from scheduler_svc.held_tokens import HeldTokens
+from scheduler_svc.outbox import Outbox
 from scheduler_svc.request import Finish, Req, State, StreamEnd, stop_ids
 from scheduler_svc.stop_strings import StopStringMatcher
 
@@ -18,8 +19,11 @@ class OutputStream:
     (already capped by the context limit) ends it with "length". The token that ended it by EOS or a
     stop token id is counted and returned as a token id but not turned into text."""
 
-    def __init__(self, req: Req, tokenizer: Tokenizer, eos_token_id: int) -> None:
+    def __init__(self, req: Req, tokenizer: Tokenizer, eos_token_id: int, outbox: Outbox | None = None) -> None:
+        """``outbox``: where the messages go (``Outbox.put`` to ``req.out``; the loop may hold them a while), or
+        None: straight to ``req.out``."""
         self.req = req
+        self._put = req.out.put if outbox is None else (lambda item: outbox.put(req.out, item))
         self.eos = eos_token_id
         self.detok = IncrementalDetokenizer(tokenizer, req.params.skip_special_tokens)
         self.stops = StopStringMatcher(req.params.stop, req.params.no_stop_trim)
@@ -80,7 +84,7 @@ class OutputStream:
             if defer:
                 self._pending = msg
             else:
-                req.out.put(msg)
+                self._put(msg)
             return
         self._finish_fields(msg)
         self._final = msg
@@ -131,7 +135,7 @@ class OutputStream:
             self._drain()
         msg = self._held_message()
         if req.finish is None:
-            req.out.put(msg)
+            self._put(msg)
             return cut
         self._finish_fields(msg)
         self._final = msg
@@ -161,7 +165,7 @@ class OutputStream:
     def flush(self) -> None:
         """Sends the deferred message, if any (a finished request sends it as part of its last message)."""
         if self._pending is not None:
-            self.req.out.put(self._pending)
+            self._put(self._pending)
             self._pending = None
 
     def _drain(self) -> None:
@@ -218,11 +222,11 @@ class OutputStream:
         request's slots were cached or released, so a client that saw the end sees the pool settled."""
         if self._final is None:
             raise RuntimeError(f"close() of request {self.req.rid} that has not finished")
-        self.req.out.put(self._final)
-        self.req.out.put(StreamEnd())
+        self._put(self._final)
+        self._put(StreamEnd())
         self._final = None
 
     def fail(self, code: object, message: str) -> None:
         """Ends the stream with an error status (a grpc.StatusCode) and its message."""
         self.req.finish = Finish.ABORT
-        self.req.out.put(StreamEnd(code, message))
+        self._put(StreamEnd(code, message))

@@ -1,39 +1,32 @@
-"""The scheduling loop. One thread runs it; each round (``Scheduler.step``) is: take new requests, end
-aborted ones, plan a batch (extend first, decode otherwise; ``planner.py``), send it to the worker, apply the
-reply (``results.py``), and cache and release finished requests (``requests.py``, the request table, the one
-owner of where each request stands). Failures and the way back are ``recovery.py``'s.
+"""The scheduling loop. One thread runs it; each round (``Scheduler.step``) is: take new requests, end aborted
+ones, plan a batch (extend first, decode otherwise; ``planner.py``), send it to the worker, apply the reply
+(``results.py``), and cache and release finished requests (``requests.py``, the request table, the one owner of
+where each request stands). Failures and the way back are ``recovery.py``'s.
 
-Overlapped decode (``overlap``, default; SGLang's overlap scheduler over our services): in steady decode the
-loop allocates decode Forward N+1 while the worker computes N and sends it before N's reply is applied, then
-applies N's reply (detokenize, stream) while the worker computes N+1 (``_chain``). N+1 holds the same running
-requests, with slots allocated ahead from the cache; each item's input is the token the worker sampled last
-for it (``input_from_last_sample``, unknown to the scheduler yet) at the predicted position ``start + steps``
-of its N entry, and the Forward carries ``after_seq = N.seq`` so the worker runs it only after N. A request
-predicted to reach max_new_tokens (already capped by the context limit) in N is left out of N+1; one that ends
-at a stop token in N is in N+1 and the worker skips it.
+Overlapped decode (``overlap``, default; SGLang's overlap scheduler over our services, ``_chain``): in steady decode
+the loop allocates decode Forward N+1 while the worker computes N, sends it, then applies N's reply (detokenize,
+stream) while the worker computes N+1. N+1 holds the same running requests, slots allocated ahead; each item's input
+is the token the worker sampled last for it (``input_from_last_sample``) at the predicted position ``start + steps``
+of its N entry, and ``after_seq = N.seq`` makes the worker run it after N. A request predicted to reach
+max_new_tokens (capped by the context limit) in N is left out of N+1; one that ends at a stop token in N is in N+1
+and the worker skips it. N's stream messages are handed to their streams once N+2 is sent (``outbox.py``).
 
-While N runs the loop waits for N's reply or an arrival. A request that arrives with room is admitted at once
-(Match, Allocate while N runs) and its extend is sent to run right after N (``after_seq = N.seq``; a later
-arrival's extend after that one), so its first token waits for the rest of N, not for N+1's K steps.
-When N+1 is sent (``--overlap-mode``, ``overlap_mode.OVERLAP_MODES``):
+While N runs the loop waits for N's reply or an arrival. An arrival with room is admitted at once (Match, Allocate)
+and its extend sent to run right after N (``after_seq = N.seq``; a later arrival's after that one), so its first
+token waits for the rest of N, not for N+1's K steps. When N+1 is sent (``--overlap-mode``):
 
-- ``queued`` (default): at once, so it waits at the worker behind N and starts the moment N ends: the reply
-  of N and the send and parsing of N+1 are hidden. Arrivals' extends carry ``before_seq = N+1``: one that
-  reaches the worker before N+1 has started makes N+1 wait for it too (``worker_svc/ordering.py``), and it
-  is queued here before N+1, so its reply is applied as it comes. An extend that reaches the worker after
-  N+1 started waits for N+1's steps.
-- ``just-in-time``: when N's reply is in, after the last extend. Every arrival admitted before N's reply goes ahead
-  of N+1; N's reply and N+1's send and parsing are not hidden (a local round trip per Forward, the GPU idle).
+- ``queued`` (default): at once, so it waits at the worker behind N and starts the moment N ends. Arrivals' extends
+  carry ``before_seq = N+1``: one that reaches the worker before N+1 started makes N+1 wait for it too
+  (``worker_svc/ordering.py``) and is queued here before N+1; one that reaches it later waits for N+1's steps.
+- ``just-in-time``: when N's reply is in, after the last extend: every arrival admitted before N's reply goes ahead
+  of N+1; N's reply and N+1's send are not hidden (a local round trip per Forward, the GPU idle).
 
-Chaining happens in steady decode (``chain.py``; waiting requests admitted first, the extends ahead of the decode
-in flight applied first, arrivals admitted meanwhile as in the chain (``_drain_extends``), their requests joining
-the next continuation), else the loop drains. A request finishing in N but in a Forward still in flight streams
-its end at once, released after that one (FINISHING). Steps: ``step_budget.py``; measured: docs/scheduler.md.
-
+Chaining happens in steady decode (``chain.py``; waiting requests admitted first, extends ahead of the decode in
+flight applied first, ``_drain_extends``), else the loop drains. A request finishing in N but in a Forward still in
+flight streams its end at once, released after that one (FINISHING). Steps: ``step_budget.py``; docs/scheduler.md.
 Chunked prefill pipelined (``chunk_pipeline``, ``chunk_ahead.py``): an extend whose prefill continues (or with
-requests waiting) is not waited for; the next round sends the extend behind it, then applies it (``_chunk_ahead``).
-Worker releases ride on the next ForwardRequest (``worker_releases.py``, ``Pipeline.prepare``), or one Release RPC
-when idle.
+requests waiting) is not waited for; the next round sends the extend behind it, then applies it. Worker releases
+ride on the next ForwardRequest (``worker_releases.py``), or one Release RPC when idle.
 """
 
 from __future__ import annotations
@@ -52,6 +45,7 @@ from scheduler_svc.early_match import EarlyMatch
 from scheduler_svc.errors import DependencyUnavailable, PoolHeld, SessionLost, WorkerEpochChanged, WorkerStalled
 from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
+from scheduler_svc.outbox import Outbox
 from scheduler_svc.pipeline import Pipeline
 from scheduler_svc.chain import admits_first, can_chain, wait_reply_or_arrival
 from scheduler_svc.planner import Planner
@@ -70,18 +64,16 @@ class Scheduler:
     """Waiting queue, admission on cache receipts, continuous batching with chunked prefill, retract.
 
     Built of plain parts, each handed what it uses: ``table`` (RequestTable: where each request stands, the only
-    releases), ``planner`` (Planner: the next batch), ``pipeline`` (Pipeline: the Forwards in flight),
-    ``recovery`` (Recovery: connection, failures, resync), ``stats`` (the counters, as a dict).
+    releases), ``planner`` (the next batch), ``pipeline`` (the Forwards in flight), ``recovery`` (connection,
+    failures, resync), ``outbox`` (stream messages held while the next Forward is built), ``stats`` (counters).
 
-    Thread-safe entry points: ``submit``, ``abort``, ``queue_lengths``, ``progress_ok``, ``unhealthy_reason``,
-    ``outage_reason``, ``stop``. Everything else runs on the loop thread (``run``). Requests' ``out`` queues receive
-    GenerateResponse messages and a StreamEnd.
+    Thread-safe: ``submit``, ``abort``, ``queue_lengths``, ``progress_ok``, ``unhealthy_reason``, ``outage_reason``,
+    ``stop``; the rest runs on the loop thread (``run``). Requests' ``out`` get GenerateResponses, then a StreamEnd.
     """
 
     def __init__(self, cache: CacheClient, worker: WorkerClient, cfg: SchedulerConfig, log,
                  liveness: WorkerLiveness | None = None) -> None:
-        """``liveness``: the worker's health-check monitor (None: no stall detection, waits end only with the
-        Forward deadline)."""
+        """``liveness``: the worker's health-check monitor (None: no stall detection, only the Forward deadline)."""
         self.cache, self.worker, self.log = cache, worker, log
         self.intake = Intake(cfg.max_queued_requests)
         self._stop = threading.Event()
@@ -90,6 +82,7 @@ class Scheduler:
         self.early = EarlyMatch(cache, settings=lambda: self.cfg, waiting=lambda: self.table.snapshot[1])
         self.table = RequestTable(cache, worker, self.intake, log, early=self.early)
         self.pipeline = Pipeline(worker, self.table.releases)
+        self.outbox = Outbox()  # stream messages of a chained decode held until the next Forward is sent (outbox.py)
         self.budget = StepBudget()  # decode steps under arrivals (used with cfg.adaptive_steps)
         self.planner = Planner(self.table, cache, cfg, self.ratio, self._stats, log, self.budget, self.early)
         self.recovery = Recovery(cache, worker, cfg, log, liveness, self.table, self.pipeline, self._stop)
@@ -99,8 +92,7 @@ class Scheduler:
 
     @cfg.setter
     def cfg(self, cfg: SchedulerConfig) -> None:
-        """Replaces the settings of the loop and its parts (before ``run``: e.g. decode steps once the device is
-        known)."""
+        """Replaces the settings of the loop and its parts (before ``run``: e.g. decode steps once the device is known)."""
         self._cfg = self.planner.cfg = self.recovery.cfg = cfg
 
     # ---- read-only views ----------------------------------------------------------------------------------
@@ -197,13 +189,12 @@ class Scheduler:
 
     # ---- the loop --------------------------------------------------------------------------------------
     def run(self) -> None:
-        """Runs until ``stop``. Dependency outages: back off and resync; after outage_timeout s of outage,
-        waiting and running requests fail with UNAVAILABLE naming the service. A stalled worker: every request
-        fails with UNAVAILABLE at once, and the loop resyncs when the worker answers again. Any other exception
-        fails every request with INTERNAL, marks the loop stopped and is re-raised. The pool held by another
-        owner's session (``PoolHeld``, at a resync): the loop stops (health NOT_SERVING, the process exits) and
-        every request fails with UNAVAILABLE naming the pool and that owner; it does not retry (that would fight
-        the other scheduler for the pool)."""
+        """Runs until ``stop``. Dependency outages: back off and resync; after outage_timeout s, waiting and running
+        requests fail with UNAVAILABLE naming the service. A stalled worker: every request fails with UNAVAILABLE at
+        once; the loop resyncs when it answers again. Any other exception fails every request with INTERNAL, stops
+        the loop and is re-raised. The pool held by another owner's session (``PoolHeld``, at a resync): the loop
+        stops (NOT_SERVING, the process exits), every request fails with UNAVAILABLE naming the pool and that owner;
+        no retry (it would fight the other scheduler for the pool). Held stream messages go out before any failure."""
         rec = self.recovery
         try:
             while not self._stop.is_set():
@@ -214,7 +205,8 @@ class Scheduler:
                     rec.note_worker_refusal()
                     if rec.needs_resync:
                         rec.resync()
-                    worked = self.step()
+                    with self.outbox.released_on_error():
+                        worked = self.step()
                     rec.up()
                 except WorkerStalled as exc:
                     rec.on_worker_stalled(exc, self.intake.wake)
@@ -234,6 +226,7 @@ class Scheduler:
             self.log.exception("loop_failed")
             rec.fail_all(grpc.StatusCode.INTERNAL, self.stopped_reason)
             raise
+        self.outbox.release()
         rec.fail_all(grpc.StatusCode.UNAVAILABLE, f"scheduler stopped: {self.stopped_reason}")
 
     def step(self) -> bool:
@@ -249,13 +242,15 @@ class Scheduler:
             table.abort(held=self.pipeline.request_ids())  # aborts no Forward in flight holds end now: a waiting
             # request aborted before this round is not admitted by the drain below
             if len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
+                self.outbox.release()
                 self._drain_extends()  # arrivals' extends sent ahead of a decode Forward: theirs first
                 table.abort(held=self.pipeline.request_ids())  # and those that came while it drained
             if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running, len(table.waiting), self.cfg):
-                self._chain()
+                self._chain()  # releases the outbox once its Forward is sent
                 table.abort(held=self.pipeline.request_ids())
                 table.publish()
                 return True
+            self.outbox.release()
             if self.cfg.chunk_pipeline and len(self.pipeline) == 1 and self._ahead(self.pipeline.head().batch):
                 self._chunk_ahead()
                 table.abort(held=self.pipeline.request_ids())
@@ -263,6 +258,7 @@ class Scheduler:
                 return True
             self._drain()
             drained = True
+        self.outbox.release()
         table.abort()
         t0 = time.perf_counter()
         batch = self.planner.extend() or self.planner.decode()
@@ -344,21 +340,23 @@ class Scheduler:
         return extend_after
 
     def _chain(self) -> None:
-        """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, after N); until N's
-        reply is in, each arrival is admitted at once and its extend sent to run after N (and after the extends
-        sent before it; ``queued``: ahead of N+1); then (``just-in-time``) N+1 is sent after N or the last
-        extend, and N is applied. An Allocate failure sends no N+1 (the next round drains and the synchronous
-        path retracts)."""
+        """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, after N; then the outbox
+        goes out); until N's reply is in, each arrival is admitted at once and its extend sent to run after N (and
+        the extends before it; ``queued``: ahead of N+1); then (``just-in-time``) N+1 is sent after N or the last
+        extend, and N is applied (its messages held, ``deliver_after_send``). An Allocate failure sends no N+1."""
         t0 = time.perf_counter()
         cur, queued = self.pipeline.head(), self.cfg.overlap_mode == "queued"
         nxt = self.planner.continuation(cur.batch)
         # built now, while N runs: only the send waits for N's reply (just-in-time)
         nxt_request = self.pipeline.prepare(self._items(nxt), after_seq=cur.seq) if nxt is not None else None
+        if nxt is None or not queued:  # the messages held since the last round wait for N+1's build (queued: send)
+            self.outbox.release()
         t1 = time.perf_counter()
         with self.recovery.dropping_in_flight():  # N failed: what follows it at the worker is aborted there
             ahead_of = 0  # queued: extends run ahead of N+1 when they reach the worker before it started
             if nxt is not None and queued:
                 self.pipeline.send(nxt, nxt_request)
+                self.outbox.release()  # the stream threads run while the worker does (a failure: run() releases)
                 self._stats.add("decode_chained")
                 ahead_of = nxt_request.seq
             extend_after = self._admit_until(cur.pending, cur.seq, ahead_of,  # waiting ones first, then arrivals
@@ -369,6 +367,8 @@ class Scheduler:
                 self._stats.add("decode_chained")
             reply = cur.pending.result()
         self.pipeline.pop()
+        if self.cfg.deliver_after_send:
+            self.outbox.hold()  # N's messages go out once the next round sent its Forward (outbox.py)
         self._apply(cur.batch, reply, cur.seq, t0, t1, time.perf_counter())
 
     def _ahead(self, inflight: Batch) -> bool:

@@ -71,7 +71,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             req = build_request(request, self.tok, info, self.sched.capacity)
         except InvalidRequest as exc:
             self._abort(context, call, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        req.stream = OutputStream(req, self.tok, info.eos_token_id)
+        req.stream = OutputStream(req, self.tok, info.eos_token_id, outbox=self.sched.outbox)
         call.sibling_abort = lambda: req.abort_reason == SIBLING_FAILED  # read if the call ends as an abort
         log = self.log.bind(rid=req.rid)
         if req.params.max_new_tokens == 0 and not req.wants_prompt_logprobs:

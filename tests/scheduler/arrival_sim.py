@@ -7,6 +7,7 @@ measurement to run by hand; the CPU model's compute would drown what it shows).
         [--chunk-size 8192] [--chunk-pipeline | --no-chunk-pipeline] [--long N] [--json PATH]
         [--background N --rate R --seconds S] [--no-adaptive-steps] [--run-weight 0.25] [--decode-forward-ms 0]
         [--extend-forward-ms 0.3] [--hop-trace DIR] [--typists N --seconds S] [--no-early-match]
+        [--no-deliver-after-send] [--message-us 0]
 
 The real scheduler loop (``Scheduler.run`` in a thread) and the real cache service (in-process gRPC server)
 drive a simulated worker that runs Forwards one at a time in ``after_seq`` order and sleeps for their
@@ -162,6 +163,10 @@ def main() -> None:
                     help="send a prompt's next chunk (or the next admissions) while the extend before it runs")
     ap.add_argument("--early-match", action=argparse.BooleanOptionalAction, default=True,
                     help="the scheduler's early Match (scheduler_svc/early_match.py)")
+    ap.add_argument("--deliver-after-send", action=argparse.BooleanOptionalAction, default=True,
+                    help="the scheduler's outbox (scheduler_svc/outbox.py)")
+    ap.add_argument("--message-us", type=float, default=0.0, help="Python work (us, GIL held) each stream message costs "
+                    "its reader thread besides its serialization (what the servicer thread and gRPC do per message)")
     ap.add_argument("--mixed-chunk", action=argparse.BooleanOptionalAction, default=False,
                     help="decoding requests ride in extend batches (the scheduler's --mixed-chunk)")
     ap.add_argument("--typists", type=int, default=0, help="typist mode: this many simulated typists (module doc)")
@@ -180,7 +185,8 @@ def main() -> None:
                       SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap,
                                       overlap_mode=a.overlap_mode, chunk_size=a.chunk_size, max_running_requests=256,
                                       chunk_pipeline=a.chunk_pipeline, mixed_chunk=a.mixed_chunk,
-                                      early_match=a.early_match), structlog.get_logger())
+                                      early_match=a.early_match, deliver_after_send=a.deliver_after_send),
+                      structlog.get_logger())
     sched.budget.run_weight = a.run_weight
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
     sched.connect()
@@ -192,12 +198,17 @@ def main() -> None:
         req = build_request(scheduler_pb2.GenerateRequest(request_id=f"q{next(counter)}", max_new_tokens=new,
                                                           input_ids=scheduler_pb2.TokenIds(ids=prompt), ignore_eos=True),
                             tok, sched.info, sched.capacity)
-        req.stream = OutputStream(req, tok, sched.info.eos_token_id)
+        req.stream = OutputStream(req, tok, sched.info.eos_token_id, outbox=sched.outbox)
         t0 = time.perf_counter()
         hop_trace.mark(req.rid, "client_sent")
         sched.submit(req)
         first = None
         while not isinstance(item := req.out.get(), StreamEnd):
+            if a.message_us > 0:  # the stream thread's own work per message (the GIL held)
+                item.SerializeToString()
+                until = time.perf_counter() + a.message_us / 1e6
+                while time.perf_counter() < until:
+                    pass
             if first is None and item.token_ids:
                 first = time.perf_counter() - t0
                 hop_trace.mark(req.rid, "client_text")
@@ -251,6 +262,10 @@ def main() -> None:
         g0, t0 = sched.stats["generation_tokens"], time.perf_counter()
         time.sleep(2.0)
         rate = (sched.stats["generation_tokens"] - g0) / (time.perf_counter() - t0)
+        st = sched.stats
+        print("decode Forward, loop ms each: allocate %.2f, waiting for the reply %.2f, applying %.2f, round %.2f" % tuple(
+            1e3 * st[k] / max(st["decode_batches"], 1) for k in ("decode_alloc_seconds", "decode_rpc_seconds",
+                                                                  "decode_process_seconds", "decode_wall_seconds")))
         print(f"steady decode of {a.background}: {rate:.0f} tokens/s (simulated bound "
               f"{a.background / (a.step_ms / 1e3):.0f})")
         out = dict(vars(a), steady_decode_tokens_per_s=rate, bound_tokens_per_s=a.background / (a.step_ms / 1e3))
@@ -354,7 +369,7 @@ def typists(a, tok, sched, rng: random.Random, counter) -> dict:
                 req = build_request(scheduler_pb2.GenerateRequest(
                     request_id=f"t{next(counter)}", max_new_tokens=a.new, ignore_eos=True,
                     input_ids=scheduler_pb2.TokenIds(ids=head + tail)), tok, sched.info, sched.capacity)
-                req.stream = OutputStream(req, tok, sched.info.eos_token_id)
+                req.stream = OutputStream(req, tok, sched.info.eos_token_id, outbox=sched.outbox)
                 t0 = time.perf_counter()
                 hop_trace.mark(req.rid, "client_sent")
                 sched.submit(req)

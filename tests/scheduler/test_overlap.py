@@ -2,7 +2,7 @@
 token for token with K = 1 and K = 8 decode steps per Forward through batched decode with different
 max_new_tokens, a stop token id and a stop string hit inside a Forward, an abort mid-decode, requests
 arriving while others decode, and retraction in a tiny pool; after each, the pool is settled (no leaked
-slot, integrity check empty). The same with ``--overlap-mode just-in-time`` (K = 8; the default is queued). The synchronous path
+slot, integrity check empty). The same with ``--overlap-mode just-in-time`` (K = 8; the default is queued) and with ``--no-deliver-after-send``. The synchronous path
 (--no-overlap) gives the same output."""
 
 import json
@@ -41,6 +41,14 @@ def k8j(tmp_path_factory, model_path):
 
 
 @pytest.fixture(scope="module")
+def k8n(tmp_path_factory, model_path):
+    """K = 8 with ``--no-deliver-after-send``: a chained decode's messages go to their streams at once (outbox off)."""
+    with Backend.start(tmp_path_factory.mktemp("overlap-k8n-logs"), model_path=model_path, max_running_requests=16,
+                       scheduler_args=("--decode-steps", "8", "--no-deliver-after-send")) as be:
+        yield be
+
+
+@pytest.fixture(scope="module")
 def small(tmp_path_factory, model_path):
     """The small-pool retraction test again, with K = 8 and overlap."""
     with Backend.start(tmp_path_factory.mktemp("overlap-small-logs"), model_path=model_path,
@@ -49,7 +57,7 @@ def small(tmp_path_factory, model_path):
         yield be
 
 
-@pytest.fixture(params=["k1", "k8", "k8j"])
+@pytest.fixture(params=["k1", "k8", "k8j", "k8n"])
 def be(request):
     return request.getfixturevalue(request.param)
 

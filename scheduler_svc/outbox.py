@@ -1,0 +1,64 @@
+"""Stream messages held back while the loop builds and sends the next decode Forward.
+
+Each request's messages go to its queue (``Req.out``), read by the servicer thread of its Generate stream. A put
+wakes that thread, which then takes the GIL to hand the message to gRPC. In steady overlapped decode the loop puts a
+message for every running request when it applies Forward N's results, and at once builds Forward N+2: its slots
+come from a Cache.Allocate round trip, and when the loop wants the GIL back after that call it waits behind the
+stream threads it has just woken (up to the interpreter's switch interval each time). At 64 requests that wait was
+most of the continuation's ~6 ms on the H200 (run 17), and N+2 reached the worker late. With the outbox on
+(``SchedulerConfig.deliver_after_send``), the messages of a decode Forward applied by the chain are held and handed to
+their queues once the next Forward is sent: the stream threads then run while the loop waits for the worker.
+
+``put`` is called from any thread (the loop; a servicer thread for a request that finishes before it is queued);
+while holding, messages are kept in arrival order and ``release`` puts them in that order, so each request's
+messages keep their order. The cost: a held message reaches its stream one Allocate round trip later.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+
+class Outbox:
+    """Puts items on queues now, or, between ``hold()`` and ``release()``, keeps them and puts them at the release."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: list | None = None  # (queue, item) in put order while holding
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def put(self, queue, item) -> None:
+        """``queue.put(item)`` now, or at the next ``release`` while holding."""
+        with self._lock:
+            if self._held is not None:
+                self._held.append((queue, item))
+            else:
+                queue.put(item)
+
+    def hold(self) -> None:
+        """Keeps what is put from now until ``release`` (no-op while holding)."""
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def release(self) -> int:
+        """Puts what was kept, in put order, and stops holding; returns how many items. No-op when not holding."""
+        with self._lock:  # the puts under the lock: nothing put meanwhile overtakes what was kept
+            held, self._held = self._held or (), None
+            for queue, item in held:
+                queue.put(item)
+        return len(held)
+
+    @contextmanager
+    def released_on_error(self):
+        """Releases what is held when the block raises (then re-raises): what was held goes out before anything the
+        failure's handling sends."""
+        try:
+            yield
+        except BaseException:
+            self.release()
+            raise
