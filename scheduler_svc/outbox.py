@@ -7,7 +7,9 @@ come from a Cache.Allocate round trip, and when the loop wants the GIL back afte
 stream threads it has just woken (up to the interpreter's switch interval each time). At 64 requests that wait was
 most of the continuation's ~6 ms on the H200 (run 17), and N+2 reached the worker late. With the outbox on
 (``SchedulerConfig.deliver_after_send``), the messages of a decode Forward applied by the chain are held and handed to
-their queues once the next Forward is sent: the stream threads then run while the loop waits for the worker.
+their queues once the next Forward is sent (``just-in-time`` overlap: once it is built): the stream threads then run
+while the loop waits for the worker. Every round that does not chain lets them go first, and so does a failure
+(``Scheduler.run``: ``released_on_error``, before a resync; ``OutputStream.fail``: before a stream's error).
 
 ``put`` is called from any thread (the loop; a servicer thread for a request that finishes before it is queued);
 while holding, messages are kept in arrival order and ``release`` puts them in that order, so each request's

@@ -23,6 +23,7 @@ class OutputStream:
         """``outbox``: where the messages go (``Outbox.put`` to ``req.out``; the loop may hold them a while), or
         None: straight to ``req.out``."""
         self.req = req
+        self._outbox = outbox
         self._put = req.out.put if outbox is None else (lambda item: outbox.put(req.out, item))
         self.eos = eos_token_id
         self.detok = IncrementalDetokenizer(tokenizer, req.params.skip_special_tokens)
@@ -227,6 +228,9 @@ class OutputStream:
         self._final = None
 
     def fail(self, code: object, message: str) -> None:
-        """Ends the stream with an error status (a grpc.StatusCode) and its message."""
+        """Ends the stream with an error status (a grpc.StatusCode) and its message; every message the outbox held
+        goes out first (a failure is never held behind a round that may not come: a stalled worker, an outage)."""
         self.req.finish = Finish.ABORT
+        if self._outbox is not None:
+            self._outbox.release()
         self._put(StreamEnd(code, message))

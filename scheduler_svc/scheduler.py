@@ -204,6 +204,7 @@ class Scheduler:
                         continue
                     rec.note_worker_refusal()
                     if rec.needs_resync:
+                        self.outbox.release()  # (a stall or outage fails streams: OutputStream.fail releases first)
                         rec.resync()
                     with self.outbox.released_on_error():
                         worked = self.step()
@@ -340,10 +341,9 @@ class Scheduler:
         return extend_after
 
     def _chain(self) -> None:
-        """Steady decode: allocate Forward N+1 while N runs (``queued``: send it at once, after N; then the outbox
-        goes out); until N's reply is in, each arrival is admitted at once and its extend sent to run after N (and
-        the extends before it; ``queued``: ahead of N+1); then (``just-in-time``) N+1 is sent after N or the last
-        extend, and N is applied (its messages held, ``deliver_after_send``). An Allocate failure sends no N+1."""
+        """Steady decode: allocate N+1 while N runs (``queued``: send it at once, after N; the outbox goes out); until
+        N's reply is in, each arrival is admitted and its extend sent to run after N (and the extends before it;
+        ``queued``: ahead of N+1); then (``just-in-time``) N+1 is sent, and N applied (its messages held)."""
         t0 = time.perf_counter()
         cur, queued = self.pipeline.head(), self.cfg.overlap_mode == "queued"
         nxt = self.planner.continuation(cur.batch)

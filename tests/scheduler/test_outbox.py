@@ -89,3 +89,32 @@ def test_a_chained_decodes_messages_reach_the_stream_once_the_next_forward_is_se
     assert sched.outbox.holding == after_send  # N+1's tokens wait for N+3's send
     let_go(sched, worker)
     assert streamed + tokens(req) == [TOKEN] * 40 and not sched.outbox.holding
+
+
+def test_a_failure_while_messages_are_held_sends_them_then_the_error(tokenizer):
+    """Review of session 15: a stall or an outage noticed at the top of the loop, between the chain's apply (messages
+    held) and the next round's send, failed the streams behind the held messages, which then waited for a round
+    that does not come while the worker is silent. ``OutputStream.fail`` now lets the outbox go first."""
+    import grpc
+
+    from scheduler_svc.request import StreamEnd
+
+    with cache_service() as (_, cache):
+        worker = RecordingWorker()
+        sched = Scheduler(cache, worker, SchedulerConfig(decode_steps=8, overlap=True, overlap_mode="queued"),
+                          structlog.get_logger())
+        sched.connect()
+        req = build_request(scheduler_pb2.GenerateRequest(request_id="a", input_ids=scheduler_pb2.TokenIds(ids=list(range(10, 30))),
+                                                          max_new_tokens=400, ignore_eos=True), tokenizer, sched.info,
+                            sched.capacity)
+        req.stream = OutputStream(req, tokenizer, sched.info.eos_token_id, outbox=sched.outbox)
+        sched.submit(req)
+        for _ in range(3):  # extend, decode N, the chain: N's 8 tokens held
+            assert sched.step()
+        assert sched.outbox.holding
+        sched.recovery.fail_all(grpc.StatusCode.UNAVAILABLE, "worker stalled")  # what a stall at the loop's top does
+        got = []
+        while not req.out.empty():
+            got.append(req.out.get_nowait())
+        assert [len(m.token_ids) for m in got[:-1]] == [1, 8] and isinstance(got[-1], StreamEnd)
+        assert got[-1].code == grpc.StatusCode.UNAVAILABLE and not sched.outbox.holding
