@@ -24,7 +24,6 @@ class OutputStream:
         None: straight to ``req.out``."""
         self.req = req
         self._outbox = outbox
-        self._put = req.out.put if outbox is None else (lambda item: outbox.put(req.out, item))
         self.eos = eos_token_id
         self.detok = IncrementalDetokenizer(tokenizer, req.params.skip_special_tokens)
         self.stops = StopStringMatcher(req.params.stop, req.params.no_stop_trim)
@@ -32,6 +31,13 @@ class OutputStream:
         self._final: scheduler_pb2.GenerateResponse | None = None
         self._pending: scheduler_pb2.GenerateResponse | None = None  # deferred messages, merged (``flush``)
         self.held = HeldTokens()  # tokens whose text is held back: they go out with it (scheduler_svc/held_tokens.py)
+
+    def _put(self, item) -> None:
+        """``item`` on the request's queue, through the outbox when there is one."""
+        if self._outbox is None:
+            self.req.out.put(item)
+        else:
+            self._outbox.put(self.req.out, item)
 
     def _message(self) -> scheduler_pb2.GenerateResponse:
         req = self.req

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -48,6 +48,7 @@ from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.multistep import EnqueuedSteps, Prepared, assumed_table, enqueue_multistep, prepare_rows, row_tables
+from worker_svc.request_state import RequestState, SlotTable
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
 from worker_svc.sampler import SampleRow, sample
@@ -55,49 +56,6 @@ from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-class SlotTable:
-    """A request's slot table: a growable int32 array (``view()`` is the live prefix, no copy)."""
-
-    def __init__(self, slots=()):
-        self._buf = np.asarray(slots, dtype=np.int32).copy()
-        self._n = len(self._buf)
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __iter__(self):
-        return iter(self.view().tolist())
-
-    def view(self) -> np.ndarray:
-        return self._buf[: self._n]
-
-    def extend(self, slots) -> None:
-        """Appends ``slots`` (a sequence of ints or an int array)."""
-        need = self._n + len(slots)
-        if need > len(self._buf):
-            grown = np.empty(max(need, 2 * len(self._buf), 16), dtype=np.int32)
-            grown[: self._n] = self._buf[: self._n]
-            self._buf = grown
-        self._buf[self._n:need] = slots
-        self._n = need
-
-
-@dataclass
-class RequestState:
-    """Worker-side state of one request: ``slots[i]`` holds the K/V of ``tokens[i]`` (position i).
-    ``last_token``: the token its last Forward sampled (None when it sampled none); ``stopped``: that token
-    is one of the item's stop_token_ids (the request is finished)."""
-
-    slots: SlotTable
-    tokens: list[int]
-    prompt_len: int
-    last_hidden: torch.Tensor | None = field(default=None, repr=False)  # [n_embd], for prompt logprobs
-    last_token: int | None = None
-    stopped: bool = False
-    created_seq: int = 0  # seq of the Forward whose has_prefix item created this state (0: none given)
-    commits: int = 0  # commits into this state (``Engine.commit``): what a step metadata built ahead checks
 
 
 @dataclass(frozen=True)
@@ -247,22 +205,15 @@ class Engine:
 
     def _launch_behind(self, items: Sequence[ForwardItem], seq: int, after_seq: int, ahead: Prepared,
                        release_ids: Sequence[str], on_run) -> tuple[EnqueuedSteps, StepClock] | None:
-        """Launches multi-step Forward ``seq`` behind Forward ``after_seq`` (enqueued, not yet committed) on the
-        device, before that one's commit, so the device goes from one to the other without waiting for the host
-        (issue 15, technique 3). It waits (without the lock) until the device starts the last step of the one ahead
-        (``EnqueuedSteps.near_end``; at once on the CPU): a Forward inserted ahead of this one until then
-        (``before_seq``) still runs first. Then, under the lock, when the one ahead is still the only pending
-        Forward and ``ahead`` (built by ``_prepare_ahead`` against it) describes this batch: validates it against
-        the table as that commit will leave it (``multistep.assumed_table``), marks it started
-        (``ForwardOrder.start_early``) and enqueues its steps, each row's first input taken from the tokens of the
-        one ahead on the device (``multistep.behind_inputs``). Its commit then comes after that one's: a row that
-        commit stopped or cut short is answered skipped (``EnqueuedSteps.expect``), its release_ids are applied
-        just before it. Returns (steps, clock), or None (nothing launched; the Forward takes its turn as before)
-        when any of that does not hold, when a row's request was stopped or released or is not the state the one
-        ahead runs or that it runs with an explicit input (not ``input_from_last_sample``: a stop in the one ahead
-        does not skip such a row at its turn), when the batch releases one of its own requests, or on CUDA when a
-        step would plan flashinfer
-        on the host (its page-locked plan buffer is still the one ahead's: only Triton buckets launch behind)."""
+        """Launches multi-step Forward ``seq`` behind Forward ``after_seq`` (enqueued, not yet committed), before that
+        one's commit (docs/worker.md, "Launch behind"): waits without the lock for the device to start that one's last
+        step (``EnqueuedSteps.near_end``), then, under the lock, validates the batch against the table that commit
+        will leave (``multistep.assumed_table``), marks it started (``ForwardOrder.start_early``) and enqueues its
+        steps, first inputs read from that one's tokens on the device (``multistep.behind_inputs``); rows the commit
+        stops or cuts short are answered skipped at its own commit (``EnqueuedSteps.expect``). Returns (steps, clock),
+        or None (nothing launched: the Forward takes its turn) when the one ahead is no longer the only pending one,
+        a row's request was stopped, released, is not the state the one ahead runs or runs there with an explicit
+        input, the batch releases its own requests, or on CUDA a step would plan flashinfer (``Prepared.no_host_plan``)."""
         with self._lock:
             if len(self._pending) != 1 or self._pending[0][0] != after_seq:
                 return None
@@ -278,7 +229,7 @@ class Engine:
                    or (it.request_id in running and (running[it.request_id] is not st or not it.input_from_last_sample))
                    for it, st in zip(ahead.rows.its, ahead.rows.states)):
                 return None  # (an explicit input for a request N runs: N may stop it, which its turn answers otherwise)
-            if ids.intersection(release_ids) or not self._fits_behind(ahead):
+            if ids.intersection(release_ids) or not ahead.no_host_plan(self.device, self.graphs):
                 return None
             try:
                 validate_batch(items, self.epoch, self.epoch, self.cfg, self.kv_pool.pool_slots,
@@ -294,13 +245,6 @@ class Engine:
             self._pending.append((seq, steps))
             self.prepared_ahead["behind"] += 1
             return steps, clock
-
-    def _fits_behind(self, ahead: Prepared) -> bool:
-        """On CUDA: every step of ``ahead`` replays a decode graph of a Triton bucket (no host plan). Elsewhere
-        (the CPU runs each step as it is enqueued): True."""
-        if self.device.type != "cuda":
-            return True
-        return ahead.feed is not None and all(size <= self.graphs.triton_max_batch for size in ahead.feed.size)
 
     def _abandon(self, steps: EnqueuedSteps, seq: int) -> None:
         """A Forward launched behind another gave up before its commit: its steps run out, then it leaves the

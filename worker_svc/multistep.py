@@ -162,6 +162,15 @@ class Prepared:
         return True
 
 
+    def no_host_plan(self, device: torch.device, graphs) -> bool:
+        """On CUDA: every step replays a decode graph of a Triton bucket of ``graphs`` (no flashinfer plan on the
+        host, whose page-locked buffer a Forward still enqueued may use: what ``Engine._launch_behind`` needs).
+        Elsewhere (the CPU runs each step as it is enqueued): True."""
+        if device.type != "cuda":
+            return True
+        return self.feed is not None and all(size <= graphs.triton_max_batch for size in self.feed.size)
+
+
 def _sorted_rows(items: Sequence[ForwardItem]):
     order = sorted(range(len(items)), key=lambda b: -items[b].decode_steps)  # active rows = a prefix
     its = [items[b] for b in order]
