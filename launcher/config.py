@@ -248,6 +248,9 @@ PREPARE_AHEAD = ("a chained decode Forward's step metadata stays built while the
 LAUNCH_BEHIND = ("a chained decode Forward is launched behind the Forward ahead on the device (its default; H200 run "
                  "17): bench/serve_bench --worker-flags=--no-launch-behind runs without it for the A/B")
 
+EXTEND_AHEAD = ("an eager extend of fresh prompts stays validated and laid out while the Forward ahead runs (its "
+                "default; H200 run 19): bench/serve_bench --worker-flags=--no-extend-ahead runs without it for the A/B")
+
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -266,6 +269,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-prepare-ahead": PREPARE_AHEAD,
         "--launch-behind": LAUNCH_BEHIND,
         "--no-launch-behind": LAUNCH_BEHIND,
+        "--extend-ahead": EXTEND_AHEAD,
+        "--no-extend-ahead": EXTEND_AHEAD,
     },
     "scheduler": {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",

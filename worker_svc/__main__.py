@@ -53,6 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="such a Forward is also launched behind the one it follows on the device, when the device "
                          "reaches that one's last step, before its commit (worker_svc/engine.py: _launch_behind; "
                          "Triton decode buckets on CUDA; needs --prepare-ahead; --no-launch-behind for the A/B)")
+    ap.add_argument("--extend-ahead", action=argparse.BooleanOptionalAction, default=True,
+                    help="an eager extend whose items bring their prefixes (fresh prompts) is validated, laid out and "
+                         "copied to the device when it arrives, while the Forward ahead of it runs, not at its turn "
+                         "(worker_svc/extend_ahead.py; --no-extend-ahead: at its turn, for the A/B)")
     ap.add_argument("--splitk-rows", type=int, default=None,
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
@@ -120,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
                          pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
                          extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill,
-                         prepare_ahead=args.prepare_ahead, launch_behind=args.launch_behind)
+                         prepare_ahead=args.prepare_ahead, launch_behind=args.launch_behind,
+                         extend_ahead=args.extend_ahead)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()

@@ -43,6 +43,7 @@ import torch
 
 from worker_svc.attention import ragged
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
+from worker_svc.extend_ahead import PreparedExtend, prepare_extend
 from worker_svc.forward_batch import BatchLayout, build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
@@ -77,7 +78,7 @@ class Engine:
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
                  extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True,
-                 launch_behind: bool = True):
+                 launch_behind: bool = True, extend_ahead: bool = True):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
         that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.
@@ -85,10 +86,13 @@ class Engine:
         (``backend.ragged_prefill``: flashinfer; the torch backend has none, so this changes nothing there).
         ``prepare_ahead``: a multi-step Forward that arrives while the one it follows (``after_seq``) is enqueued
         builds its step metadata then (``_prepare_ahead``), not after that one's commit. ``launch_behind``: such a
-        Forward is also launched then, behind that one on the device (``_launch_behind``; needs ``prepare_ahead``)."""
-        self.prepare_ahead, self.launch_behind = prepare_ahead, launch_behind
+        Forward is also launched then, behind that one on the device (``_launch_behind``; needs ``prepare_ahead``).
+        ``extend_ahead``: an eager extend batch of items that bring their prefixes is validated and laid out, its
+        inputs copied, at arrival, outside the lock (``extend_ahead.prepare_extend``), not at its turn."""
+        self.prepare_ahead, self.launch_behind, self.extend_ahead = prepare_ahead, launch_behind, extend_ahead
         # multi-step launches, by where their metadata came from; "behind": those launched behind the one ahead
         self.prepared_ahead = {"used": 0, "built_at_launch": 0, "behind": 0}
+        self.extends_prepared = 0  # eager extend batches prepared at arrival (``_prepare_extend``)
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
         self.ragged_prefill = ragged_prefill and backend.ragged_prefill
         self.graphs, self.extend_graphs, self.whole_graphs = graphs, extend_graphs, whole_graphs
@@ -157,6 +161,7 @@ class Engine:
             ahead = self._prepare_ahead(items, after_seq)
             if ahead is not None and self.launch_behind:
                 behind = self._launch_behind(items, seq, after_seq, ahead, release_ids, on_run)
+            extend = self._prepare_extend(items) if ahead is None else None
             self.order.wait_for(after_seq, seq)
             if after_seq > 0 and cancelled is not None and cancelled():
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
@@ -178,9 +183,11 @@ class Engine:
                 self._seq = seq
                 stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
-                validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests, stored)
+                if extend is None:  # a prepared batch was validated at arrival, against no request state
+                    validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests,
+                                   stored)
                 t0 = time.perf_counter()
-                outputs, steps = self._launch(items, clock, ahead)
+                outputs, steps = self._launch(items, clock, ahead, extend)
                 if steps is not None:
                     self._pending.append((seq, steps))
             if steps is not None:
@@ -281,6 +288,21 @@ class Engine:
             return None
         return prepare_rows(self, items, rows)
 
+    def _prepare_extend(self, items: Sequence[ForwardItem]) -> PreparedExtend | None:
+        """``extend_ahead.prepare_extend`` for this engine (None when ``extend_ahead`` is off), outside the lock."""
+        if not self.extend_ahead:
+            return None
+        prepared = prepare_extend(items, cfg=self.cfg, pool_slots=self.kv_pool.pool_slots, epoch=self.epoch,
+                                  device=self.device, runs_eager=self._runs_eager)
+        if prepared is not None:
+            self.extends_prepared += 1
+        return prepared
+
+    def _runs_eager(self, layout: BatchLayout) -> bool:
+        """True when no captured graph (decode, whole extend, extend pieces) takes ``layout``: ``_run`` runs it
+        eagerly."""
+        return not any(g is not None and g.fits(layout) for g in (self.graphs, self.whole_graphs, self.extend_graphs))
+
     def _wait_turn(self, seq: int) -> None:
         """With the lock held: blocks (the lock free meanwhile, so a Release RPC may run) until no multi-step
         Forward is enqueued and not yet committed: Forward ``seq`` then validates against the committed table and
@@ -329,12 +351,14 @@ class Engine:
             if state is not None and not (seq > 0 and state.created_seq > seq):
                 del self.requests[rid]
 
-    def _launch(self, items: Sequence[ForwardItem], clock: StepClock, ahead: Prepared | None = None):
+    def _launch(self, items: Sequence[ForwardItem], clock: StepClock, ahead: Prepared | None = None,
+                extend: PreparedExtend | None = None):
         """(Lock held.) Runs the items that are not skipped (continuations of stopped requests) and answers those
         skipped; ``clock`` times the model's steps. A multi-step batch is only enqueued: returns (outputs with None
         where its rows' outputs will come, its ``EnqueuedSteps``, which ``_finish`` waits for and commits); any
         other batch runs to its commit: (outputs, None). ``ahead``: a multi-step batch's metadata built before its
-        turn (``_prepare_ahead``), used when still valid (``Prepared.valid_for``; ``prepared_ahead`` counts both ways)."""
+        turn (``_prepare_ahead``), used when still valid (``Prepared.valid_for``; ``prepared_ahead`` counts both ways);
+        ``extend``: an eager batch prepared at arrival (``_prepare_extend``)."""
         skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]
         steps = None
@@ -344,7 +368,7 @@ class Engine:
             steps = enqueue_multistep(self, run, clock, ahead)
             done = iter([None] * len(run))
         else:
-            done = iter(self._run(run, clock) if run else ())
+            done = iter(self._run(run, clock, extend) if run else ())
         return tuple(ForwardOutput(request_id=it.request_id, sampled=False, skipped=True) if s else next(done)
                      for it, s in zip(items, skip)), steps
 
@@ -386,17 +410,26 @@ class Engine:
         """Token ids before this item's new tokens."""
         return list(it.prefix_token_ids) if it.has_prefix else self.requests[it.request_id].tokens
 
-    def _run(self, items: Sequence[ForwardItem], clock: StepClock) -> tuple[ForwardOutput, ...]:
+    def _run(self, items: Sequence[ForwardItem], clock: StepClock,
+             prepared: PreparedExtend | None = None) -> tuple[ForwardOutput, ...]:
         dev = self.device
-        prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
-                    else self.requests[it.request_id].slots.view() for it in items]
-        layout = layout_from_parts(prefixes, [it.slot_ids for it in items])
-        inputs = [self.item_inputs(it) for it in items]
-        flat_ids = [t for ids in inputs for t in ids]
+        if prepared is not None:  # eager, laid out and copied at arrival
+            layout, inputs = prepared.layout, prepared.inputs
+        else:
+            prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
+                        else self.requests[it.request_id].slots.view() for it in items]
+            layout = layout_from_parts(prefixes, [it.slot_ids for it in items])
+            inputs = [self.item_inputs(it) for it in items]
+        flat_ids = [t for ids in inputs for t in ids] if prepared is None else None
         qo = layout.qo_indptr.tolist()
         sample_items = [b for b, it in enumerate(items) if it.sample]
         hidden = None  # [T, n_embd], all paths but the decode graphs
-        if self.graphs is not None and self.graphs.fits(layout) and not any(it.return_prompt_logprobs for it in items):
+        if prepared is not None:
+            self.plan(layout, eager=True)
+            clock.start()
+            hidden = self.model(prepared.input_ids, prepared.positions, self.kv_pool, self.backend, prepared.out_slots)
+            row_logits = lambda rows: self.model.logits(hidden[rows])  # noqa: E731
+        elif self.graphs is not None and self.graphs.fits(layout) and not any(it.return_prompt_logprobs for it in items):
             clock.start()  # the graph's plan is in it (run copies the layout in, then replays)
             ids = torch.tensor(flat_ids, dtype=torch.long).to(dev)
             all_logits = self.graphs.run(layout, ids)  # [B, vocab] float32, one row per item

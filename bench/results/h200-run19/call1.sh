@@ -1,8 +1,9 @@
 #!/bin/bash
-# H200 run 19 call 1 (carry [".whl"], no JIT cache: built here, returned as $OUT/jit.part*): where the worker's
-# host time goes at c256 and c64. serve_bench 1B c256,c64 with the Forward timeline, twice:
-#   spy_gil: py-spy (--gil --nonblocking, 250 Hz) on the worker and the scheduler from the gateway's start on;
-#   spy_idle: py-spy (--idle --threads --nonblocking) on the worker alone: every thread, waits included.
+# H200 run 19 call 1 (carry [".whl"], no JIT cache: built here, returned as $OUT/jit.part*): the extend prepared at
+# arrival (worker_svc/extend_ahead.py, default) against --no-extend-ahead, and where the worker's host time goes.
+# serve_bench 1B c256,c64 with the Forward timeline: ahead1 (builds the JIT cache), turn1 (--worker-flags=
+# --no-extend-ahead), then spy_gil: py-spy (--gil --nonblocking, 250 Hz) on the worker and the scheduler from the
+# gateway's start on (default flags), then ahead2 / turn2 while time is left.
 # Prologue: pip install --target /tmp/site .whl/*.whl; PYTHONPATH=/tmp/site:$PWD.
 mkdir -p /tmp/r
 T0=$(date +%s)
@@ -26,7 +27,11 @@ S() { n=$1; spy=$2; who=$3; shift 3; mkdir -p /tmp/r/$n
   grep -E "c64:|c256:|Error|error" /tmp/r/$n/serve.txt | cut -c1-330
   python3 -m bench.forward_timeline /tmp/r/$n/sb/forwards.tsv --json /tmp/r/$n/fwd.json > /tmp/r/$n/fwd.txt; grep -A12 "^segment [12]" /tmp/r/$n/fwd.txt
   pack; echo "$n after $(( $(date +%s) - T0 )) s"; }
-S spy_gil "--gil" "worker_svc scheduler_svc"
+left() { [ $(( $(date +%s) - T0 )) -lt $1 ]; }
+S ahead1 "" ""
 if [ -n "$NOJIT" ]; then (cd ~ && tar czf /tmp/jit.tgz $(ls -d .cache/flashinfer .cache/tvm-ffi .triton 2>/dev/null)); split -b 15000000 -d /tmp/jit.tgz $OUT/jit.part; ls -la $OUT; fi
-S spy_idle "--idle --threads" "worker_svc"
+S turn1 "" "" --worker-flags=--no-extend-ahead
+left 400 && S spy_gil "--gil" "worker_svc scheduler_svc"
+left 460 && S ahead2 "" ""
+left 520 && S turn2 "" "" --worker-flags=--no-extend-ahead
 echo "done after $(( $(date +%s) - T0 )) s"
