@@ -52,6 +52,7 @@ from worker_svc.multistep import EnqueuedSteps, Prepared, assumed_table, enqueue
 from worker_svc.request_state import RequestState, SlotTable
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
+from worker_svc.prompt_logprobs import prompt_logprobs
 from worker_svc.sampler import SampleRow, sample
 from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
@@ -468,7 +469,7 @@ class Engine:
             for b, res in zip(sample_items, sample(logits, rows, self.generator)):
                 results[b] = res
 
-        prompt = {b: self._prompt_logprobs(it, hidden[qo[b]:qo[b + 1]])
+        prompt = {b: prompt_logprobs(it, hidden[qo[b]:qo[b + 1]], self._prev_hidden(it), self.model.logits)
                   for b, it in enumerate(items) if it.return_prompt_logprobs}
 
         outputs = []
@@ -485,31 +486,16 @@ class Engine:
                         hidden[qo[b + 1] - 1].clone() if it.return_prompt_logprobs else None)
         return tuple(outputs)
 
+    def _prev_hidden(self, it: ForwardItem) -> torch.Tensor | None:
+        """The last hidden row kept by the request's chunk before this one (None for a first chunk; validated kept)."""
+        return self.requests[it.request_id].last_hidden if it.position_start > 0 else None
+
     def _prompt_len(self, it: ForwardItem) -> int:
         if it.prompt_len > 0:
             return it.prompt_len
         if not it.has_prefix:
             return self.requests[it.request_id].prompt_len
         return it.position_start + len(it.input_ids)
-
-    def _prompt_logprobs(self, it: ForwardItem, hid: torch.Tensor):
-        """hid [n, n_embd]: this item's new-token hidden rows -> (logprobs, top-N per position)."""
-        rows = hid[:-1]  # row i predicts input_ids[i + 1]
-        targets = list(it.input_ids[1:])
-        if it.position_start > 0:
-            prev = self.requests[it.request_id].last_hidden  # validated present
-            rows = torch.cat([prev[None, :], rows], dim=0)
-            targets = list(it.input_ids)
-        if not targets:
-            return (), ()
-        lp = torch.log_softmax(self.model.logits(rows), dim=-1)  # [n_targets, vocab]
-        tgt = torch.tensor(targets, dtype=torch.long, device=lp.device)
-        chosen = tuple(lp.gather(1, tgt[:, None])[:, 0].tolist())
-        tops: tuple = ()
-        if it.top_logprobs_num > 0:
-            v, i = lp.topk(it.top_logprobs_num, dim=-1)
-            tops = tuple(tuple(zip(ii, vv)) for ii, vv in zip(i.tolist(), v.tolist()))
-        return chosen, tops
 
     def commit(self, it: ForwardItem, slots, tokens, last_token: int | None,
                last_hidden: torch.Tensor | None = None) -> None:
