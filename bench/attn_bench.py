@@ -31,9 +31,14 @@ from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mq
 from worker_svc.model.default import SHAPES
 
 
-def case(shape: str, batch: int, context: int, layout: str, layers: int, hbm: float, sms: int) -> dict:
+WIDE_TILES = ((32, 4, 2), (32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4), (64, 8, 2), (64, 8, 3),
+              (128, 8, 2))  # (KV rows a loop step, warps, stages) of --wide
+
+
+def case(shape: str, batch: int, context: int, layout: str, layers: int, hbm: float, sms: int,
+         wide: bool = False) -> dict:
     """One (shape, batch, slot layout): flashinfer's time and every swept Triton configuration's (us, TB/s, the
-    largest difference from flashinfer's output), and the best of them."""
+    largest difference from flashinfer's output), and the best of them. ``wide``: the ``--wide`` sweep."""
     import flashinfer
     from triton.runtime.errors import OutOfResources
 
@@ -68,8 +73,12 @@ def case(shape: str, batch: int, context: int, layout: str, layers: int, hbm: fl
            "flashinfer_us": t_fi * 1e6, "flashinfer_tbs": kv_bytes / t_fi / 1e12, "triton": []}
 
     base = splits_for(batch, sms)
-    configs = {DecodeConfig(s, bn, w, st) for s in {max(1, base // 2), base, min(128, base * 2)}
-               for bn, w, st in ((32, 4, 2), (64, 4, 2), (64, 4, 3), (128, 8, 2))}
+    if wide:  # every split count from a third to twice the rule's, more tile shapes and pipeline depths
+        configs = {DecodeConfig(s, bn, w, st) for s in range(max(1, base // 3), min(128, base * 2) + 1)
+                   for bn, w, st in WIDE_TILES}
+    else:
+        configs = {DecodeConfig(s, bn, w, st) for s in {max(1, base // 2), base, min(128, base * 2)}
+                   for bn, w, st in ((32, 4, 2), (64, 4, 2), (64, 4, 3), (128, 8, 2))}
     tr_out = [torch.empty_like(q) for _ in range(layers)]
     indptr_dev = indptr.to(dev)
     best = None
@@ -110,13 +119,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layouts", default="contiguous,scattered")
     ap.add_argument("--layers", type=int, default=24, help="distinct K/V pools per graph")
     ap.add_argument("--hbm-tbs", type=float, default=4.1)
+    ap.add_argument("--wide", action="store_true", help="sweep every split count from a third to twice the rule's "
+                    "(splits_for) and more tiles / stages (WIDE_TILES)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("attn_bench needs CUDA")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     t0 = time.time()
-    results = [case(s, int(b), args.context, lay, args.layers, args.hbm_tbs, sms)
+    results = [case(s, int(b), args.context, lay, args.layers, args.hbm_tbs, sms, args.wide)
                for s in args.shapes.split(",") for b in args.batches.split(",") for lay in args.layouts.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "attn_bench.json").write_text(json.dumps({"device": torch.cuda.get_device_name(0), "sms": sms,

@@ -21,6 +21,8 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
+from common import hop_trace
+
 
 @dataclass
 class Record:
@@ -42,6 +44,8 @@ async def stream_one(client, url: str, payload: dict) -> Record:
     import httpx
 
     rec = Record(sent=time.monotonic())
+    rid = payload.get("rid") if hop_trace.enabled() else None  # the hops of a traced run (serve_bench --hop-trace)
+    hop_trace.mark(rid, "client_sent")
     seen = 0
     try:
         async with client.stream("POST", url, json={**payload, "stream": True}) as resp:
@@ -60,6 +64,8 @@ async def stream_one(client, url: str, payload: dict) -> Record:
                     break
                 n = len(ev.get("output_ids", ()))
                 if n > seen:
+                    if not seen:
+                        hop_trace.mark(rid, "client_text")
                     rec.token_times.append(time.monotonic())
                     rec.token_counts.append(n - seen)
                     seen = n
@@ -69,6 +75,7 @@ async def stream_one(client, url: str, payload: dict) -> Record:
     except httpx.HTTPError as exc:
         rec.error = f"{type(exc).__name__}: {exc}"
     rec.done = time.monotonic()
+    hop_trace.mark(rid, "client_done")
     rec.tokens = seen
     return rec
 
@@ -87,6 +94,7 @@ async def _run(url: str, payloads: list[dict], concurrency: int, timeout: float)
 
 def _proc_main(args) -> list[dict]:
     url, payloads, concurrency, timeout = args
+    hop_trace.configure("client")  # its own file when CODESERVE_HOP_TRACE is set (a forked parent's is not shared)
     return [asdict(r) for r in asyncio.run(_run(url, payloads, concurrency, timeout))]
 
 

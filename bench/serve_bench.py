@@ -53,6 +53,7 @@ import sys
 import time
 
 from bench import forward_timeline, hf_phase, loadgen
+from common import hop_trace
 from launcher.config import StackConfig, commands
 from launcher.stack import Stack
 
@@ -72,6 +73,7 @@ class Bench:
         self.results: dict = {"config": vars(args), "phases": {}}
         self.stack: Stack | None = None
         self.rng = random.Random(0)
+        self.sent = 0  # requests built so far (their ids with --hop-trace)
         if args.gpu:
             self.input_len, self.output_len, self.vocab_lo, self.vocab_hi = 1024, 256, 100, 49000
         else:
@@ -157,8 +159,12 @@ class Bench:
 
     # ---- workloads -----------------------------------------------------------------------------------
     def payload(self, ids: list[int], max_new: int) -> dict:
-        return {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new, "temperature": 0.0,
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": max_new, "temperature": 0.0,
                                                       "ignore_eos": True}}
+        if self.args.hop_trace:  # an id of ours, so the client's hops join the services' (common/hop_trace.py)
+            self.sent += 1
+            body["rid"] = f"sb-{self.sent}"
+        return body
 
     def random_ids(self, n: int) -> list[int]:
         return [self.rng.randrange(self.vocab_lo, self.vocab_hi) for _ in range(n)]
@@ -367,6 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=1, help="cN phases (N > 1) send this many times their requests "
                     "(longer phases for an A/B)")
     ap.add_argument("--prefix-fractions", default="0,0.5,0.75,0.9,0.97", help="shared shares of the prompt (prefix phase)")
+    ap.add_argument("--hop-trace", default=None, help="trace every request's hops, the client's included, into this "
+                    "directory (common/hop_trace.py; python -m bench.hop_report DIR --last client_done)")
     ap.add_argument("--cpu-input-len", type=int, default=64)
     ap.add_argument("--cpu-output-len", type=int, default=16)
     args = ap.parse_args(argv)
@@ -376,6 +384,9 @@ def main(argv: list[str] | None = None) -> None:
         args.chunk_size = 8192 if args.gpu else 512
     if args.client_procs is None:
         args.client_procs = 8 if args.gpu else 1
+    if args.hop_trace:  # the services inherit it; the client processes open their own files (bench/loadgen.py)
+        os.environ[hop_trace.ENV] = str(pathlib.Path(args.hop_trace).resolve())
+        hop_trace.configure("client")
     bench = Bench(args)
     try:
         bench.run()

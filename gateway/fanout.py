@@ -85,6 +85,9 @@ def stream_response(metrics: GatewayMetrics, streams: list[GenerationStream],
             if not (isinstance(exc, ApiError) and exc.counted_upstream):  # e.g. the scheduler died, a gateway fault
                 metrics.count_error(body["error"]["code"], body["error"]["type"])
             yield sse(body)
+        if hop_trace.enabled():
+            for stream in streams:
+                hop_trace.mark(stream.request_id, "done_chunk")
         yield sse("[DONE]")
 
     def close() -> None:

@@ -258,6 +258,7 @@ class GenerationStream:
                 self._hooks.first_message(msg)
         if msg.finish_reason:
             self._finished = True
+            hop_trace.mark(self.request_id, "last_message")
             log.info("request_finished", rid=self.request_id, prompt_tokens=self._prompt_tokens,
                      cached_tokens=self._cached_tokens, completion_tokens=msg.completion_tokens,
                      finish_reason=msg.finish_reason, matched_stop=msg.matched_stop)

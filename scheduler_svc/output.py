@@ -205,6 +205,7 @@ class OutputStream:
         return msg
 
     def _finish_fields(self, msg: scheduler_pb2.GenerateResponse) -> None:
+        hop_trace.mark(self.req.rid, "final_message")
         msg.finish_reason = self.req.finish.value
         msg.matched_stop = self.req.matched_stop
         msg.completion_tokens = len(self.req.output_ids)

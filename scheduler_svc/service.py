@@ -99,6 +99,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 return
             call.on_message(item)
             hop_trace.mark(req.rid, "first_yield")
+            if item.finish_reason:
+                hop_trace.mark(req.rid, "last_yield")
             yield item
 
     def _check_queued_tokens(self, req, context, call) -> None:
