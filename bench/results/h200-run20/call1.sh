@@ -4,7 +4,7 @@
 # (1) serve_bench 1B c64 --rounds 2 with --hop-trace: where the device's idle time between two waves goes
 #     (bench/wave_report.py: the worker's Forward timeline joined with every request's hops, the client's included);
 # (2) the Triton MQA decode attention swept wide (bench/attn_bench.py --wide: split counts 3..18 at B = 64, more
-#     tiles and pipeline depths) for the 1B at B = 16, 32, 64, contiguous slots.
+#     tiles and pipeline depths) for the 1B at B = 64, contiguous slots.
 mkdir -p /tmp/r
 T0=$(date +%s)
 pack() { tar czf $OUT/json.tgz -C /tmp/r .; }
@@ -19,7 +19,7 @@ python3 -m bench.wave_report /tmp/r/sb/forwards.tsv /tmp/r/hops > /tmp/r/waves.t
 python3 -m bench.hop_report /tmp/r/hops --last client_done > /tmp/r/hops.txt; cat /tmp/r/hops.txt
 tar czf /tmp/r/hops.tgz -C /tmp/r hops && rm -rf /tmp/r/hops
 pack; echo "serve_bench after $(( $(date +%s) - T0 )) s"
-timeout 240 python3 -m bench.attn_bench --shapes starcoderbase-1b --batches 64,32,16 --layouts contiguous --wide \
+timeout 240 python3 -m bench.attn_bench --shapes starcoderbase-1b --batches 64 --layouts contiguous --wide \
   --out /tmp/r/attn > /tmp/r/attn.txt 2>&1; tail -5 /tmp/r/attn.txt
 python3 - <<'PY'
 import json
