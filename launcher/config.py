@@ -252,6 +252,10 @@ EXTEND_AHEAD = ("an eager extend of fresh prompts stays validated and laid out w
                 "default; run 19 call 2, H100, 1B c64 x 3 rounds: 17,573 / 17,062 against 16,755 / 15,846 tok/s): "
                 "bench/serve_bench --worker-flags=--no-extend-ahead runs without it for the A/B")
 
+EXTEND_BEHIND = ("an eager extend of fresh prompts is launched behind the extend ahead of it, before that one's "
+                 "read-back and commit (its default): bench/serve_bench --worker-flags=--no-extend-behind runs "
+                 "without it for the A/B")
+
 # Service flags the launcher leaves at the service's default, and why.
 NOT_EXPOSED: dict[str, dict[str, str]] = {
     "cache": {
@@ -272,6 +276,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-launch-behind": LAUNCH_BEHIND,
         "--extend-ahead": EXTEND_AHEAD,
         "--no-extend-ahead": EXTEND_AHEAD,
+        "--extend-behind": EXTEND_BEHIND,
+        "--no-extend-behind": EXTEND_BEHIND,
     },
     "scheduler": {
         "--connect-timeout": "the launcher starts the scheduler only once the cache and worker are SERVING",

@@ -57,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="an eager extend whose items bring their prefixes (fresh prompts) is validated, laid out and "
                          "copied to the device when it arrives, while the Forward ahead of it runs, not at its turn "
                          "(worker_svc/extend_ahead.py; --no-extend-ahead: at its turn, for the A/B)")
+    ap.add_argument("--extend-behind", action=argparse.BooleanOptionalAction, default=True,
+                    help="such an extend that follows another one still on the device is launched behind it, before "
+                         "that one's read-back and commit (worker_svc/extend_behind.py; needs --extend-ahead; "
+                         "--no-extend-behind: at its turn, for the A/B)")
     ap.add_argument("--splitk-rows", type=int, default=None,
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                          pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
                          extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill,
                          prepare_ahead=args.prepare_ahead, launch_behind=args.launch_behind,
-                         extend_ahead=args.extend_ahead)
+                         extend_ahead=args.extend_ahead, extend_behind=args.extend_behind)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()

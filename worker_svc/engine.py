@@ -44,6 +44,7 @@ import torch
 from worker_svc.attention import ragged
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
 from worker_svc.extend_ahead import PreparedExtend, prepare_extend
+from worker_svc.extend_behind import EnqueuedExtend, enqueue_extend
 from worker_svc.forward_batch import BatchLayout, build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
@@ -79,7 +80,7 @@ class Engine:
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
                  extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True,
-                 launch_behind: bool = True, extend_ahead: bool = True):
+                 launch_behind: bool = True, extend_ahead: bool = True, extend_behind: bool = True):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
         that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.
@@ -89,11 +90,15 @@ class Engine:
         builds its step metadata then (``_prepare_ahead``), not after that one's commit. ``launch_behind``: such a
         Forward is also launched then, behind that one on the device (``_launch_behind``; needs ``prepare_ahead``).
         ``extend_ahead``: an eager extend batch of items that bring their prefixes is validated and laid out, its
-        inputs copied, at arrival, outside the lock (``extend_ahead.prepare_extend``), not at its turn."""
+        inputs copied, at arrival, outside the lock (``extend_ahead.prepare_extend``), not at its turn.
+        ``extend_behind``: such a batch that follows another one enqueued and not yet committed is launched
+        behind it on the device (``_extend_behind``; needs ``extend_ahead``)."""
         self.prepare_ahead, self.launch_behind, self.extend_ahead = prepare_ahead, launch_behind, extend_ahead
+        self.extend_behind = extend_behind
         # multi-step launches, by where their metadata came from; "behind": those launched behind the one ahead
         self.prepared_ahead = {"used": 0, "built_at_launch": 0, "behind": 0}
         self.extends_prepared = 0  # eager extend batches prepared at arrival (``_prepare_extend``)
+        self.extends_behind = 0  # those launched behind the extend ahead of them (``_extend_behind``)
         self.cfg, self.model, self.kv_pool, self.backend = cfg, model, kv_pool, backend
         self.ragged_prefill = ragged_prefill and backend.ragged_prefill
         self.graphs, self.extend_graphs, self.whole_graphs = graphs, extend_graphs, whole_graphs
@@ -105,9 +110,10 @@ class Engine:
         self._turn = threading.Condition(self._lock)  # notified when the pending multi-step Forward leaves
         self.order = ForwardOrder()
         self._seq = 0  # seq of the Forward running under the lock (``commit`` stamps the states it creates)
-        # (seq, steps) of the multi-step Forwards enqueued, not yet committed, in launch order (two when one was
-        # launched behind the other): every other Forward waits for their commits (``_wait_turn``)
-        self._pending: list[tuple[int, EnqueuedSteps]] = []
+        # (seq, steps) of the Forwards enqueued, not yet committed (multi-step decodes, prepared extends), in launch
+        # order (two when one was launched behind the other): every other Forward waits for their commits
+        # (``_wait_turn``)
+        self._pending: list[tuple[int, EnqueuedSteps | EnqueuedExtend]] = []
         self.turn_timeout_s = 60.0  # seconds a Forward waits for that commit
         self.origin = None  # a forward_log.DeviceOrigin: each ForwardResult then carries its device span
 
@@ -163,6 +169,8 @@ class Engine:
             if ahead is not None and self.launch_behind:
                 behind = self._launch_behind(items, seq, after_seq, ahead, release_ids, on_run)
             extend = self._prepare_extend(items) if ahead is None else None
+            if extend is not None and self.extend_behind and after_seq > 0:
+                behind = self._extend_behind(extend, seq, after_seq, release_ids, on_run)
             self.order.wait_for(after_seq, seq)
             if after_seq > 0 and cancelled is not None and cancelled():
                 raise WorkerError("ABORTED", f"Forward seq {seq} was cancelled by the caller while it waited "
@@ -254,7 +262,32 @@ class Engine:
             self.prepared_ahead["behind"] += 1
             return steps, clock
 
-    def _abandon(self, steps: EnqueuedSteps, seq: int) -> None:
+    def _extend_behind(self, extend: PreparedExtend, seq: int, after_seq: int, release_ids: Sequence[str],
+                       on_run) -> tuple[EnqueuedExtend, StepClock] | None:
+        """Launches prepared extend ``seq`` behind extend ``after_seq`` (enqueued, not yet committed; module doc of
+        ``extend_behind``): waits without the lock until that one's attention plan is on the device, then, under
+        the lock, marks it started (``ForwardOrder.start_early``) and enqueues it. It commits after that one
+        (``_finish``, after ``ForwardOrder.wait_for``). Returns (steps, clock), or None (it takes its turn) when the
+        one ahead is not the only pending Forward or not a prepared extend, or the batch releases its own ids."""
+        with self._lock:
+            if len(self._pending) != 1 or self._pending[0][0] != after_seq or not isinstance(self._pending[0][1], EnqueuedExtend):
+                return None
+            first = self._pending[0][1]
+        first.wait_planned()  # the pinned buffers of its plan are free for this one's
+        with self._lock:
+            if len(self._pending) != 1 or self._pending[0][1] is not first:
+                return None  # the one ahead committed meanwhile: the usual turn
+            if {it.request_id for it in extend.items}.intersection(release_ids) or not self.order.start_early(seq, after_seq):
+                return None
+            if on_run is not None:
+                on_run()
+            clock = StepClock(self.device)
+            steps = enqueue_extend(self, extend, clock)
+            self._pending.append((seq, steps))
+            self.extends_behind += 1
+            return steps, clock
+
+    def _abandon(self, steps: EnqueuedSteps | EnqueuedExtend, seq: int) -> None:
         """A Forward launched behind another gave up before its commit: its steps run out, then it leaves the
         pending place (nothing committed)."""
         try:
@@ -282,7 +315,8 @@ class Engine:
             return None  # validation answers it at its turn; nothing is built for a batch it may reject
         with self._lock:  # the tables are read under the lock, the metadata is built outside it
             pending = self._pending[-1] if self._pending else None
-            if pending is None or pending[0] != after_seq or any(it.request_id not in self.requests for it in items):
+            if (pending is None or pending[0] != after_seq or not isinstance(pending[1], EnqueuedSteps)
+                    or any(it.request_id not in self.requests for it in items)):
                 return None
             rows = row_tables(self, items, pending[1])
         if rows is None:
@@ -359,7 +393,10 @@ class Engine:
         where its rows' outputs will come, its ``EnqueuedSteps``, which ``_finish`` waits for and commits); any
         other batch runs to its commit: (outputs, None). ``ahead``: a multi-step batch's metadata built before its
         turn (``_prepare_ahead``), used when still valid (``Prepared.valid_for``; ``prepared_ahead`` counts both ways);
-        ``extend``: an eager batch prepared at arrival (``_prepare_extend``)."""
+        ``extend``: an eager batch prepared at arrival (``_prepare_extend``): enqueued (``extend_behind.enqueue_extend``),
+        committed by ``_finish``."""
+        if extend is not None:  # its items bring their prefixes: none is skipped
+            return (None,) * len(items), enqueue_extend(self, extend, clock)
         skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]
         steps = None
@@ -369,7 +406,7 @@ class Engine:
             steps = enqueue_multistep(self, run, clock, ahead)
             done = iter([None] * len(run))
         else:
-            done = iter(self._run(run, clock, extend) if run else ())
+            done = iter(self._run(run, clock) if run else ())
         return tuple(ForwardOutput(request_id=it.request_id, sampled=False, skipped=True) if s else next(done)
                      for it, s in zip(items, skip)), steps
 
@@ -411,26 +448,17 @@ class Engine:
         """Token ids before this item's new tokens."""
         return list(it.prefix_token_ids) if it.has_prefix else self.requests[it.request_id].tokens
 
-    def _run(self, items: Sequence[ForwardItem], clock: StepClock,
-             prepared: PreparedExtend | None = None) -> tuple[ForwardOutput, ...]:
+    def _run(self, items: Sequence[ForwardItem], clock: StepClock) -> tuple[ForwardOutput, ...]:
         dev = self.device
-        if prepared is not None:  # eager, laid out and copied at arrival
-            layout, inputs = prepared.layout, prepared.inputs
-        else:
-            prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
-                        else self.requests[it.request_id].slots.view() for it in items]
-            layout = layout_from_parts(prefixes, [it.slot_ids for it in items])
-            inputs = [self.item_inputs(it) for it in items]
-        flat_ids = [t for ids in inputs for t in ids] if prepared is None else None
+        prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
+                    else self.requests[it.request_id].slots.view() for it in items]
+        layout = layout_from_parts(prefixes, [it.slot_ids for it in items])
+        inputs = [self.item_inputs(it) for it in items]
+        flat_ids = [t for ids in inputs for t in ids]
         qo = layout.qo_indptr.tolist()
         sample_items = [b for b, it in enumerate(items) if it.sample]
         hidden = None  # [T, n_embd], all paths but the decode graphs
-        if prepared is not None:
-            self.plan(layout, eager=True)
-            clock.start()
-            hidden = self.model(prepared.input_ids, prepared.positions, self.kv_pool, self.backend, prepared.out_slots)
-            row_logits = lambda rows: self.model.logits(hidden[rows])  # noqa: E731
-        elif self.graphs is not None and self.graphs.fits(layout) and not any(it.return_prompt_logprobs for it in items):
+        if self.graphs is not None and self.graphs.fits(layout) and not any(it.return_prompt_logprobs for it in items):
             clock.start()  # the graph's plan is in it (run copies the layout in, then replays)
             ids = torch.tensor(flat_ids, dtype=torch.long).to(dev)
             all_logits = self.graphs.run(layout, ids)  # [B, vocab] float32, one row per item

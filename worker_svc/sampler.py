@@ -150,8 +150,59 @@ def filter_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
 def sample(logits: torch.Tensor, rows: Sequence[SampleRow], generator: torch.Generator | None = None) -> list[SampleResult]:
     """Samples one token per row. logits [N, V] float32 (raw model output); ``generator`` serves unseeded rows.
 
-    Returns one SampleResult per row, in order.
+    Returns one SampleResult per row, in order (``sample_async(...).results()``: waits for the device).
     """
+    return sample_async(logits, rows, generator).results()
+
+
+class PendingSample:
+    """``sample_async``'s draw, enqueued on the device, its results on their way to the host.
+
+    ``ids`` int64 [N], ``lps`` float32 [N] (the chosen tokens and their raw logprobs), ``top_vals`` float32 /
+    ``top_ids`` int64 [N, max top_n] (or None): host copies, page-locked and enqueued without waiting on CUDA, valid
+    once ``wait()`` returned (an event recorded after the copies)."""
+
+    def __init__(self, chosen: torch.Tensor, chosen_lp: torch.Tensor, top: tuple[torch.Tensor, torch.Tensor] | None,
+                 top_ns: Sequence[int]):
+        cuda = chosen.device.type == "cuda"
+        self.ids, self.lps = _to_host(chosen, cuda), _to_host(chosen_lp, cuda)
+        self.top_vals, self.top_ids = (_to_host(top[0], cuda), _to_host(top[1], cuda)) if top is not None else (None, None)
+        self.top_ns = tuple(top_ns)
+        self._ready = None
+        if cuda:
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+
+    def wait(self) -> None:
+        """Blocks until the host copies are complete (no-op on the CPU)."""
+        if self._ready is not None:
+            self._ready.synchronize()
+
+    def results(self) -> list[SampleResult]:
+        """One SampleResult per row, in order (waits first)."""
+        self.wait()
+        ids, lps = self.ids.tolist(), self.lps.tolist()
+        tops: list[tuple[tuple[int, float], ...]] = [()] * len(ids)
+        if self.top_vals is not None:
+            vals, tids = self.top_vals.tolist(), self.top_ids.tolist()
+            tops = [tuple(zip(tids[i][:k], vals[i][:k])) for i, k in enumerate(self.top_ns)]
+        return [SampleResult(token_id=ids[i], logprob=lps[i], top=tops[i]) for i in range(len(ids))]
+
+
+def _to_host(t: torch.Tensor, cuda: bool) -> torch.Tensor:
+    """A host copy of ``t``: page-locked and enqueued without waiting on CUDA; ``t`` itself on the CPU."""
+    if not cuda:
+        return t
+    out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    out.copy_(t, non_blocking=True)
+    return out
+
+
+def sample_async(logits: torch.Tensor, rows: Sequence[SampleRow],
+                 generator: torch.Generator | None = None) -> PendingSample:
+    """``sample``'s device work enqueued without waiting for it: penalties, the greedy pick or the draw, the raw
+    logprobs of the chosen tokens and of the top-N; their host copies arrive later (``PendingSample.results``).
+    logits [N, V] float32 (raw model output); ``generator`` serves unseeded rows (drawn from now, in call order)."""
     n, vocab = logits.shape
     raw_logprobs = torch.log_softmax(logits, dim=-1)  # [N, V]
     processed = logits
@@ -160,15 +211,11 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], generator: torch.Gen
                                  for i, r in enumerate(rows)])
     chosen = argmax_rows(processed)  # greedy for every row; sampled rows are overwritten below
     draw_non_greedy(processed, chosen, [r.params for r in rows], [r.position for r in rows], generator)
-    chosen_lp = raw_logprobs.gather(1, chosen[:, None])[:, 0].tolist()
-    chosen_ids = chosen.tolist()
+    chosen_lp = raw_logprobs.gather(1, chosen[:, None])[:, 0]
     max_n = max((r.top_n for r in rows), default=0)
-    tops: list[tuple[tuple[int, float], ...]] = [()] * n
-    if max_n > 0:
-        vals, ids = raw_logprobs.topk(min(max_n, vocab), dim=-1)
-        vals, ids = vals.tolist(), ids.tolist()
-        tops = [tuple(zip(ids[i][: r.top_n], vals[i][: r.top_n])) for i, r in enumerate(rows)]
-    return [SampleResult(token_id=chosen_ids[i], logprob=chosen_lp[i], top=tops[i]) for i in range(n)]
+    top = raw_logprobs.topk(min(max_n, vocab), dim=-1) if max_n > 0 else None
+    return PendingSample(chosen, chosen_lp, (top.values, top.indices) if top is not None else None,
+                         [r.top_n for r in rows])
 
 
 def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence, positions: Sequence[int],

@@ -12,6 +12,7 @@ import pytest
 from tests.worker.helpers import make_engine
 from tests.worker.test_multistep_in_flight import WAIT_S, _started
 from worker_svc import engine as engine_mod
+from worker_svc import extend_behind
 from worker_svc.extend_ahead import eligible
 from worker_svc.types import ForwardItem, WorkerError
 
@@ -34,21 +35,24 @@ def _batches(prompts):
 
 
 class HeldSample:
-    """Holds the first Forward inside its sampling (its model ran, its commit not done, the lock held) until released."""
+    """Holds the first Forward inside its sampling (its model ran, its commit not done, the lock held) until released:
+    ``sample`` of a batch run at its turn, ``sample_async`` of a prepared one being enqueued (``extend_behind``)."""
 
     def __init__(self, monkeypatch):
         self.release, self.inside = threading.Event(), threading.Event()
         self.first = True
-        sample = engine_mod.sample
+        for module, name in ((engine_mod, "sample"), (extend_behind, "sample_async")):
+            monkeypatch.setattr(module, name, self._held(getattr(module, name)))
 
+    def _held(self, fn):
         def held(*a, **k):
             if self.first:
                 self.first = False
                 self.inside.set()
                 assert self.release.wait(WAIT_S), "the first Forward was never released"
-            return sample(*a, **k)
+            return fn(*a, **k)
 
-        monkeypatch.setattr(engine_mod, "sample", held)
+        return held
 
 
 def _tokens(result):
