@@ -14,6 +14,7 @@ from tests.stack import Backend
 
 HOPS = ["http_in", "call", "generate", "taken", "match_sent", "cache_in", "match_in", "match_out", "match_back", "admitted", "extend_sent", "forward_in", "forward_run", "forward_out",
         "extend_reply", "first_token", "first_yield", "first_message", "first_chunk"]
+END_HOPS = ("final_message", "last_yield", "last_message", "done_chunk")
 
 
 @pytest.fixture
@@ -51,18 +52,22 @@ def test_a_streamed_completion_meets_every_hop_in_order(tmp_path, monkeypatch) -
             with http.stream("POST", "/v1/completions", json={"prompt": "def add(a, b):", "max_tokens": 3,
                                                                "stream": True}) as reply:
                 assert reply.status_code == 200
-                first = next(json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {"))
+                events = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
     finally:
         be.stop()
-    marks = hop_report.load(str(trace))[f"{first['id']}-0"]
-    order = sorted(marks, key=marks.get)
+    marks = hop_report.load(str(trace))[f"{events[0]['id']}-0"]
+    order = sorted((h for h in marks if h not in END_HOPS), key=marks.get)
     # a lone arrival is matched early (scheduler_svc/early_match.py): the servicer sends its Match as the loop may
     # take it (just before or after), and the loop reads its reply (match_back) after taking it
     early = [h for h in HOPS if h != "taken"]
     assert [h for h in order if h != "taken"] == early, marks
     assert order.index("generate") < order.index("taken") < order.index("match_back"), marks
-    table = hop_report.segments({"r": marks}, "first_chunk")
+    table = hop_report.segments({"r": {h: marks[h] for h in order}}, "first_chunk")
     assert list(table) == [f"{a} -> {b}" for a, b in zip(order, order[1:])] + ["total"]
+    # the request's end, in order, after its first token: its last message built, yielded, read by the gateway,
+    # the stream's end handed to HTTP
+    assert sorted(END_HOPS, key=marks.get) == list(END_HOPS), marks
+    assert marks["first_token"] < marks["final_message"] and marks["first_chunk"] < marks["done_chunk"], marks
 
 
 def test_the_cache_marks_the_admission_match_only(tmp_path, monkeypatch, fresh_trace) -> None:
