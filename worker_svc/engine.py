@@ -199,6 +199,8 @@ class Engine:
                 outputs, steps = self._launch(items, clock, ahead, extend)
                 if steps is not None:
                     self._pending.append((seq, steps))
+                    if isinstance(steps, EnqueuedExtend):
+                        self.order.launched(seq)  # an extend that follows it may now be launched behind it
             if steps is not None:
                 finishing = True
                 outputs = self._finish(steps, outputs, seq)
@@ -265,10 +267,13 @@ class Engine:
     def _extend_behind(self, extend: PreparedExtend, seq: int, after_seq: int, release_ids: Sequence[str],
                        on_run) -> tuple[EnqueuedExtend, StepClock] | None:
         """Launches prepared extend ``seq`` behind extend ``after_seq`` (enqueued, not yet committed; module doc of
-        ``extend_behind``): waits without the lock until that one's attention plan is on the device, then, under
-        the lock, marks it started (``ForwardOrder.start_early``) and enqueues it. It commits after that one
+        ``extend_behind``): waits without the lock until that one is enqueued (``ForwardOrder.wait_launched``: it may
+        arrive later, or wait for its own turn first) and its attention plan is on the device, then, under the lock,
+        marks it started (``ForwardOrder.start_early``) and enqueues it. It commits after that one
         (``_finish``, after ``ForwardOrder.wait_for``). Returns (steps, clock), or None (it takes its turn) when the
         one ahead is not the only pending Forward or not a prepared extend, or the batch releases its own ids."""
+        if not self.order.wait_launched(after_seq):  # it may still wait for its own turn, or not have arrived
+            return None
         with self._lock:
             if len(self._pending) != 1 or self._pending[0][0] != after_seq or not isinstance(self._pending[0][1], EnqueuedExtend):
                 return None
@@ -284,6 +289,7 @@ class Engine:
             clock = StepClock(self.device)
             steps = enqueue_extend(self, extend, clock)
             self._pending.append((seq, steps))
+            self.order.launched(seq)
             self.extends_behind += 1
             return steps, clock
 

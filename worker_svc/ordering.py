@@ -15,7 +15,9 @@ under the same lock as N+1's start, so there is no window in which both are runn
 
 Launch behind (``start_early``): a decode N+1 may start before N completed, launched behind it on the device
 (``Engine._launch_behind``, when the device reaches N's last step); it then counts as started, and an E arriving
-later runs after it.
+later runs after it. An extend N enqueued in two parts (``worker_svc/extend_behind.py``) is marked ``launched`` once
+its work is on the device and its commit is to come: an extend N+1 that reached the worker earlier waits for that
+(``wait_launched``) to be launched behind it (``Engine._extend_behind``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class ForwardOrder:
         self._outcomes: OrderedDict[int, str] = OrderedDict()  # seq -> "" (completed) or the failure reason
         self._started: OrderedDict[int, None] = OrderedDict()  # seqs that passed wait_for (recent KEEP)
         self._ahead: OrderedDict[int, set[int]] = OrderedDict()  # seq -> seqs inserted ahead of it, not started
+        self._launched: OrderedDict[int, None] = OrderedDict()  # seqs enqueued on the device, commit to come
 
     def insert_before(self, seq: int, before_seq: int, after_seq: int = 0) -> bool:
         """Forward ``seq`` asks to run ahead of Forward ``before_seq``: when that one has not started, it will
@@ -106,6 +109,30 @@ class ForwardOrder:
                     self._started.popitem(last=False)
         if reason:
             raise WorkerError("ABORTED", f"Forward seq {seq} runs after seq {after_seq}, which failed: {reason}")
+
+    def launched(self, seq: int) -> None:
+        """Forward ``seq``'s work is enqueued on the device and its commit is to come; wakes ``wait_launched``."""
+        if seq <= 0:
+            return
+        with self._cond:
+            self._launched[seq] = None
+            while len(self._launched) > KEEP:
+                self._launched.popitem(last=False)
+            self._cond.notify_all()
+
+    def wait_launched(self, seq: int) -> bool:
+        """Blocks until Forward ``seq`` was marked ``launched`` or has an outcome (at most ``timeout_s``). True when
+        it was launched and has no outcome yet; False otherwise (seq <= 0 included): ``wait_for`` then decides."""
+        if seq <= 0:
+            return False
+        deadline = time.monotonic() + self.timeout_s
+        with self._cond:
+            while seq not in self._launched and seq not in self._outcomes:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return seq in self._launched and seq not in self._outcomes
 
     def done(self, seq: int, failure: str = "") -> None:
         """Records the outcome of Forward ``seq`` ("" = completed, else why it failed) and wakes waiters."""

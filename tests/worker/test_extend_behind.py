@@ -86,6 +86,24 @@ def test_an_extend_launched_behind_gives_the_tokens_and_tables_of_extends_run_on
     assert nxt.outputs[0].sampled
 
 
+def test_an_extend_that_arrives_before_the_one_ahead_is_launched_behind_it_once_that_one_is_enqueued(
+        model_dir, prompts, monkeypatch):
+    b1, b2 = _batches(prompts)
+    want, _ = _reference(model_dir, (b1, b2))
+    eng = make_engine(model_dir)
+    held = HeldWait(monkeypatch)
+    t2, out2 = _started(lambda: eng.forward(b2, "epoch-1", seq=2, after_seq=1))  # extend 1 has not arrived yet
+    t2.join(0.2)
+    assert t2.is_alive() and eng.extends_behind == 0
+    t1, out1 = _started(lambda: eng.forward(b1, "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    assert _until(lambda: eng.extends_behind == 1), "extend 2 was not launched behind extend 1 once it was enqueued"
+    held.release.set()
+    for t in (t1, t2):
+        t.join(WAIT_S)
+    assert [_tokens(out1["result"]), _tokens(out2["result"])] == want
+
+
 def test_when_the_extend_ahead_fails_the_one_behind_is_aborted_and_commits_nothing(model_dir, prompts, monkeypatch):
     b1, b2 = _batches(prompts)
     (t1, t2), (out1, out2), eng, held = _chain(model_dir, b1, b2, monkeypatch)
