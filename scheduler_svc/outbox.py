@@ -8,7 +8,9 @@ stream threads it has just woken (up to the interpreter's switch interval each t
 most of the continuation's ~6 ms on the H200 (run 17), and N+2 reached the worker late. With the outbox on
 (``SchedulerConfig.deliver_after_send``), the messages of a decode Forward applied by the chain are held and handed to
 their queues once the next Forward is sent (``just-in-time`` overlap: once it is built): the stream threads then run
-while the loop waits for the worker. Every round that does not chain lets them go first, and so does a failure
+while the loop waits for the worker. A decode Forward with nothing chained behind it (a wave of requests ends in it)
+has its messages go out as it is applied: nothing is built meanwhile, and the next wave's requests, sent by the
+clients on those last messages, would reach the worker that much later (H100 run 20: ~20 ms). Every round that does not chain lets them go first, and so does a failure
 (``Scheduler.run``: ``released_on_error``, before a resync; ``OutputStream.fail``: before a stream's error).
 
 ``put`` is called from any thread (the loop; a servicer thread for a request that finishes before it is queued);

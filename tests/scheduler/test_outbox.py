@@ -91,6 +91,25 @@ def test_a_chained_decodes_messages_reach_the_stream_once_the_next_forward_is_se
     assert streamed + tokens(req) == [TOKEN] * 40 and not sched.outbox.holding
 
 
+def test_the_messages_of_a_decode_with_nothing_chained_behind_it_go_out_as_it_is_applied(loop, tokenizer):
+    """H100 run 20 call 1 (hop trace, 1B c64): when a wave of requests ended in one decode Forward, their last
+    messages were held while it was applied and released by the next round only, ~20 ms after they were built, and
+    the next wave's requests (sent by the clients on those messages) reached the worker that much later. Nothing is
+    chained behind such a Forward, so nothing is built while its messages are held: they go out at once."""
+    sched, worker, after_send = loop
+    req = build_request(scheduler_pb2.GenerateRequest(request_id="a", input_ids=scheduler_pb2.TokenIds(ids=list(range(10, 30))),
+                                                      max_new_tokens=17, ignore_eos=True), tokenizer, sched.info,
+                        sched.capacity)
+    req.stream = OutputStream(req, tokenizer, sched.info.eos_token_id, outbox=sched.outbox)
+    sched.submit(req)
+    assert sched.step()  # the extend: token 1
+    assert sched.step()  # decode N (tokens 2..9) sent
+    assert sched.step()  # the chain: N+1 (tokens 10..17, the last) sent, N applied
+    assert sched.step()  # the chain: nothing to chain behind N+1 (the request ends there); N+1 applied
+    assert not sched.outbox.holding
+    assert tokens(req) == [TOKEN] * 17  # the stream ended without another round
+
+
 def test_a_failure_while_messages_are_held_sends_them_then_the_error(tokenizer):
     """Review of session 15: a stall or an outage noticed at the top of the loop, between the chain's apply (messages
     held) and the next round's send, failed the streams behind the held messages, which then waited for a round
