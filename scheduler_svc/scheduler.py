@@ -368,8 +368,7 @@ class Scheduler:
             reply = cur.pending.result()
         self.pipeline.pop()
         if self.cfg.deliver_after_send and nxt is not None:
-            self.outbox.hold()  # N's messages go out once the next round sent its Forward (outbox.py); with nothing
-            # chained behind N (a wave of requests ends in it) nothing is built meanwhile: they go out as applied
+            self.outbox.hold()  # N's messages go out once the next round sent its Forward (outbox.py)
         self._apply(cur.batch, reply, cur.seq, t0, t1, time.perf_counter())
 
     def _ahead(self, inflight: Batch) -> bool:
