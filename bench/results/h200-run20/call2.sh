@@ -3,7 +3,7 @@
 # launched behind the extend ahead (default; now also when it reached the worker before that one was enqueued:
 # ForwardOrder.wait_launched) / at its turn (--worker-flags=--no-extend-behind), alternated; top sampled once a
 # second during the first run (which process is busy: gateway, scheduler, worker, client); (2) test_gpu_ragged.py
-# after the pair, in the 300 s left (the session's device time was nearly spent). The scheduler now lets a decode's messages go out as
+# after the pair, in the 215 s left (the session's device time was nearly spent). The scheduler now lets a decode's messages go out as
 # it is applied when nothing is chained behind it (both arms).
 mkdir -p /tmp/r
 T0=$(date +%s)
@@ -21,6 +21,6 @@ S() { n=$1; shift; timeout 150 python3 -m bench.serve_bench --gpu --phases c64 -
   top -b -d 1 -n 6 -c -w 250 | grep -E "^top|python" | cut -c1-220 > /tmp/r/top.txt ) &
 S behind1
 S turn1 --worker-flags=--no-extend-behind
-timeout $(( 300 - $(date +%s) + T0 )) python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu_ragged.py 2>&1 | tail -4 | tee /tmp/r/test_gpu_ragged.txt
+timeout $(( 215 - $(date +%s) + T0 )) python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu_ragged.py 2>&1 | tail -4 | tee /tmp/r/test_gpu_ragged.txt
 pkill -9 -f pytest; pack; echo "ragged tests after $(( $(date +%s) - T0 )) s"
 echo "done after $(( $(date +%s) - T0 )) s"
