@@ -270,17 +270,18 @@ class Engine:
         ``extend_behind``): waits without the lock until that one is enqueued (``ForwardOrder.wait_launched``: it may
         arrive later, or wait for its own turn first) and its attention plan is on the device, then, under the lock,
         marks it started (``ForwardOrder.start_early``) and enqueues it. It commits after that one
-        (``_finish``, after ``ForwardOrder.wait_for``). Returns (steps, clock), or None (it takes its turn) when the
-        one ahead is not the only pending Forward or not a prepared extend, or the batch releases its own ids."""
+        (``_finish``, after ``ForwardOrder.wait_for``). Extends chain so at any depth: N+2 behind N+1 while N is still
+        pending. Returns (steps, clock), or None (it takes its turn) when the one ahead is not the last pending Forward,
+        a pending Forward is not a prepared extend, or the batch releases its own ids."""
         if not self.order.wait_launched(after_seq):  # it may still wait for its own turn, or not have arrived
             return None
         with self._lock:
-            if len(self._pending) != 1 or self._pending[0][0] != after_seq or not isinstance(self._pending[0][1], EnqueuedExtend):
+            if not self._extends_only(after_seq):
                 return None
-            first = self._pending[0][1]
+            first = self._pending[-1][1]
         first.wait_planned()  # the pinned buffers of its plan are free for this one's
         with self._lock:
-            if len(self._pending) != 1 or self._pending[0][1] is not first:
+            if not self._extends_only(after_seq) or self._pending[-1][1] is not first:
                 return None  # the one ahead committed meanwhile: the usual turn
             if {it.request_id for it in extend.items}.intersection(release_ids) or not self.order.start_early(seq, after_seq):
                 return None
@@ -292,6 +293,11 @@ class Engine:
             self.order.launched(seq)
             self.extends_behind += 1
             return steps, clock
+
+    def _extends_only(self, last_seq: int) -> bool:
+        """(Lock held.) True when Forwards are pending, all of them enqueued extends, the last one ``last_seq``."""
+        return (bool(self._pending) and self._pending[-1][0] == last_seq
+                and all(isinstance(steps, EnqueuedExtend) for _, steps in self._pending))
 
     def _abandon(self, steps: EnqueuedSteps | EnqueuedExtend, seq: int) -> None:
         """A Forward launched behind another gave up before its commit: its steps run out, then it leaves the

@@ -162,3 +162,93 @@ def test_with_the_flag_off_nothing_is_launched_behind(model_dir, prompts, monkey
         t.join(WAIT_S)
     assert [_tokens(out1["result"]), _tokens(out2["result"])] == want
     assert eng.extends_behind == 0
+
+
+# Three extends chained: shared with tests/worker/test_gpu_extend_behind.py, which runs them on CUDA (``make(ahead)``
+# builds an engine with ``extend_ahead`` as given; the reference runs them one by one).
+
+def _fresh_lp(rid: str, prompt, at: int) -> ForwardItem:
+    return ForwardItem(rid, tuple(prompt), 0, tuple(range(at, at + len(prompt))), has_prefix=True, return_logprob=True)
+
+
+def _three(prompts):
+    """Three extend batches of fresh prompts, slots disjoint: [r0, r1], [r2, r3], [r4, r5, r6]; and the next free slot."""
+    at, out = 1, []
+    for group in ((0, 1), (2, 3), (4, 5, 6)):
+        out.append([_fresh_lp(f"r{i}", prompts[i], at + sum(len(prompts[j]) for j in group if j < i)) for i in group])
+        at += sum(len(prompts[i]) for i in group)
+    return out, at
+
+
+def _seen(result):
+    return [(o.next_token_id, round(o.logprob, 4)) for o in result.outputs]
+
+
+def _three_reference(make, prompts):
+    batches, at = _three(prompts)
+    ref = make(False)
+    return batches, at, [_seen(ref.forward(b, "epoch-1", seq=i + 1)) for i, b in enumerate(batches)], ref
+
+
+def _check_three(eng, ref, outs, want, prompts, at):
+    """Outputs and request tables equal the reference's; then a decode of all seven: the same tokens."""
+    assert all("error" not in o for o in outs), [o.get("error") for o in outs]
+    assert [_seen(o["result"]) for o in outs] == want
+    assert ref.requests.keys() == eng.requests.keys()
+    for rid, state in ref.requests.items():
+        got = eng.requests[rid]
+        assert (list(got.slots), got.tokens, got.last_token) == (list(state.slots), state.tokens, state.last_token)
+    decode = [ForwardItem(f"r{i}", (), len(p), (at + i,), input_from_last_sample=True, return_logprob=True)
+              for i, p in enumerate(prompts[:7])]
+    assert _seen(eng.forward(decode, "epoch-1", seq=4, after_seq=3)) == _seen(ref.forward(decode, "epoch-1", seq=4))
+
+
+def three_chained_while_the_first_is_held(make, prompts, monkeypatch):
+    """Extend 1 held after its launch; extend 2 launches behind it, then extend 3 behind extend 2 (extend 1 still
+    pending); released: the tokens, logprobs and tables of the three run one by one."""
+    batches, at, want, ref = _three_reference(make, prompts)
+    eng = make(True)
+    held = HeldWait(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(batches[0], "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    t2, out2 = _started(lambda: eng.forward(batches[1], "epoch-1", seq=2, after_seq=1))
+    assert _until(lambda: eng.extends_behind == 1), "extend 2 was not launched behind extend 1"
+    t3, out3 = _started(lambda: eng.forward(batches[2], "epoch-1", seq=3, after_seq=2))
+    assert _until(lambda: eng.extends_behind == 2), "extend 3 was not launched behind extend 2"
+    held.release.set()
+    for t in (t1, t2, t3):
+        t.join(WAIT_S)
+    _check_three(eng, ref, (out1, out2, out3), want, prompts, at)
+
+
+def three_sent_at_once(make, prompts):
+    """Three extends sent together, in reverse order of their seq: the same outputs and tables, whatever overlapped."""
+    batches, at, want, ref = _three_reference(make, prompts)
+    eng = make(True)
+    go = threading.Event()
+
+    def send(i):
+        assert go.wait(WAIT_S)
+        return eng.forward(batches[i], "epoch-1", seq=i + 1, after_seq=i)
+
+    started = [_started(lambda i=i: send(i)) for i in (2, 1, 0)]
+    go.set()
+    for t, _ in started:
+        t.join(WAIT_S)
+    _check_three(eng, ref, [out for _, out in reversed(started)], want, prompts, at)
+
+
+def _cpu(model_dir):
+    def make(ahead: bool):
+        eng = make_engine(model_dir)
+        eng.extend_ahead = ahead
+        return eng
+    return make
+
+
+def test_a_third_extend_is_launched_behind_the_second_while_the_first_is_pending(model_dir, prompts, monkeypatch):
+    three_chained_while_the_first_is_held(_cpu(model_dir), prompts, monkeypatch)
+
+
+def test_three_extends_sent_at_once_give_the_outputs_of_extends_run_one_by_one(model_dir, prompts):
+    three_sent_at_once(_cpu(model_dir), prompts)
