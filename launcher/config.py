@@ -231,6 +231,8 @@ EARLY_MATCH = ("an arrival's admission Match sent by the servicer thread (docs/s
 DELIVER_AFTER_SEND = ("a chained decode's stream messages handed over once the next Forward is sent (docs/scheduler.md); "
                       "tests/scheduler/arrival_sim.py --no-deliver-after-send and bench/serve_bench "
                       "--scheduler-flags are its A/B")
+CHAIN_AFTER_EXTEND = ("the first decode Forward chained behind the extend that ends every prefill (docs/scheduler.md); "
+                      "bench/serve_bench --scheduler-flags=--no-chain-after-extend is its A/B")
 CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/scheduler.md); bench/serve_bench's "
                     "nochain phase runs the scheduler without it for the A/B")
 
@@ -287,6 +289,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-chunk-pipeline": CHUNK_PIPELINE,
         "--chain-admissions": CHAIN_ADMISSIONS,
         "--no-chain-admissions": CHAIN_ADMISSIONS,
+        "--chain-after-extend": CHAIN_AFTER_EXTEND,
+        "--no-chain-after-extend": CHAIN_AFTER_EXTEND,
         "--adaptive-steps": ADAPTIVE_STEPS,
         "--no-adaptive-steps": ADAPTIVE_STEPS,
         "--early-match": EARLY_MATCH,

@@ -14,10 +14,10 @@ class Entry:
     ``sample``: a next token is sampled (False for a non-final prefill chunk). ``steps`` > 1: a multi-step
     decode entry (n = 1 input token, ``steps`` slots; the worker writes K/V for as many tokens as it returns).
     ``from_last``: an overlapped decode entry sent before the previous Forward's reply: its input is the token
-    the worker sampled last (not known here yet) and ``start`` is the predicted position. ``behind``: a prefill
-    chunk sent behind the request's previous chunk, still in flight (``scheduler_svc/chunk_ahead.py``): the
-    worker knows the request by the time it runs, so it carries no prefix though ``req.worker_knows`` is not set
-    yet, and ``start`` is where that chunk ends."""
+    the worker sampled last (not known here yet) and ``start`` is the predicted position. ``behind``: sent behind
+    the request's previous entry, still in flight, which creates the request at the worker (a prefill chunk behind
+    its previous chunk, ``scheduler_svc/chunk_ahead.py``; a first decode behind its last chunk, ``chain.py``): it
+    carries no prefix though ``req.worker_knows`` is not set yet, and ``start`` is where that entry ends."""
 
     req: Req
     start: int
@@ -53,7 +53,7 @@ def forward_item(e: Entry, stop_token_ids=()) -> worker_pb2.ForwardItem:
     req = e.req
     total = len(req.prompt_ids) + len(req.output_ids)
     if (len(e.slot_ids) != max(e.n, e.steps) or e.n <= 0 or (e.start + e.n > total and not e.from_last)
-            or (e.steps > 1 and e.n != 1) or (e.from_last and (e.n != 1 or not req.worker_knows))):
+            or (e.steps > 1 and e.n != 1) or (e.from_last and (e.n != 1 or not (req.worker_knows or e.behind)))):
         raise ValueError(f"{req.rid}: entry start={e.start} n={e.n} slots={len(e.slot_ids)} tokens={total} "
                          f"from_last={e.from_last} worker_knows={req.worker_knows}")
     p = req.params

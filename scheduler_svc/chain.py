@@ -10,6 +10,7 @@ import threading
 from typing import Callable, Sequence
 
 from scheduler_svc.batch import Batch, Entry
+from scheduler_svc.chunk_ahead import prefill_continues
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.multistep import steps_for
 from scheduler_svc.request import Req, State
@@ -22,15 +23,33 @@ def admits_first(waiting: int, running: int, cfg: SchedulerConfig) -> bool:
     return cfg.chain_admissions and waiting > 0 and running < cfg.max_running_requests
 
 
+def ends_prefills(inflight: Batch, running: Sequence[Req]) -> bool:
+    """True when extend ``inflight`` holds the last chunk of every running request in PREFILL (none continues
+    after it), and none of its requests collects prompt logprobs (the worker answers those with an input it is
+    sent, never from its last sample): once it is applied every running request decodes."""
+    last = {e.req.rid for e in inflight.entries
+            if not e.from_last and e.req.state == State.PREFILL and e.sample and not prefill_continues(e)}
+    return (not any(prefill_continues(e) or e.req.wants_prompt_logprobs for e in inflight.entries)
+            and all(r.rid in last for r in running if r.state == State.PREFILL))
+
+
 def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, cfg: SchedulerConfig) -> bool:
     """True in steady decode: the in-flight batch is decode, and no running request is in PREFILL (its extend
-    is not applied yet). A request with an abort pending does not stop it: the continuation leaves it out, and
+    is not applied yet). Also behind an extend (``cfg.chain_after_extend``) that ends every prefill
+    (``ends_prefills``) while no waiting request has room (those go in an extend behind it: ``chunk_ahead``): the
+    first decode of its requests is chained behind it, each from the token it samples. A request with an abort pending does not stop it: the continuation leaves it out, and
     the loop ends it once no Forward in flight holds it (``RequestTable.abort``). A decoding request not in the in-flight batch (admitted while
     it ran, its extend applied) joins the continuation at its first decode (``Planner.continuation``). Requests
     waiting with room do not stop it: the chain admits them first (``Scheduler._chain``), so an arrival's extend
     runs after the decode in flight, not after a drain of it and of the one queued behind it. Without
     ``cfg.chain_admissions`` (``--no-chain-admissions``): False while ``waiting`` requests have room or a running
-    request is not in the in-flight batch (the loop drains, the synchronous path admits)."""
+    request is not in the in-flight batch (the loop drains, the synchronous path admits). Never without
+    ``cfg.overlap``."""
+    if not cfg.overlap:  # (``--no-overlap``: nothing is chained)
+        return False
+    if inflight.kind == "extend":
+        return (cfg.chain_after_extend and not (waiting and len(running) < cfg.max_running_requests)
+                and ends_prefills(inflight, running))
     if inflight.kind != "decode":
         return False
     if not cfg.chain_admissions:
@@ -44,12 +63,15 @@ def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
     """(in-flight entry, decode steps) for each request that continues in the next Forward: not finished (a
     request finished while an earlier Forward was processed is in ``inflight`` only to be dropped), no abort
     pending, and tokens left after the in-flight entry's (it yields exactly ``steps`` tokens unless the request
-    ends at a stop token, which the worker then knows). ``max_steps``: 1 when any request of the next Forward is
-    not multi-step eligible (``Planner.continuation`` decides it once for all of them)."""
+    ends at a stop token, which the worker then knows). In an extend: its decode riders, and the requests whose
+    last prefill chunk it is (they sample their first token there). ``max_steps``: 1 when any request of the next
+    Forward is not multi-step eligible (``Planner.continuation`` decides it once for all of them)."""
     plan = []
     for e in inflight.entries:
         req = e.req
-        if req.state != State.DECODE or req.abort_requested:
+        first = (inflight.kind == "extend" and req.state == State.PREFILL and e.sample and not e.from_last
+                 and not prefill_continues(e))
+        if not (req.state == State.DECODE or first) or req.abort_requested:
             continue
         after = req.remaining_new_tokens - e.steps
         if after > 0:
@@ -59,11 +81,13 @@ def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
 
 def continuation_batch(plan: list[tuple[Entry, int]], first: list[tuple[Req, int]],
                        slots: dict[str, tuple[int, ...]]) -> Batch:
-    """The next decode Batch: per continuing request one ``from_last`` entry at ``start + steps`` of its in-flight
-    entry, then per request at its ``first`` decode (admitted while ``inflight`` ran, not in it) one entry at its
-    ``kv_len``; each with ``slots[rid]`` (as many as its steps)."""
-    return Batch("decode", tuple(Entry(e.req, start=e.start + e.steps, n=1, slot_ids=slots[e.req.rid], sample=True,
-                                       steps=k, from_last=True) for e, k in plan)
+    """The next decode Batch: per continuing request one ``from_last`` entry where its in-flight entry ends (``start
+    + n - 1 + steps``: a decode's ``start + steps``, a last prefill chunk's ``start + n``; ``behind`` when that entry
+    creates the request at the worker), then per request at its ``first`` decode (admitted while ``inflight`` ran,
+    not in it) one entry at its ``kv_len``; each with ``slots[rid]`` (as many as its steps)."""
+    return Batch("decode", tuple(Entry(e.req, start=e.start + e.n - 1 + e.steps, n=1, slot_ids=slots[e.req.rid],
+                                       sample=True, steps=k, from_last=True, behind=not e.req.worker_knows)
+                                 for e, k in plan)
                  + tuple(Entry(r, start=r.kv_len, n=1, slot_ids=slots[r.rid], sample=True, steps=k) for r, k in first))
 
 

@@ -356,6 +356,7 @@ class Planner:
             self.log.info("overlap_allocation_failed", error=str(exc), running=len(asked))
             return None
         batch = continuation_batch(plan, first, slots_by_request(reply, asked))
+        self.stats.add("decode_after_extend", int(inflight.kind == "extend"))
         steps = max(k for _, k in asked)
         self._funded(steps, time.perf_counter() - t0)
         self.stats.decode_planned(steps, cut=eligible and max_steps < self.cfg.decode_steps)

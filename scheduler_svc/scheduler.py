@@ -272,7 +272,7 @@ class Scheduler:
             self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))
             self._stats.decode_sent(time.perf_counter() - t0)
             return True
-        if self.cfg.chunk_pipeline and self._ahead(batch):  # the next round sends the extend behind it
+        if (self.cfg.chunk_pipeline and self._ahead(batch)) or can_chain(batch, table.running, len(table.waiting), self.cfg):
             self.pipeline.send(batch, self.pipeline.prepare(self._items(batch)))
             return True
         t1 = time.perf_counter()
@@ -341,9 +341,9 @@ class Scheduler:
         return extend_after
 
     def _chain(self) -> None:
-        """Steady decode: allocate N+1 while N runs (``queued``: send it at once, after N; the outbox goes out); until
-        N's reply is in, each arrival is admitted and its extend sent to run after N (and the extends before it;
-        ``queued``: ahead of N+1); then (``just-in-time``) N+1 is sent, and N applied (its messages held)."""
+        """Steady decode, or N an extend ending every prefill (``can_chain``): allocate N+1 while N runs (``queued``: send it
+        now; the outbox goes out); until N's reply, arrivals are admitted, each extend after N (``queued``: ahead of N+1;
+        not behind an extend: a burst waits for one extend next round); (``just-in-time``) N+1 sent; N applied."""
         t0 = time.perf_counter()
         cur, queued = self.pipeline.head(), self.cfg.overlap_mode == "queued"
         nxt = self.planner.continuation(cur.batch)
@@ -359,15 +359,15 @@ class Scheduler:
                 self.outbox.release()  # the stream threads run while the worker does (a failure: run() releases)
                 self._stats.add("decode_chained")
                 ahead_of = nxt_request.seq
-            extend_after = self._admit_until(cur.pending, cur.seq, ahead_of,  # waiting ones first, then arrivals
-                                             admits_first(len(self.table.waiting), len(self.table.running), self.cfg))
+            extend_after = cur.seq if cur.batch.kind == "extend" else self._admit_until(  # waiting first, then arrivals
+                cur.pending, cur.seq, ahead_of, admits_first(len(self.table.waiting), len(self.table.running), self.cfg))
             if nxt is not None and not queued:
                 nxt_request.after_seq = extend_after
                 self.pipeline.send(nxt, nxt_request)
                 self._stats.add("decode_chained")
             reply = cur.pending.result()
         self.pipeline.pop()
-        if self.cfg.deliver_after_send and nxt is not None:
+        if self.cfg.deliver_after_send and nxt is not None and cur.batch.kind == "decode":  # (an extend's first tokens: now)
             self.outbox.hold()  # N's messages go out once the next round sent its Forward (outbox.py)
         self._apply(cur.batch, reply, cur.seq, t0, t1, time.perf_counter())
 

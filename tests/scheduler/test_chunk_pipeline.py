@@ -116,7 +116,10 @@ def loop(tokenizer, request):
     mixed = getattr(request, "param", False)
     with cache_service() as (core, cache):
         worker = ChunkWorker()
-        sched = Scheduler(cache, worker, SchedulerConfig(chunk_size=CHUNK, decode_steps=1, mixed_chunk=mixed),
+        # (the decode chained behind a last chunk is tests/scheduler/test_chain_after_extend.py's: here an extend that
+        # ends every prefill is applied before the next round, as these tests' set-ups expect)
+        sched = Scheduler(cache, worker, SchedulerConfig(chunk_size=CHUNK, decode_steps=1, mixed_chunk=mixed,
+                                                         chain_after_extend=False),
                           structlog.get_logger())
         sched.connect()
         yield sched, worker, submitter(sched, tokenizer), core
