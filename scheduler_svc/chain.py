@@ -23,12 +23,16 @@ def admits_first(waiting: int, running: int, cfg: SchedulerConfig) -> bool:
     return cfg.chain_admissions and waiting > 0 and running < cfg.max_running_requests
 
 
+def last_chunk(e: Entry) -> bool:
+    """True when ``e`` is a request's last prefill chunk: it samples the request's first token."""
+    return not e.from_last and e.req.state == State.PREFILL and e.sample and not prefill_continues(e)
+
+
 def ends_prefills(inflight: Batch, running: Sequence[Req]) -> bool:
     """True when extend ``inflight`` holds the last chunk of every running request in PREFILL (none continues
     after it), and none of its requests collects prompt logprobs (the worker answers those with an input it is
     sent, never from its last sample): once it is applied every running request decodes."""
-    last = {e.req.rid for e in inflight.entries
-            if not e.from_last and e.req.state == State.PREFILL and e.sample and not prefill_continues(e)}
+    last = {e.req.rid for e in inflight.entries if last_chunk(e)}
     return (not any(prefill_continues(e) or e.req.wants_prompt_logprobs for e in inflight.entries)
             and all(r.rid in last for r in running if r.state == State.PREFILL))
 
@@ -69,9 +73,7 @@ def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
     plan = []
     for e in inflight.entries:
         req = e.req
-        first = (inflight.kind == "extend" and req.state == State.PREFILL and e.sample and not e.from_last
-                 and not prefill_continues(e))
-        if not (req.state == State.DECODE or first) or req.abort_requested:
+        if not (req.state == State.DECODE or (inflight.kind == "extend" and last_chunk(e))) or req.abort_requested:
             continue
         after = req.remaining_new_tokens - e.steps
         if after > 0:
