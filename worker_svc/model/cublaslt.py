@@ -181,3 +181,81 @@ def _config(algo: _Algo) -> dict:
                                                        ctypes.c_size_t(size), ctypes.byref(written)) == 0:
             out[name] = int(v.value)
     return out
+
+
+def _graph_seconds(fn, reps: int = 10) -> float:
+    """Seconds per replay of a CUDA graph of ``fn()`` (warmed on a side stream, captured, replayed)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(reps):
+        g.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / 1e3 / reps
+
+
+def torch_linear(x: torch.Tensor, linear, gelu: bool) -> torch.Tensor:
+    """What the model runs without this module: ``F.linear``, or bias + tanh-GELU in cuBLASLt's epilogue through
+    ``torch._addmm_activation`` (``fused.mlp_up``) when ``gelu``."""
+    if gelu:
+        return torch._addmm_activation(linear.bias, x, linear.weight.t(), use_gelu=True)
+    return torch.nn.functional.linear(x, linear.weight, linear.bias)
+
+
+class LtGemms:
+    """The model's projections of batches of at most ``max_rows`` rows with the algorithm measured fastest for
+    their (rows, K, N): ``tune`` times, for each row count it is given (the decode graphs' buckets), every
+    cuBLASLt candidate and torch's own GEMM over all layers' weights of a kind (a CUDA graph, weights from HBM)
+    and keeps the fastest, torch's included. A row count not tuned runs torch's GEMM. Call as ``mm(x, linear,
+    gelu=False)`` (``GPTBigCodeForCausalLM.mm``). One workspace for every call: the model runs on one stream.
+
+    ``kinds``: name -> (the linears of that kind over the layers, gelu) for the four projections."""
+
+    def __init__(self, kinds: dict, max_rows: int, device: torch.device, dtype: torch.dtype, candidates: int = 16,
+                 workspace_bytes: int = 32 << 20):
+        self.kinds, self.max_rows, self.dtype, self.count = kinds, max_rows, dtype, candidates
+        self.workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+        self.plans: dict[tuple[int, int, int, bool], tuple[LtMatmul, Candidate]] = {}
+        self.report: list[dict] = []
+
+    def tune(self, rows) -> list[dict]:
+        """Times the candidates for each row count in ``rows`` (<= max_rows) and keeps the fastest; returns (and
+        keeps in ``report``) one dict per (rows, kind): torch's us, the chosen candidate's us and config."""
+        for m in rows:
+            for name, (linears, gelu) in self.kinds.items():
+                n, k = linears[0].weight.shape
+                x = torch.randn(m, k, device=self.workspace.device, dtype=self.dtype)
+                t_torch = _graph_seconds(lambda: [torch_linear(x, lin, gelu) for lin in linears])
+                lt = LtMatmul(m, k, n, self.dtype, bias=True, gelu=gelu, workspace_bytes=self.workspace.numel())
+                outs = [torch.empty(m, n, device=x.device, dtype=self.dtype) for _ in linears]
+                best = (t_torch, None)
+                for c in lt.candidates(self.count, bias_ptr=linears[0].bias.data_ptr()):
+                    t = _graph_seconds(lambda: [lt.run(x, lin.weight, lin.bias, o, c, self.workspace)
+                                                for lin, o in zip(linears, outs)])
+                    if t < best[0]:
+                        best = (t, c)
+                if best[1] is not None:
+                    self.plans[(m, k, n, gelu)] = (lt, best[1])
+                self.report.append({"rows": m, "kind": name, "torch_us": t_torch / len(linears) * 1e6,
+                                    "chosen_us": best[0] / len(linears) * 1e6,
+                                    "chosen": None if best[1] is None else best[1].config})
+        return self.report
+
+    def __call__(self, x: torch.Tensor, linear, gelu: bool = False) -> torch.Tensor:
+        """x [M, K] (M <= max_rows, contiguous) -> linear(x) [M, N] (tanh GELU after it when ``gelu``)."""
+        n, k = linear.weight.shape
+        plan = self.plans.get((x.shape[0], k, n, gelu))
+        if plan is None:
+            return torch_linear(x, linear, gelu)
+        lt, c = plan
+        out = torch.empty(x.shape[0], n, device=x.device, dtype=x.dtype)
+        return lt.run(x.contiguous(), linear.weight, linear.bias, out, c, self.workspace)

@@ -1,0 +1,87 @@
+"""cuBLASLt's candidates (worker_svc/model/cublaslt.py) against float32 references on the GPU, and the served
+model with the timed candidates (``use_lt_gemms``) against the model without them (greedy, CUDA graphs)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.worker.helpers import Driver, Req
+from tests.worker.test_gpu_fused import _engine
+from worker_svc.build import make_graphs
+from worker_svc.model import cublaslt
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not (torch.cuda.is_available() and importlib.util.find_spec("triton")
+                            and importlib.util.find_spec("flashinfer")),
+                       reason="needs CUDA, Triton and flashinfer (run on the accelerator machine)"),
+]
+
+
+@pytest.mark.parametrize("m,k,n,gelu", [(1, 2048, 2304, False), (64, 2048, 2048, False), (64, 2048, 8192, True),
+                                        (256, 8192, 2048, False), (7, 768, 3072, True)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_candidate_matches_the_float32_projection(m, k, n, gelu, dtype):
+    g = torch.Generator(device="cuda").manual_seed(m + k + n)
+    lin = nn.Linear(k, n, device="cuda", dtype=dtype)
+    x = torch.randn(m, k, generator=g, device="cuda").to(dtype)
+    want = F.linear(x.float(), lin.weight.float(), lin.bias.float())
+    want = F.gelu(want, approximate="tanh") if gelu else want
+    lt = cublaslt.LtMatmul(m, k, n, dtype, bias=True, gelu=gelu)
+    ws = torch.empty(lt.workspace_bytes, dtype=torch.uint8, device="cuda")
+    cands = lt.candidates(8, bias_ptr=lin.bias.data_ptr())
+    assert cands, "the heuristic offered no algorithm"
+    for c in cands:
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        with torch.no_grad():
+            got = lt.run(x, lin.weight, lin.bias, out, c, ws).float()
+        rel = ((got - want).norm() / want.norm()).item()
+        assert rel < 1e-2, (c.config, rel)
+
+
+def test_a_candidate_replays_in_a_cuda_graph_with_new_inputs():
+    lin = nn.Linear(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    lt = cublaslt.LtMatmul(16, 2048, 2048, torch.bfloat16)
+    ws = torch.empty(lt.workspace_bytes, dtype=torch.uint8, device="cuda")
+    c = lt.candidates(4, bias_ptr=lin.bias.data_ptr())[-1]
+    x, out = torch.zeros(16, 2048, device="cuda", dtype=torch.bfloat16), torch.empty(16, 2048, device="cuda",
+                                                                                  dtype=torch.bfloat16)
+    g = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(g):
+        lt.run(x, lin.weight, lin.bias, out, c, ws)
+    x.copy_(torch.randn(16, 2048, device="cuda"))
+    g.replay()
+    with torch.no_grad():
+        want = F.linear(x.float(), lin.weight.float(), lin.bias.float())
+    assert ((out.float() - want).norm() / want.norm()).item() < 1e-2
+
+
+def test_lt_gemms_rejects_the_split_k_model(model_dir):
+    eng = _engine(model_dir, True, splitk_rows=8)
+    with pytest.raises(ValueError, match="split-K on"):
+        eng.model.use_lt_gemms(8, [1, 2, 4, 8])
+
+
+def test_served_model_with_lt_gemms_decodes_as_without(model_dir, prompts):
+    outs = {}
+    for on in (False, True):
+        reqs = [Req(f"r{i}", p, 16) for i, p in enumerate(prompts)]
+        eng = _engine(model_dir, True)
+        if on:
+            report = eng.model.use_lt_gemms(8, [1, 2, 4, 8])
+            assert {r["rows"] for r in report} == {1, 2, 4, 8} and len(report) == 16
+            eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend)  # captured with the choices
+        Driver(eng, chunk=8).run(reqs)
+        outs[on] = [(r.out, r.logprobs) for r in reqs]
+    agree = total = 0
+    for (a, la), (b, lb) in zip(outs[True], outs[False]):
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(b))
+        agree, total = agree + n, total + len(b)
+        assert max((abs(x - y) for x, y in zip(la[:n], lb[:n])), default=0.0) < 0.1
+    print(f"cuBLASLt vs torch greedy prefix agreement {agree}/{total}")
+    assert agree >= 0.9 * total
