@@ -400,6 +400,19 @@ async def merge_streams(
     for index, msg in enumerate(first):
         if msg is not None:
             yield index, msg
+    if len(streams) == 1:  # n = 1, the usual request: read it here, no pump task and queue hop per message
+        try:
+            try:
+                async for msg in streams[0].messages():
+                    yield 0, msg
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await abort_siblings(streams)
+                raise
+        finally:
+            streams[0].cancel()
+        return
     tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
     try:
         remaining = len(streams)

@@ -32,8 +32,8 @@ def _find_surrogate(value: Any, path: str) -> tuple[str, str] | None:
             if hit:
                 return hit
     elif isinstance(value, list):
-        for i, item in enumerate(value):
-            if hit := _find_surrogate(item, f"{path}[{i}]"):
+        for i, item in enumerate(value):  # numbers (a prompt's 1,024 token ids) are skipped before any path is built
+            if isinstance(item, (str, dict, list)) and (hit := _find_surrogate(item, f"{path}[{i}]")):
                 return hit
     return None
 
