@@ -16,7 +16,7 @@ kill_stack() { pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"
 find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00' {} +
 [ -d .jit ] && cat .jit/jit.part* | tar xzf - -C ~ && echo "jit cache restored"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nproc; lscpu | grep "Model name"
-for s in tiny_starcoder_py starcoderbase-1b; do
+for s in starcoderbase-1b; do  # (the tiny shape's head_dim 64 kernels are left for a later call)
   timeout 300 python3 -m worker_svc.bench --shape $s --dtype bfloat16 --batches 1,64 --prefill 16,1024 --iters 1 --decode-steps 8 > /tmp/r/warm_$s.txt 2>&1 &
 done
 # the survey times CUDA graph replays on the GPU while the warm-up compiles on the CPU
