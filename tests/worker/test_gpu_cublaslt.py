@@ -51,6 +51,9 @@ def test_a_candidate_replays_in_a_cuda_graph_with_new_inputs():
     c = lt.candidates(4, bias_ptr=lin.bias.data_ptr())[-1]
     x, out = torch.zeros(16, 2048, device="cuda", dtype=torch.bfloat16), torch.empty(16, 2048, device="cuda",
                                                                                   dtype=torch.bfloat16)
+    with torch.no_grad():
+        lt.run(x, lin.weight, lin.bias, out, c, ws)  # loads the kernel before the capture
+    torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.no_grad(), torch.cuda.graph(g):
         lt.run(x, lin.weight, lin.bias, out, c, ws)

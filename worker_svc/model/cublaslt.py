@@ -26,6 +26,7 @@ import ctypes
 import functools
 import glob
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -60,7 +61,7 @@ def _lib() -> ctypes.CDLL:
     """libcublasLt, the copy torch uses: the nvidia-cublas wheel's when there is one, else the soname.
     Raises OSError when neither loads."""
     torch.cuda.init()
-    for base in (os.path.dirname(p) for p in __import__("sys").path if p):
+    for base in (p for p in sys.path if p):
         hits = glob.glob(os.path.join(base, "nvidia", "cublas", "lib", "libcublasLt.so*"))
         if hits:
             return ctypes.CDLL(sorted(hits)[0])
@@ -230,25 +231,30 @@ class LtGemms:
     def tune(self, rows) -> list[dict]:
         """Times the candidates for each row count in ``rows`` (<= max_rows) and keeps the fastest; returns (and
         keeps in ``report``) one dict per (rows, kind): torch's us, the chosen candidate's us and config."""
-        for m in rows:
-            for name, (linears, gelu) in self.kinds.items():
-                n, k = linears[0].weight.shape
-                x = torch.randn(m, k, device=self.workspace.device, dtype=self.dtype)
-                t_torch = _graph_seconds(lambda: [torch_linear(x, lin, gelu) for lin in linears])
-                lt = LtMatmul(m, k, n, self.dtype, bias=True, gelu=gelu, workspace_bytes=self.workspace.numel())
-                outs = [torch.empty(m, n, device=x.device, dtype=self.dtype) for _ in linears]
-                best = (t_torch, None)
-                for c in lt.candidates(self.count, bias_ptr=linears[0].bias.data_ptr()):
-                    t = _graph_seconds(lambda: [lt.run(x, lin.weight, lin.bias, o, c, self.workspace)
-                                                for lin, o in zip(linears, outs)])
-                    if t < best[0]:
-                        best = (t, c)
-                if best[1] is not None:
-                    self.plans[(m, k, n, gelu)] = (lt, best[1])
-                self.report.append({"rows": m, "kind": name, "torch_us": t_torch / len(linears) * 1e6,
-                                    "chosen_us": best[0] / len(linears) * 1e6,
-                                    "chosen": None if best[1] is None else best[1].config})
+        with torch.inference_mode():
+            for m in rows:
+                self._tune_rows(m)
         return self.report
+
+    def _tune_rows(self, m: int) -> None:
+        """``tune`` for one row count: every kind's candidates and torch's GEMM, the fastest kept."""
+        for name, (linears, gelu) in self.kinds.items():
+            n, k = linears[0].weight.shape
+            x = torch.randn(m, k, device=self.workspace.device, dtype=self.dtype)
+            t_torch = _graph_seconds(lambda: [torch_linear(x, lin, gelu) for lin in linears])
+            lt = LtMatmul(m, k, n, self.dtype, bias=True, gelu=gelu, workspace_bytes=self.workspace.numel())
+            outs = [torch.empty(m, n, device=x.device, dtype=self.dtype) for _ in linears]
+            best = (t_torch, None)
+            for c in lt.candidates(self.count, bias_ptr=linears[0].bias.data_ptr()):
+                t = _graph_seconds(lambda: [lt.run(x, lin.weight, lin.bias, o, c, self.workspace)
+                                            for lin, o in zip(linears, outs)])
+                if t < best[0]:
+                    best = (t, c)
+            if best[1] is not None:
+                self.plans[(m, k, n, gelu)] = (lt, best[1])
+            self.report.append({"rows": m, "kind": name, "torch_us": t_torch / len(linears) * 1e6,
+                                "chosen_us": best[0] / len(linears) * 1e6,
+                                "chosen": None if best[1] is None else best[1].config})
 
     def __call__(self, x: torch.Tensor, linear, gelu: bool = False) -> torch.Tensor:
         """x [M, K] (M <= max_rows, contiguous) -> linear(x) [M, N] (tanh GELU after it when ``gelu``)."""
