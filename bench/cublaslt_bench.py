@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -30,21 +31,13 @@ from worker_svc.model import cublaslt
 from worker_svc.model.default import SHAPES
 
 
-def torch_op(name: str):
-    """What the model runs for a projection: fused.mlp_up's ``_addmm_activation`` for c_fc, F.linear else."""
-    if name == "c_fc":
-        return lambda x, w, b: torch._addmm_activation(b, x, w.t(), use_gelu=True)
-    return F.linear
-
-
-def survey(name: str, k: int, n: int, m: int, layers: int, dev, dt, count: int, hbm_tbs: float,
-           workspace: torch.Tensor) -> dict:
+def survey(name: str, k: int, n: int, m: int, layers: int, dev, dt, count: int, workspace: torch.Tensor) -> dict:
     """Every candidate of one (projection, M), timed; returns the row with the candidates sorted by time."""
     gelu, bias = name == "c_fc", name != "lm_head"
     ws = [torch.randn(n, k, device=dev, dtype=dt) * k ** -0.5 for _ in range(layers)]
     bs = [torch.randn(n, device=dev, dtype=dt) * 0.1 if bias else None for _ in range(layers)]
     x = torch.randn(m, k, device=dev, dtype=dt)
-    op = torch_op(name)
+    op = lambda x, w, b: cublaslt.torch_linear(x, SimpleNamespace(weight=w, bias=b), gelu)  # noqa: E731
     ref = (F.gelu(F.linear(x.float(), ws[0].float(), bs[0].float()), approximate="tanh") if gelu
            else F.linear(x.float(), ws[0].float(), None if bs[0] is None else bs[0].float()))
     t_torch = graph_time(lambda: [op(x, w, b) for w, b in zip(ws, bs)]) / layers
@@ -84,7 +77,7 @@ def sequence(shape: str, m: int, layers: int, dev, dt, chosen: dict, workspace: 
         for i in range(layers):
             qkv = F.linear(h, w["c_attn"][i], b["c_attn"][i])
             o = F.linear(qkv[:, :d].contiguous(), w["attn.c_proj"][i], b["attn.c_proj"][i])
-            up = torch_op("c_fc")(o, w["c_fc"][i], b["c_fc"][i])
+            up = cublaslt.torch_linear(o, SimpleNamespace(weight=w["c_fc"][i], bias=b["c_fc"][i]), True)
             F.linear(up, w["mlp.c_proj"][i], b["mlp.c_proj"][i])
 
     def run_lt():
@@ -121,7 +114,7 @@ def main() -> None:
         chosen = {}
         for name, (k, n) in projections(args.shape).items():
             row = survey(name, k, n, m, 2 if name == "lm_head" else args.layers, dev, dt, args.candidates,
-                         args.hbm_tbs, workspace)
+                         workspace)
             lt, best = row.pop("_lt"), row.pop("_best")
             if best is not None:
                 chosen[name] = (lt, best)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from worker_svc.model import cublaslt
 from worker_svc.model.default import SHAPES
 from worker_svc.model.skinny_gemm import GemmConfig, SkinnyLinear
 
@@ -38,25 +39,8 @@ def projections(shape: str) -> dict[str, tuple[int, int]]:
 
 
 def graph_time(fn, reps: int = 20) -> float:
-    """Seconds per replay of a CUDA graph of ``fn()`` (warmed, captured, replayed ``reps`` times)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        g.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / 1e3 / reps
+    """Seconds per replay of a CUDA graph of ``fn()`` (``cublaslt.graph_seconds``: warmed, captured, replayed)."""
+    return cublaslt.graph_seconds(fn, reps)
 
 
 def configs(m: int, k: int, n: int, sms: int) -> list[GemmConfig]:

@@ -402,14 +402,11 @@ async def merge_streams(
             yield index, msg
     if len(streams) == 1:  # n = 1, the usual request: read it here, no pump task and queue hop per message
         try:
-            try:
-                async for msg in streams[0].messages():
-                    yield 0, msg
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                await abort_siblings(streams)
-                raise
+            async for msg in streams[0].messages():
+                yield 0, msg
+        except Exception:  # as the pump path: the scheduler is told, then the error reaches the consumer
+            await abort_siblings(streams)
+            raise
         finally:
             streams[0].cancel()
         return

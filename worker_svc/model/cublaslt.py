@@ -184,7 +184,7 @@ def _config(algo: _Algo) -> dict:
     return out
 
 
-def _graph_seconds(fn, reps: int = 10) -> float:
+def graph_seconds(fn, reps: int = 10) -> float:
     """Seconds per replay of a CUDA graph of ``fn()`` (warmed on a side stream, captured, replayed)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -205,11 +205,11 @@ def _graph_seconds(fn, reps: int = 10) -> float:
 
 
 def torch_linear(x: torch.Tensor, linear, gelu: bool) -> torch.Tensor:
-    """What the model runs without this module: ``F.linear``, or bias + tanh-GELU in cuBLASLt's epilogue through
-    ``torch._addmm_activation`` (``fused.mlp_up``) when ``gelu``."""
-    if gelu:
-        return torch._addmm_activation(linear.bias, x, linear.weight.t(), use_gelu=True)
-    return torch.nn.functional.linear(x, linear.weight, linear.bias)
+    """What the model runs without this module: ``F.linear``, or ``fused.mlp_up`` (bias + tanh-GELU in the GEMM's
+    epilogue) when ``gelu``. ``linear``: anything with ``weight`` [N, K] and ``bias`` [N]."""
+    from worker_svc.model import fused
+
+    return fused.mlp_up(x, linear) if gelu else torch.nn.functional.linear(x, linear.weight, linear.bias)
 
 
 class LtGemms:
@@ -241,12 +241,12 @@ class LtGemms:
         for name, (linears, gelu) in self.kinds.items():
             n, k = linears[0].weight.shape
             x = torch.randn(m, k, device=self.workspace.device, dtype=self.dtype)
-            t_torch = _graph_seconds(lambda: [torch_linear(x, lin, gelu) for lin in linears])
+            t_torch = graph_seconds(lambda: [torch_linear(x, lin, gelu) for lin in linears])
             lt = LtMatmul(m, k, n, self.dtype, bias=True, gelu=gelu, workspace_bytes=self.workspace.numel())
             outs = [torch.empty(m, n, device=x.device, dtype=self.dtype) for _ in linears]
             best = (t_torch, None)
             for c in lt.candidates(self.count, bias_ptr=linears[0].bias.data_ptr()):
-                t = _graph_seconds(lambda: [lt.run(x, lin.weight, lin.bias, o, c, self.workspace)
+                t = graph_seconds(lambda: [lt.run(x, lin.weight, lin.bias, o, c, self.workspace)
                                             for lin, o in zip(linears, outs)])
                 if t < best[0]:
                     best = (t, c)

@@ -241,8 +241,10 @@ class GPTBigCodeForCausalLM(nn.Module):
                              f"(device {w.device}, {w.dtype}, split-K {'on' if self.mm is not None else 'off'})")
         from worker_svc.model import cublaslt
         blocks = self.transformer.h
-        kinds = {"c_attn": ([b.attn.c_attn for b in blocks], False), "attn.c_proj": ([b.attn.c_proj for b in blocks], False),
-                 "c_fc": ([b.mlp.c_fc for b in blocks], self.gelu_epilogue), "mlp.c_proj": ([b.mlp.c_proj for b in blocks], False)}
+        kinds = {"c_attn": ([b.attn.c_attn for b in blocks], False),
+                 "attn.c_proj": ([b.attn.c_proj for b in blocks], False),
+                 "c_fc": ([b.mlp.c_fc for b in blocks], self.gelu_epilogue),
+                 "mlp.c_proj": ([b.mlp.c_proj for b in blocks], False)}
         mm = cublaslt.LtGemms(kinds, max_rows, w.device, w.dtype)
         report = mm.tune(rows)
         self.mm = mm
