@@ -16,7 +16,7 @@ T``; the column-major ``[N, M]`` result with leading dimension N is the row-majo
 N = the result's rows) is the ``BIAS`` epilogue; ``gelu=True`` uses ``GELU_BIAS``, cuBLASLt's tanh
 approximation (what ``gelu_pytorch_tanh`` computes, applied to the float32 accumulator before rounding).
 
-Constants are those of ``cublasLt.h`` (CUDA 12). The library is the one torch loaded (the ``nvidia-cublas``
+Constants are those of ``cublasLt.h`` (the same in CUDA 12 and 13). The library is the one torch loaded (the ``nvidia-cublas``
 wheel, or the system's); importing this module touches no library, so it imports on a CPU-only machine.
 """
 
@@ -58,14 +58,20 @@ class _Heuristic(ctypes.Structure):
 
 @functools.cache
 def _lib() -> ctypes.CDLL:
-    """libcublasLt, the copy torch uses: the nvidia-cublas wheel's when there is one, else the soname.
-    Raises OSError when neither loads."""
+    """libcublasLt, the copy torch uses: the one already mapped into this process (torch's CUDA library links it),
+    else one under an ``nvidia/*/lib`` folder of sys.path (the CUDA 12 wheels' ``nvidia/cublas/lib``, CUDA 13's
+    ``nvidia/cu13/lib``), else the sonames of CUDA 13 and 12. Raises OSError when none loads."""
     torch.cuda.init()
-    for base in (p for p in sys.path if p):
-        hits = glob.glob(os.path.join(base, "nvidia", "cublas", "lib", "libcublasLt.so*"))
-        if hits:
-            return ctypes.CDLL(sorted(hits)[0])
-    return ctypes.CDLL("libcublasLt.so.12")
+    with open("/proc/self/maps") as maps:
+        mapped = sorted({line.split()[-1] for line in maps if "/libcublasLt.so" in line})
+    hits = mapped or [h for base in sys.path if base
+                      for h in sorted(glob.glob(os.path.join(base, "nvidia", "*", "lib", "libcublasLt.so*")))]
+    for name in (*hits, "libcublasLt.so.13", "libcublasLt.so.12"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OSError(f"no libcublasLt could be loaded (mapped: {mapped}, found: {hits})")
 
 
 def _check(status: int, what: str) -> None:
