@@ -270,8 +270,6 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
                               "H200); the flag is an A/B switch for bench/serve_bench --worker-flags",
         "--extend-attention": "the worker picks per extend graph bucket (auto: fa2 up to 128 tokens, as measured "
                               "on the H200, run 14); the flag is an A/B switch for bench/editor_bench --worker-flags",
-        "--lt-rows": "off by default until an H200 run shows it pays (the cuBLASLt projections, worker_svc/model/"
-                     "cublaslt.py); an A/B switch for bench/serve_bench --worker-flags",
         "--ragged-prefill": RAGGED_PREFILL,
         "--no-ragged-prefill": RAGGED_PREFILL,
         "--prepare-ahead": PREPARE_AHEAD,

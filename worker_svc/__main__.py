@@ -65,10 +65,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
                          "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
                          "n_embd <= 1024, else 0, as measured on the H200)")
-    ap.add_argument("--lt-rows", type=int, default=0,
-                    help="CUDA, float16 / bfloat16 models without split-K GEMMs: projections of batches up to this many "
-                         "rows through the cuBLASLt algorithm timed fastest per decode bucket at start-up "
-                         "(worker_svc/model/cublaslt.py; 0 = off, the default)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode CUDA graphs' attention: flashinfer's tensor-core decode, or the Triton multi-query "
                          "kernel (worker_svc/attention/mqa_decode.py; no per-step plan); auto (default): triton for "
@@ -110,8 +106,6 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--extend-graph-max-tokens must be >= 0 (got {args.extend_graph_max_tokens})")
     if args.splitk_rows is not None and not 0 <= args.splitk_rows <= 256:
         ap.error(f"--splitk-rows must be in [0, 256] (got {args.splitk_rows})")
-    if not 0 <= args.lt_rows <= 256:
-        ap.error(f"--lt-rows must be in [0, 256] (got {args.lt_rows})")
     if not -2**63 <= args.seed < 2**64:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
 
@@ -132,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
-                         lt_rows=args.lt_rows, pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
+                         pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
                          extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill,
                          prepare_ahead=args.prepare_ahead, launch_behind=args.launch_behind,
                          extend_ahead=args.extend_ahead, extend_behind=args.extend_behind)

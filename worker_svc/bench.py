@@ -202,9 +202,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--splitk-rows", type=int, default=None,
                     help="projections of batches up to this many rows through the split-K Triton GEMM "
                          "(model/skinny_gemm.py); 0 = cuBLAS; default: the worker's (build.auto_splitk_rows)")
-    ap.add_argument("--lt-rows", type=int, default=0,
-                    help="projections of batches up to this many rows through cuBLASLt's candidate timed fastest for "
-                         "each --batches value (model/cublaslt.py; needs --splitk-rows 0); 0 = off (the worker's default)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
                          "default (build.triton_decode_max_batch)")
@@ -237,10 +234,6 @@ def main(argv: list[str] | None = None) -> None:
     elif args.prefetch_blocks != -1:
         ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
     batches = [int(b) for b in args.batches.split(",")]
-    lt_report = model.use_lt_gemms(args.lt_rows, [b for b in batches if b <= args.lt_rows]) if args.lt_rows else []
-    for r in lt_report:
-        print(f"cuBLASLt B={r['rows']} {r['kind']}: torch {r['torch_us']:.2f} us, chosen {r['chosen_us']:.2f} us "
-              f"{r['chosen']}", flush=True)
     ctx = args.context
     chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice
     multi_calls = max(3, args.iters // 2) + 2 + chained_calls if args.decode_steps > 1 else 0  # warm-up, timed, profile
@@ -404,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "lt_rows": args.lt_rows, "lt_report": lt_report,
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

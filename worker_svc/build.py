@@ -38,7 +38,6 @@ class WorkerOptions:
     extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
     extend_whole_graph: bool = True  # one-request extends up to extend_graph_max_tokens: one graph of the forward
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
-    lt_rows: int = 0  # CUDA, no split-K: batches up to this many rows through model/cublaslt's timed candidates
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
     decode_attention: str = "auto"  # the decode graphs' attention: flashinfer, triton (attention/mqa_decode), or auto
     ragged_prefill: bool = True  # eager extends without a cached prefix: flashinfer's ragged prefill (attention/ragged)
@@ -152,9 +151,6 @@ def build_engine(opts: WorkerOptions) -> Engine:
     # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused, small batches' split-K GEMMs
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
                             pdl=opts.pdl)
-    if opts.lt_rows > 0:
-        from worker_svc.cuda_graph import buckets
-        model.use_lt_gemms(opts.lt_rows, [b for b in buckets(opts.cuda_graph_max_batch) if b <= opts.lt_rows])
     whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
     triton_max = triton_decode_max_batch(cfg, opts.decode_attention, opts.cuda_graph_max_batch)
     # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches when no

@@ -1,25 +1,19 @@
-"""cuBLASLt's candidates (worker_svc/model/cublaslt.py) against float32 references on the GPU, and the served
-model with the timed candidates (``use_lt_gemms``) against the model without them (greedy, CUDA graphs)."""
+"""cuBLASLt's candidates (worker_svc/model/cublaslt.py, what bench/cublaslt_bench.py times) against float32
+references on the GPU, run directly and replayed in a CUDA graph. (The served model's decode projections through
+the timed candidates were removed after H200 run 22: no gain; the module stays for the survey.)"""
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.worker.helpers import Driver, Req
-from tests.worker.test_gpu_fused import _engine
-from worker_svc.build import make_graphs
 from worker_svc.model import cublaslt
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not (torch.cuda.is_available() and importlib.util.find_spec("triton")
-                            and importlib.util.find_spec("flashinfer")),
-                       reason="needs CUDA, Triton and flashinfer (run on the accelerator machine)"),
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on the accelerator machine)"),
 ]
 
 
@@ -63,28 +57,3 @@ def test_a_candidate_replays_in_a_cuda_graph_with_new_inputs():
         want = F.linear(x.float(), lin.weight.float(), lin.bias.float())
     assert ((out.float() - want).norm() / want.norm()).item() < 1e-2
 
-
-def test_lt_gemms_rejects_the_split_k_model(model_dir):
-    eng = _engine(model_dir, True, splitk_rows=8)
-    with pytest.raises(ValueError, match="split-K on"):
-        eng.model.use_lt_gemms(8, [1, 2, 4, 8])
-
-
-def test_served_model_with_lt_gemms_decodes_as_without(model_dir, prompts):
-    outs = {}
-    for on in (False, True):
-        reqs = [Req(f"r{i}", p, 16) for i, p in enumerate(prompts)]
-        eng = _engine(model_dir, True)
-        if on:
-            report = eng.model.use_lt_gemms(8, [1, 2, 4, 8])
-            assert {r["rows"] for r in report} == {1, 2, 4, 8} and len(report) == 16
-            eng.graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend)  # captured with the choices
-        Driver(eng, chunk=8).run(reqs)
-        outs[on] = [(r.out, r.logprobs) for r in reqs]
-    agree = total = 0
-    for (a, la), (b, lb) in zip(outs[True], outs[False]):
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(b))
-        agree, total = agree + n, total + len(b)
-        assert max((abs(x - y) for x, y in zip(la[:n], lb[:n])), default=0.0) < 0.1
-    print(f"cuBLASLt vs torch greedy prefix agreement {agree}/{total}")
-    assert agree >= 0.9 * total

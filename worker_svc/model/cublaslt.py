@@ -10,6 +10,12 @@ them on the current stream, so a caller can time them (bench/cublaslt_bench.py) 
 (M, K, N). The call is stream-ordered and allocates nothing (the workspace is the caller's), so it is
 captured into CUDA graphs like any kernel.
 
+The timed candidates were tried as the model's decode projections (the fastest per decode bucket, torch's GEMM
+included) and removed after H200 run 22: no gain, GPU time of a 1B decode step 1.30 -> 1.28 ms (B = 1), 1.81 ->
+1.80 (B = 64), 2.90 -> 2.92 (B = 256), noise; bench/cublaslt_bench.py's survey found no candidate faster than
+torch's GEMM by more than 2% at M = 64, except the lm_head (x1.09). The module stays for that survey
+(bench/cublaslt_bench.py, bench/gemm_bench.py).
+
 Layout (cuBLASLt is column-major): a row-major ``x [M, K]`` is a column-major ``[K, M]`` and a row-major
 ``W [N, K]`` a column-major ``[K, N]``, so ``y^T [N, M] = op_T(W) @ x^T`` with ``m = N, n = M, k = K``, ``transa =
 T``; the column-major ``[N, M]`` result with leading dimension N is the row-major ``y [M, N]``. The bias (length
@@ -217,57 +223,3 @@ def torch_linear(x: torch.Tensor, linear, gelu: bool) -> torch.Tensor:
 
     return fused.mlp_up(x, linear) if gelu else torch.nn.functional.linear(x, linear.weight, linear.bias)
 
-
-class LtGemms:
-    """The model's projections of batches of at most ``max_rows`` rows with the algorithm measured fastest for
-    their (rows, K, N): ``tune`` times, for each row count it is given (the decode graphs' buckets), every
-    cuBLASLt candidate and torch's own GEMM over all layers' weights of a kind (a CUDA graph, weights from HBM)
-    and keeps the fastest, torch's included. A row count not tuned runs torch's GEMM. Call as ``mm(x, linear,
-    gelu=False)`` (``GPTBigCodeForCausalLM.mm``). One workspace for every call: the model runs on one stream.
-
-    ``kinds``: name -> (the linears of that kind over the layers, gelu) for the four projections."""
-
-    def __init__(self, kinds: dict, max_rows: int, device: torch.device, dtype: torch.dtype, candidates: int = 16,
-                 workspace_bytes: int = 32 << 20):
-        self.kinds, self.max_rows, self.dtype, self.count = kinds, max_rows, dtype, candidates
-        self.workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
-        self.plans: dict[tuple[int, int, int, bool], tuple[LtMatmul, Candidate]] = {}
-        self.report: list[dict] = []
-
-    def tune(self, rows) -> list[dict]:
-        """Times the candidates for each row count in ``rows`` (<= max_rows) and keeps the fastest; returns (and
-        keeps in ``report``) one dict per (rows, kind): torch's us, the chosen candidate's us and config."""
-        with torch.inference_mode():
-            for m in rows:
-                self._tune_rows(m)
-        return self.report
-
-    def _tune_rows(self, m: int) -> None:
-        """``tune`` for one row count: every kind's candidates and torch's GEMM, the fastest kept."""
-        for name, (linears, gelu) in self.kinds.items():
-            n, k = linears[0].weight.shape
-            x = torch.randn(m, k, device=self.workspace.device, dtype=self.dtype)
-            t_torch = graph_seconds(lambda: [torch_linear(x, lin, gelu) for lin in linears])
-            lt = LtMatmul(m, k, n, self.dtype, bias=True, gelu=gelu, workspace_bytes=self.workspace.numel())
-            outs = [torch.empty(m, n, device=x.device, dtype=self.dtype) for _ in linears]
-            best = (t_torch, None)
-            for c in lt.candidates(self.count, bias_ptr=linears[0].bias.data_ptr()):
-                t = graph_seconds(lambda: [lt.run(x, lin.weight, lin.bias, o, c, self.workspace)
-                                            for lin, o in zip(linears, outs)])
-                if t < best[0]:
-                    best = (t, c)
-            if best[1] is not None:
-                self.plans[(m, k, n, gelu)] = (lt, best[1])
-            self.report.append({"rows": m, "kind": name, "torch_us": t_torch / len(linears) * 1e6,
-                                "chosen_us": best[0] / len(linears) * 1e6,
-                                "chosen": None if best[1] is None else best[1].config})
-
-    def __call__(self, x: torch.Tensor, linear, gelu: bool = False) -> torch.Tensor:
-        """x [M, K] (M <= max_rows, contiguous) -> linear(x) [M, N] (tanh GELU after it when ``gelu``)."""
-        n, k = linear.weight.shape
-        plan = self.plans.get((x.shape[0], k, n, gelu))
-        if plan is None:
-            return torch_linear(x, linear, gelu)
-        lt, c = plan
-        out = torch.empty(x.shape[0], n, device=x.device, dtype=x.dtype)
-        return lt.run(x.contiguous(), linear.weight, linear.bias, out, c, self.workspace)

@@ -230,26 +230,6 @@ class GPTBigCodeForCausalLM(nn.Module):
         self.mm = (skinny_gemm.DecodeGemms([lin.weight.shape for lin in linears], splitk_rows, device, self.pdl)
                    if splitk_rows > 0 and ok and half else None)
 
-    def use_lt_gemms(self, max_rows: int, rows) -> list[dict]:
-        """The projections of batches up to ``max_rows`` rows through ``cublaslt.LtGemms``, its candidates timed
-        now for each row count in ``rows`` (the decode graphs' buckets); returns the tuning report. CUDA,
-        float16 / bfloat16 only, and not with the split-K GEMMs (both take ``self.mm``): raises ValueError
-        otherwise. Call after ``use_fused_kernels``, before capturing graphs."""
-        w = self.transformer.wte.weight
-        if not w.is_cuda or w.dtype not in skinny_gemm.HALF_DTYPES or self.mm is not None:
-            raise ValueError(f"cuBLASLt projections need a float16 / bfloat16 CUDA model without the split-K GEMMs "
-                             f"(device {w.device}, {w.dtype}, split-K {'on' if self.mm is not None else 'off'})")
-        from worker_svc.model import cublaslt
-        blocks = self.transformer.h
-        kinds = {"c_attn": ([b.attn.c_attn for b in blocks], False),
-                 "attn.c_proj": ([b.attn.c_proj for b in blocks], False),
-                 "c_fc": ([b.mlp.c_fc for b in blocks], self.gelu_epilogue),
-                 "mlp.c_proj": ([b.mlp.c_proj for b in blocks], False)}
-        mm = cublaslt.LtGemms(kinds, max_rows, w.device, w.dtype)
-        report = mm.tune(rows)
-        self.mm = mm
-        return report
-
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, n_embd] -> float32 logits [N, vocab_size]."""
