@@ -257,8 +257,8 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
         else:
             layout = eager.layout(j, n)
             engine.backend.plan(AttentionMeta.from_layout(layout, dev))
-            hidden = engine.model(ids, torch.from_numpy(layout.positions).to(dev), engine.kv_pool, engine.backend,
-                                  torch.from_numpy(layout.out_slots).to(dev))
+            hidden = engine.model(ids, to_device(layout.positions, dev), engine.kv_pool, engine.backend,
+                                  to_device(layout.out_slots, dev))
             logits = engine.model.logits(hidden)
         if all_greedy:  # what sample_on_device gives when no row draws
             nxt = argmax_rows(logits)

@@ -27,6 +27,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from worker_svc.step_feed import to_device
+
 MASK64 = (1 << 64) - 1
 
 
@@ -115,14 +117,14 @@ def apply_penalties(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
     p = row.params
     out = logits.clone()
     if p.repetition_penalty != 1.0 and len(row.history):
-        seen = torch.tensor(sorted(set(row.history)), dtype=torch.long, device=logits.device)
+        seen = to_device(np.asarray(sorted(set(row.history)), dtype=np.int64), logits.device)
         vals = out[seen]
         out[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
     generated = row.history[row.prompt_len:]
     if (p.frequency_penalty != 0.0 or p.presence_penalty != 0.0) and len(generated):
         counts = Counter(generated)
-        ids = torch.tensor(list(counts.keys()), dtype=torch.long, device=logits.device)
-        cnt = torch.tensor(list(counts.values()), dtype=logits.dtype, device=logits.device)
+        ids = to_device(np.asarray(list(counts.keys()), dtype=np.int64), logits.device)
+        cnt = to_device(np.asarray(list(counts.values()), dtype=np.float32), logits.device).to(logits.dtype)
         out[ids] -= p.frequency_penalty * cnt + p.presence_penalty
     return out
 
@@ -230,15 +232,13 @@ def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence
     if not sampled:
         return
     dev = logits.device
-    idx = torch.tensor(sampled, device=dev)
+    # every small tensor through pinned memory (step_feed.to_device): one made with torch.tensor(..., device=cuda)
+    # is copied with the host waiting for the stream, which would serialize a multi-step Forward's launches
+    idx = to_device(np.asarray(sampled, dtype=np.int64), dev)
     ps = [params[i] for i in sampled]
-    probs = filter_probs(
-        logits[idx],
-        torch.tensor([p.temperature for p in ps], dtype=torch.float32, device=dev),
-        torch.tensor([p.top_k for p in ps], dtype=torch.long, device=dev),
-        torch.tensor([p.top_p for p in ps], dtype=torch.float32, device=dev),
-        torch.tensor([p.min_p for p in ps], dtype=torch.float32, device=dev),
-    )
+    floats = to_device(np.asarray([[p.temperature, p.top_p, p.min_p] for p in ps], dtype=np.float32), dev)
+    probs = filter_probs(logits.index_select(0, idx), floats[:, 0],
+                         to_device(np.asarray([p.top_k for p in ps], dtype=np.int64), dev), floats[:, 1], floats[:, 2])
     noise = torch.empty((len(sampled), logits.shape[-1]), dtype=torch.float32, device=dev)
     for j, i in enumerate(sampled):
         seed = params[i].seed

@@ -1,6 +1,7 @@
 #!/bin/bash
 # H200 run 22 call 2 (session 21; carry [".whl", ".jit"]; prologue as call 1's):
-# (1) tests/worker/test_gpu_extend_behind.py (new case: enqueue_extend returns while the device is busy);
+# (1) tests/worker/test_gpu_extend_behind.py (new case: enqueue_extend returns while the device is busy) and
+#     tests/worker/test_gpu_host_waits.py (new: the draw and the penalties do not wait for the device);
 # (2) bench/l2_prefetch_bench.py (new): the decode step's projections with the next one's weights read into L2 on a
 #     side stream of the same graph, against without (1B: M = 64, 1, 256; no attention stand-in and 37.7 MB of KV);
 # (3) serve_bench 1B c64 --rounds 2: the sampling rows of an extend launched behind indexed with a device tensor
@@ -15,7 +16,7 @@ find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00'
 [ -d .jit ] && cat .jit/jit.part* | tar xzf - -C ~ && echo "jit cache restored"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 timeout 120 python3 -m bench.l2_prefetch_bench --shape starcoderbase-1b --rows 64,1,256 --out /tmp/r/l2_1b > /tmp/r/l2_1b.txt 2>&1 &
-timeout 150 python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu_extend_behind.py > /tmp/r/test_gpu_extend_behind.txt 2>&1
+timeout 150 python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu_extend_behind.py tests/worker/test_gpu_host_waits.py > /tmp/r/test_gpu_extend_behind.txt 2>&1
 wait; grep -v Warn /tmp/r/l2_1b.txt | tail -36; tail -6 /tmp/r/test_gpu_extend_behind.txt; pack; echo "l2 + tests after $(( $(date +%s) - T0 )) s"
 cp worker_svc/extend_behind.py /tmp/extend_behind_new.py
 S() { n=$1; timeout 75 python3 -m bench.serve_bench --gpu --phases c64 --rounds 2 --out /tmp/r/$n > /tmp/r/$n.txt 2>&1
