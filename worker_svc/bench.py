@@ -41,6 +41,7 @@ from worker_svc.model.config import ModelConfig
 from worker_svc.model.default import model_config, random_weights
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.model.loader import load_model
+from worker_svc.sampler import SamplingParams
 from worker_svc.types import ForwardItem
 
 
@@ -108,11 +109,12 @@ def replay_seconds(graph, device: torch.device, iters: int = 20) -> float:
 CHAINED_WARMUP = 2
 
 
-def chained_seconds(eng: Engine, reqs: list, slot, k: int, warmup: int, forwards: int) -> float:
+def chained_seconds(eng: Engine, reqs: list, slot, k: int, warmup: int, forwards: int,
+                    sampling: SamplingParams = SamplingParams()) -> float:
     """Seconds a Forward of ``k`` decode steps takes when Forwards are sent as the scheduler's overlapped decode
     sends them: ``input_from_last_sample`` items, Forward s+1 (``after_seq`` s) sent while s runs, at most two
     in flight (two server threads). ``reqs``: [request id, slot list, token list] each, extended in place;
-    ``slot``: an iterator of free slots."""
+    ``slot``: an iterator of free slots; ``sampling``: every row's parameters (greedy by default)."""
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
@@ -123,7 +125,7 @@ def chained_seconds(eng: Engine, reqs: list, slot, k: int, warmup: int, forwards
         for rid, slots, toks in reqs:
             new = [next(slot) for _ in range(k)]
             out.append(ForwardItem(request_id=rid, input_ids=(), position_start=len(slots), slot_ids=tuple(new),
-                                   decode_steps=k, input_from_last_sample=True))
+                                   decode_steps=k, input_from_last_sample=True, sampling=sampling))
             slots.extend(new)
             toks.extend([0] * k)
         return out
@@ -178,6 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", default="1,32,256")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--prefill", default="1024", help="extend sizes in tokens, comma-separated")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="the decode rows' sampling temperature (0: greedy; > 0: the draw with top_k 50, as a "
+                         "sampling workload runs it)")
     ap.add_argument("--prefill-prefix", type=int, default=0, help="cached tokens before each extend")
     ap.add_argument("--extend-graph-max-tokens", type=int, default=1024,
                     help="piecewise extend graphs up to this many tokens (0 = eager extends only)")
@@ -214,6 +219,9 @@ def main(argv: list[str] | None = None) -> None:
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
+    if args.temperature < 0:
+        ap.error(f"--temperature must be >= 0 (got {args.temperature})")
+    sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     if args.blas != "default":
@@ -276,10 +284,10 @@ def main(argv: list[str] | None = None) -> None:
                 if state["first"]:
                     items.append(ForwardItem(request_id=rid, input_ids=(toks[-1],), position_start=len(slots),
                                              slot_ids=(new,), has_prefix=True, prefix_slot_ids=tuple(slots),
-                                             prefix_token_ids=tuple(toks[:len(slots)])))
+                                             prefix_token_ids=tuple(toks[:len(slots)]), sampling=sampling))
                 else:
                     items.append(ForwardItem(request_id=rid, input_ids=(toks[-1],), position_start=len(slots),
-                                             slot_ids=(new,)))
+                                             slot_ids=(new,), sampling=sampling))
                 slots.append(new)
                 toks.append(toks[-1])
             state["first"] = False
@@ -302,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
                 for rid, slots, toks in reqs:
                     new = [next(slot) for _ in range(k)]
                     items.append(ForwardItem(request_id=rid, input_ids=(toks[-1],), position_start=len(slots),
-                                             slot_ids=tuple(new), decode_steps=k))
+                                             slot_ids=tuple(new), decode_steps=k, sampling=sampling))
                     slots.extend(new)
                     toks.extend([toks[-1]] * k)
                 return eng.forward(items, eng.epoch)
@@ -334,7 +342,8 @@ def main(argv: list[str] | None = None) -> None:
             behind0 = eng.prepared_ahead["behind"]
             for behind in (False, True, False, True):
                 eng.launch_behind = behind
-                chained[behind].append(chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters)) / k)
+                chained[behind].append(chained_seconds(eng, reqs, slot, k, CHAINED_WARMUP, max(4, args.iters),
+                                                      sampling) / k)
             launched = eng.prepared_ahead["behind"] - behind0
             for behind, secs in chained.items():
                 csecs = min(secs)
@@ -397,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows,
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "temperature": args.temperature,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

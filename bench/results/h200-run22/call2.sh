@@ -4,7 +4,9 @@
 #     tests/worker/test_gpu_host_waits.py (new: the draw and the penalties do not wait for the device);
 # (2) bench/l2_prefetch_bench.py (new): the decode step's projections with the next one's weights read into L2 on a
 #     side stream of the same graph, against without (1B: M = 64, 1, 256; no attention stand-in and 37.7 MB of KV);
-# (3) serve_bench 1B c64 --rounds 2: the sampling rows of an extend launched behind indexed with a device tensor
+# (3) worker bench 1B B = 64 K = 8 sampled (--temperature 0.7, top_k 50): the draw's small tensors through pinned memory
+#     (this session) / made with torch.tensor(..., device=cuda) (sampler_sync.py swapped in: the host waited);
+# (4) serve_bench 1B c64 --rounds 2: the sampling rows of an extend launched behind indexed with a device tensor
 #     (this session) / with a Python list (extend_behind_listindex.py swapped in: the host waited for the stream),
 #     alternated while time is left.
 mkdir -p /tmp/r
@@ -18,15 +20,20 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 timeout 120 python3 -m bench.l2_prefetch_bench --shape starcoderbase-1b --rows 64,1,256 --out /tmp/r/l2_1b > /tmp/r/l2_1b.txt 2>&1 &
 timeout 150 python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu_extend_behind.py tests/worker/test_gpu_host_waits.py > /tmp/r/test_gpu_extend_behind.txt 2>&1
 wait; grep -v Warn /tmp/r/l2_1b.txt | tail -36; tail -6 /tmp/r/test_gpu_extend_behind.txt; pack; echo "l2 + tests after $(( $(date +%s) - T0 )) s"
+W() { n=$1; shift; timeout 70 python3 -m worker_svc.bench --shape starcoderbase-1b --dtype bfloat16 --context 1152 --decode-steps 8 \
+  --batches 64 --prefill "" --temperature 0.7 --json-out /tmp/r/w_$n.json "$@" > /tmp/r/w_$n.txt 2>&1; grep -v Warn /tmp/r/w_$n.txt | tail -6; }
+cp worker_svc/sampler.py /tmp/sampler_new.py
+W sample_pinned; cp bench/results/h200-run22/sampler_sync.py worker_svc/sampler.py; W sample_sync; cp /tmp/sampler_new.py worker_svc/sampler.py
+pack; echo "worker sampling A/B after $(( $(date +%s) - T0 )) s"
 cp worker_svc/extend_behind.py /tmp/extend_behind_new.py
 S() { n=$1; timeout 75 python3 -m bench.serve_bench --gpu --phases c64 --rounds 2 --out /tmp/r/$n > /tmp/r/$n.txt 2>&1
   kill_stack; rm -rf /tmp/r/$n/logs; grep -E "c64:" /tmp/r/$n.txt | cut -c1-160
   python3 -m bench.forward_timeline /tmp/r/$n/forwards.tsv --json /tmp/r/fwd_$n.json > /tmp/r/fwd_$n.txt; grep -A8 "^segment 1" /tmp/r/fwd_$n.txt
   pack; echo "$n after $(( $(date +%s) - T0 )) s"; }
-left 200 && S devidx1
-left 240 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx1
+left 220 && S devidx1
+left 260 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx1
 cp /tmp/extend_behind_new.py worker_svc/extend_behind.py
-left 280 && S devidx2
-left 320 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx2
+left 300 && S devidx2
+left 330 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx2
 cp /tmp/extend_behind_new.py worker_svc/extend_behind.py
 echo "done after $(( $(date +%s) - T0 )) s"
