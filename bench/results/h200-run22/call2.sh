@@ -30,10 +30,10 @@ S() { n=$1; timeout 75 python3 -m bench.serve_bench --gpu --phases c64 --rounds 
   kill_stack; rm -rf /tmp/r/$n/logs; grep -E "c64:" /tmp/r/$n.txt | cut -c1-160
   python3 -m bench.forward_timeline /tmp/r/$n/forwards.tsv --json /tmp/r/fwd_$n.json > /tmp/r/fwd_$n.txt; grep -A8 "^segment 1" /tmp/r/fwd_$n.txt
   pack; echo "$n after $(( $(date +%s) - T0 )) s"; }
-left 220 && S devidx1
-left 260 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx1
+left 200 && S devidx1
+left 235 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx1
 cp /tmp/extend_behind_new.py worker_svc/extend_behind.py
-left 300 && S devidx2
-left 330 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx2
+left 265 && S devidx2
+left 285 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx2
 cp /tmp/extend_behind_new.py worker_svc/extend_behind.py
 echo "done after $(( $(date +%s) - T0 )) s"
