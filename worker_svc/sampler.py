@@ -226,7 +226,8 @@ def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence
     ``params[i]`` is not greedy: temperature, top-k, top-p and min-p filtering (``filter_probs``), then the
     exponential-race draw argmax(p / E), E ~ Exp(1), which picks token t with probability p_t. A seeded row
     draws E from a generator seeded with mix(seed, positions[i]) (the absolute position of the token), so
-    its result depends neither on batch mates nor on chunking or retracts; unseeded rows use ``generator``.
+    its result depends neither on batch mates nor on chunking or retracts; the unseeded rows draw their E together
+    from ``generator``, one [rows, V] tensor.
     ``logits``: float32 [N, V] on the device. Nothing is read back to the host."""
     sampled = [i for i, p in enumerate(params) if not p.greedy]
     if not sampled:
@@ -237,11 +238,21 @@ def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence
     idx = to_device(np.asarray(sampled, dtype=np.int64), dev)
     ps = [params[i] for i in sampled]
     floats = to_device(np.asarray([[p.temperature, p.top_p, p.min_p] for p in ps], dtype=np.float32), dev)
-    probs = filter_probs(logits.index_select(0, idx), floats[:, 0],
-                         to_device(np.asarray([p.top_k for p in ps], dtype=np.int64), dev), floats[:, 1], floats[:, 2])
+    rows = logits.index_select(0, idx)
+    if all(p.top_k == 0 and p.top_p >= 1.0 and p.min_p == 0.0 for p in ps):
+        probs = torch.softmax(rows / floats[:, :1], dim=-1)  # temperature alone: nothing to filter, no sort
+    else:
+        probs = filter_probs(rows, floats[:, 0], to_device(np.asarray([p.top_k for p in ps], dtype=np.int64), dev),
+                             floats[:, 1], floats[:, 2])
     noise = torch.empty((len(sampled), logits.shape[-1]), dtype=torch.float32, device=dev)
+    unseeded = [j for j, i in enumerate(sampled) if params[i].seed is None]
+    if len(unseeded) == len(sampled):
+        noise.exponential_(generator=generator)  # one kernel for the batch (a row at a time: one per row, per step)
+    elif unseeded:
+        noise[to_device(np.asarray(unseeded, dtype=np.int64), dev)] = torch.empty(
+            (len(unseeded), logits.shape[-1]), dtype=torch.float32, device=dev).exponential_(generator=generator)
     for j, i in enumerate(sampled):
         seed = params[i].seed
-        gen = generator if seed is None else torch.Generator(device=dev).manual_seed(mix(seed, positions[i]))
-        noise[j].exponential_(generator=gen)
+        if seed is not None:  # its own stream: the draw does not depend on batch mates
+            noise[j].exponential_(generator=torch.Generator(device=dev).manual_seed(mix(seed, positions[i])))
     chosen[idx] = argmax_rows(probs / noise)

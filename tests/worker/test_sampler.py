@@ -136,3 +136,30 @@ def test_seeded_sampling_survives_retract(model_dir, prompts):
     r.prompt = prompts[1] + r.out
     drv.run([r])
     assert r.out == ref
+
+
+def test_unseeded_rows_drawn_together_follow_the_distribution():
+    n = 4000
+    logits = PROBS.log().repeat(n, 1)
+    rows = [SampleRow(SamplingParams(temperature=1.0), (), 0, 0) for _ in range(n)]
+    got = sample(logits, rows, torch.Generator().manual_seed(5))
+    counts = torch.bincount(torch.tensor([r.token_id for r in got]), minlength=4).float() / n
+    assert torch.allclose(counts, PROBS, atol=0.03)
+
+
+def test_a_seeded_row_draws_the_same_among_unseeded_batch_mates():
+    logits = torch.randn(3, 64, generator=torch.Generator().manual_seed(9))
+    seeded = [SamplingParams(temperature=0.9, seed=7), SamplingParams(temperature=0.9, top_p=0.8, seed=8)]
+    alone = [sample(logits[i:i + 1], [SampleRow(p, (), 0, 4)])[0].token_id for i, p in zip((0, 2), seeded)]
+    mixed = sample(logits, [SampleRow(seeded[0], (), 0, 4), SampleRow(SamplingParams(temperature=0.9), (), 0, 4),
+                            SampleRow(seeded[1], (), 0, 4)], torch.Generator().manual_seed(1))
+    assert [mixed[0].token_id, mixed[2].token_id] == alone
+
+
+def test_temperature_alone_draws_as_the_filtered_path_with_filters_that_keep_everything():
+    """The draw of rows with no top-k / top-p / min-p skips the sort; the same seeds through the filtering path
+    (top_k = vocab keeps every token) draw the same tokens."""
+    logits = torch.randn(64, 512, generator=torch.Generator().manual_seed(3))
+    plain = [SampleRow(SamplingParams(temperature=0.7, seed=s), (), 0, 9) for s in range(64)]
+    kept = [SampleRow(SamplingParams(temperature=0.7, top_k=512, seed=s), (), 0, 9) for s in range(64)]
+    assert [r.token_id for r in sample(logits, plain)] == [r.token_id for r in sample(logits, kept)]

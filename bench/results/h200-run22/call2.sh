@@ -4,8 +4,10 @@
 #     tests/worker/test_gpu_host_waits.py (new: the draw and the penalties do not wait for the device);
 # (2) bench/l2_prefetch_bench.py (new): the decode step's projections with the next one's weights read into L2 on a
 #     side stream of the same graph, against without (1B: M = 64, 1, 256; no attention stand-in and 37.7 MB of KV);
-# (3) worker bench 1B B = 64 K = 8 sampled (--temperature 0.7, top_k 50): the draw's small tensors through pinned memory
-#     (this session) / made with torch.tensor(..., device=cuda) (sampler_sync.py swapped in: the host waited);
+# (3) worker bench 1B B = 64 K = 8 sampled (--temperature 0.7, top_k 50): the draw as now (small tensors through
+#     pinned memory, the unseeded rows' noise in one kernel, no sort without filters) / small tensors made with
+#     torch.tensor(..., device=cuda) and a noise kernel a row (sampler_sync.py: the host waited) / pinned, a kernel a
+#     row (sampler_pinned.py);
 # (4) serve_bench 1B c64 --rounds 2: the sampling rows of an extend launched behind indexed with a device tensor
 #     (this session) / with a Python list (extend_behind_listindex.py swapped in: the host waited for the stream),
 #     alternated while time is left.
@@ -23,17 +25,18 @@ wait; grep -v Warn /tmp/r/l2_1b.txt | tail -36; tail -6 /tmp/r/test_gpu_extend_b
 W() { n=$1; shift; timeout 70 python3 -m worker_svc.bench --shape starcoderbase-1b --dtype bfloat16 --context 1152 --decode-steps 8 \
   --batches 64 --prefill "" --temperature 0.7 --json-out /tmp/r/w_$n.json "$@" > /tmp/r/w_$n.txt 2>&1; grep -v Warn /tmp/r/w_$n.txt | tail -6; }
 cp worker_svc/sampler.py /tmp/sampler_new.py
-W sample_pinned; cp bench/results/h200-run22/sampler_sync.py worker_svc/sampler.py; W sample_sync; cp /tmp/sampler_new.py worker_svc/sampler.py
+W sample_now; cp bench/results/h200-run22/sampler_sync.py worker_svc/sampler.py; W sample_sync
+cp bench/results/h200-run22/sampler_pinned.py worker_svc/sampler.py; W sample_pinned; cp /tmp/sampler_new.py worker_svc/sampler.py
 pack; echo "worker sampling A/B after $(( $(date +%s) - T0 )) s"
 cp worker_svc/extend_behind.py /tmp/extend_behind_new.py
 S() { n=$1; timeout 75 python3 -m bench.serve_bench --gpu --phases c64 --rounds 2 --out /tmp/r/$n > /tmp/r/$n.txt 2>&1
   kill_stack; rm -rf /tmp/r/$n/logs; grep -E "c64:" /tmp/r/$n.txt | cut -c1-160
   python3 -m bench.forward_timeline /tmp/r/$n/forwards.tsv --json /tmp/r/fwd_$n.json > /tmp/r/fwd_$n.txt; grep -A8 "^segment 1" /tmp/r/fwd_$n.txt
   pack; echo "$n after $(( $(date +%s) - T0 )) s"; }
-left 200 && S devidx1
-left 235 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx1
+left 215 && S devidx1
+left 250 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx1
 cp /tmp/extend_behind_new.py worker_svc/extend_behind.py
-left 265 && S devidx2
-left 285 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx2
+left 280 && S devidx2
+left 300 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx2
 cp /tmp/extend_behind_new.py worker_svc/extend_behind.py
 echo "done after $(( $(date +%s) - T0 )) s"
