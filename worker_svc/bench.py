@@ -170,6 +170,17 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
         f.write(prof.key_averages().table(sort_by=key, row_limit=40))
 
 
+def force_decode_splits(splits: int) -> None:
+    """Every Triton decode bucket built from now on splits a request's KV ``splits`` ways (the rest of
+    ``mqa_decode.decode_config``'s choice kept): the bench's in-graph sweep of what ``attn_bench`` sweeps alone."""
+    from dataclasses import replace
+
+    from worker_svc.attention import triton_decode
+
+    chosen = triton_decode.decode_config
+    triton_decode.decode_config = lambda batch, sms, head_dim: replace(chosen(batch, sms, head_dim), splits=splits)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-path")
@@ -180,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", default="1,32,256")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--prefill", default="1024", help="extend sizes in tokens, comma-separated")
+    ap.add_argument("--attn-splits", type=int, default=0,
+                    help="KV splits a request of the Triton decode attention's graph buckets (0: decode_config's "
+                         "choice; the in-graph sweep of the split count)")
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="the decode rows' sampling temperature (0: greedy; > 0: the draw with top_k 50, as a "
                          "sampling workload runs it)")
@@ -222,6 +236,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
+    if args.attn_splits < 0:
+        ap.error(f"--attn-splits must be >= 0 (got {args.attn_splits})")
+    if args.attn_splits:
+        force_decode_splits(args.attn_splits)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     if args.blas != "default":
@@ -406,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "temperature": args.temperature,
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "temperature": args.temperature, "attn_splits": args.attn_splits,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

@@ -8,7 +8,9 @@
 #     pinned memory, the unseeded rows' noise in one kernel, no sort without filters) / small tensors made with
 #     torch.tensor(..., device=cuda) and a noise kernel a row (sampler_sync.py: the host waited) / pinned, a kernel a
 #     row (sampler_pinned.py);
-# (4) serve_bench 1B c64 --rounds 2: the sampling rows of an extend launched behind indexed with a device tensor
+# (4) the Triton decode attention's KV splits in the graph (worker bench B = 64, --attn-splits 6 / 12 / 4 against
+#     decode_config's 9: 576 CTAs are ~1.45 waves at 3 CTAs an SM, 384 one);
+# (5) serve_bench 1B c64 --rounds 2: the sampling rows of an extend launched behind indexed with a device tensor
 #     (this session) / with a Python list (extend_behind_listindex.py swapped in: the host waited for the stream),
 #     alternated while time is left.
 mkdir -p /tmp/r
@@ -34,15 +36,19 @@ cp worker_svc/sampler.py /tmp/sampler_new.py
 W sample_now; cp bench/results/h200-run22/sampler_sync.py worker_svc/sampler.py; W sample_sync
 cp bench/results/h200-run22/sampler_pinned.py worker_svc/sampler.py; W sample_pinned; cp /tmp/sampler_new.py worker_svc/sampler.py
 pack; echo "worker sampling A/B after $(( $(date +%s) - T0 )) s"
+A() { n=$1; shift; timeout 45 python3 -m worker_svc.bench --shape starcoderbase-1b --dtype bfloat16 --context 1152 --decode-steps 8 \
+  --batches 64 --prefill "" --json-out /tmp/r/a_$n.json "$@" > /tmp/r/a_$n.txt 2>&1; echo "$n: $(grep -E 'replay alone' /tmp/r/a_$n.txt)"; }
+A splits_default; A splits6 --attn-splits 6; A splits12 --attn-splits 12; A splits4 --attn-splits 4
+pack; echo "attention splits after $(( $(date +%s) - T0 )) s"
 cp worker_svc/extend_behind.py /tmp/extend_behind_new.py
 S() { n=$1; timeout 75 python3 -m bench.serve_bench --gpu --phases c64 --rounds 2 --out /tmp/r/$n > /tmp/r/$n.txt 2>&1
   kill_stack; rm -rf /tmp/r/$n/logs; grep -E "c64:" /tmp/r/$n.txt | cut -c1-160
   python3 -m bench.forward_timeline /tmp/r/$n/forwards.tsv --json /tmp/r/fwd_$n.json > /tmp/r/fwd_$n.txt; grep -A8 "^segment 1" /tmp/r/fwd_$n.txt
   pack; echo "$n after $(( $(date +%s) - T0 )) s"; }
-left 215 && S devidx1
-left 250 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx1
+left 290 && S devidx1
+left 325 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx1
 cp /tmp/extend_behind_new.py worker_svc/extend_behind.py
-left 280 && S devidx2
-left 300 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx2
+left 360 && S devidx2
+left 390 && cp bench/results/h200-run22/extend_behind_listindex.py worker_svc/extend_behind.py && S listidx2
 cp /tmp/extend_behind_new.py worker_svc/extend_behind.py
 echo "done after $(( $(date +%s) - T0 )) s"
