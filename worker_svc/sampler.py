@@ -130,20 +130,15 @@ def apply_penalties(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
 
 
 def filter_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                 min_p: torch.Tensor, k_max: int = 0) -> torch.Tensor:
+                 min_p: torch.Tensor) -> torch.Tensor:
     """Sampling distribution after temperature, top-k, top-p, min-p.
 
     logits [N, V] float32; temperature, top_p, min_p float32 [N] (temperature > 0); top_k int64 [N]
-    (0 = off). ``k_max`` > 0 (the caller's promise: every row's top_k is in [1, k_max]): only the k_max most likely
-    tokens are ordered (``topk``, not a sort of the vocabulary; the rest are dropped by top-k anyway). Returns
-    probabilities [N, V] (float32, rows sum to 1, filtered entries exactly 0).
+    (0 = off). Returns probabilities [N, V] (float32, rows sum to 1, filtered entries exactly 0).
     """
     probs = torch.softmax(logits / temperature[:, None], dim=-1)
-    if 0 < k_max < probs.shape[-1]:
-        sorted_p, order = probs.topk(k_max, dim=-1)  # [N, k_max], descending
-    else:
-        sorted_p, order = probs.sort(dim=-1, descending=True)  # [N, V]
-    rank = torch.arange(sorted_p.shape[-1], device=probs.device)[None, :]
+    sorted_p, order = probs.sort(dim=-1, descending=True)  # [N, V]
+    rank = torch.arange(probs.shape[-1], device=probs.device)[None, :]
     drop = (top_k[:, None] > 0) & (rank >= top_k[:, None])
     mass_before = sorted_p.cumsum(dim=-1) - sorted_p
     drop |= mass_before >= top_p[:, None]
@@ -247,9 +242,8 @@ def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence
     if all(p.top_k == 0 and p.top_p >= 1.0 and p.min_p == 0.0 for p in ps):
         probs = torch.softmax(rows / floats[:, :1], dim=-1)  # temperature alone: nothing to filter, no sort
     else:
-        k_max = max(p.top_k for p in ps) if all(p.top_k > 0 for p in ps) else 0
         probs = filter_probs(rows, floats[:, 0], to_device(np.asarray([p.top_k for p in ps], dtype=np.int64), dev),
-                             floats[:, 1], floats[:, 2], k_max)
+                             floats[:, 1], floats[:, 2])
     noise = torch.empty((len(sampled), logits.shape[-1]), dtype=torch.float32, device=dev)
     unseeded = [j for j, i in enumerate(sampled) if params[i].seed is None]
     if len(unseeded) == len(sampled):

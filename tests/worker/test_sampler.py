@@ -163,18 +163,3 @@ def test_temperature_alone_draws_as_the_filtered_path_with_filters_that_keep_eve
     plain = [SampleRow(SamplingParams(temperature=0.7, seed=s), (), 0, 9) for s in range(64)]
     kept = [SampleRow(SamplingParams(temperature=0.7, top_k=512, seed=s), (), 0, 9) for s in range(64)]
     assert [r.token_id for r in sample(logits, plain)] == [r.token_id for r in sample(logits, kept)]
-
-
-def test_top_k_rows_ordered_by_topk_give_the_distribution_of_the_full_sort():
-    """With every row's top_k set, ``filter_probs`` orders only the k_max most likely tokens; the distribution is
-    the one the sort of the whole vocabulary gives (top-p and min-p applied inside the top-k, as before)."""
-    g = torch.Generator().manual_seed(4)
-    logits = torch.randn(6, 300, generator=g) * 3
-    temp = torch.tensor([0.7, 1.0, 1.3, 0.5, 1.0, 0.9])
-    top_k = torch.tensor([5, 40, 1, 17, 40, 3])
-    top_p = torch.tensor([1.0, 0.9, 1.0, 0.6, 0.95, 1.0])
-    min_p = torch.tensor([0.0, 0.0, 0.0, 0.1, 0.02, 0.0])
-    full = filter_probs(logits, temp, top_k, top_p, min_p)
-    fast = filter_probs(logits, temp, top_k, top_p, min_p, k_max=40)
-    assert torch.allclose(fast, full, atol=1e-6)
-    assert ((fast > 0).sum(-1) <= top_k).all()
