@@ -130,23 +130,25 @@ def apply_penalties(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
 
 
 def filter_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                 min_p: torch.Tensor) -> torch.Tensor:
+                 min_p: torch.Tensor, normalize: bool = True) -> torch.Tensor:
     """Sampling distribution after temperature, top-k, top-p, min-p.
 
     logits [N, V] float32; temperature, top_p, min_p float32 [N] (temperature > 0); top_k int64 [N]
-    (0 = off). Returns probabilities [N, V] (float32, rows sum to 1, filtered entries exactly 0).
+    (0 = off); top_p 1 is off (no token is dropped for the float32 mass before it reaching 1). Returns
+    probabilities [N, V] (float32, filtered entries exactly 0; rows sum to 1 when ``normalize``, else the kept
+    entries are the softmax's own values: a row with nothing filtered is then exactly the temperature softmax).
     """
     probs = torch.softmax(logits / temperature[:, None], dim=-1)
     sorted_p, order = probs.sort(dim=-1, descending=True)  # [N, V]
     rank = torch.arange(probs.shape[-1], device=probs.device)[None, :]
     drop = (top_k[:, None] > 0) & (rank >= top_k[:, None])
     mass_before = sorted_p.cumsum(dim=-1) - sorted_p
-    drop |= mass_before >= top_p[:, None]
+    drop |= (mass_before >= top_p[:, None]) & (top_p[:, None] < 1.0)
     drop |= sorted_p < (min_p * sorted_p[:, 0])[:, None]
     drop[:, 0] = False  # the most likely token always survives
     sorted_p = sorted_p.masked_fill(drop, 0.0)
     out = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-    return out / out.sum(dim=-1, keepdim=True)
+    return out / out.sum(dim=-1, keepdim=True) if normalize else out
 
 
 def sample(logits: torch.Tensor, rows: Sequence[SampleRow], generator: torch.Generator | None = None) -> list[SampleResult]:
@@ -239,19 +241,17 @@ def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence
     ps = [params[i] for i in sampled]
     floats = to_device(np.asarray([[p.temperature, p.top_p, p.min_p] for p in ps], dtype=np.float32), dev)
     rows = logits.index_select(0, idx)
+    # argmax(p / E) does not change when a row is scaled: the draw takes the filtered softmax unnormalized, so a
+    # row with nothing to filter draws from the same values whether its batch mates filter (the sort) or not
     if all(p.top_k == 0 and p.top_p >= 1.0 and p.min_p == 0.0 for p in ps):
         probs = torch.softmax(rows / floats[:, :1], dim=-1)  # temperature alone: nothing to filter, no sort
     else:
         probs = filter_probs(rows, floats[:, 0], to_device(np.asarray([p.top_k for p in ps], dtype=np.int64), dev),
-                             floats[:, 1], floats[:, 2])
+                             floats[:, 1], floats[:, 2], normalize=False)
     noise = torch.empty((len(sampled), logits.shape[-1]), dtype=torch.float32, device=dev)
-    unseeded = [j for j, i in enumerate(sampled) if params[i].seed is None]
-    if len(unseeded) == len(sampled):
+    if any(params[i].seed is None for i in sampled):
         noise.exponential_(generator=generator)  # one kernel for the batch (a row at a time: one per row, per step)
-    elif unseeded:
-        noise[to_device(np.asarray(unseeded, dtype=np.int64), dev)] = torch.empty(
-            (len(unseeded), logits.shape[-1]), dtype=torch.float32, device=dev).exponential_(generator=generator)
-    for j, i in enumerate(sampled):
+    for j, i in enumerate(sampled):  # the seeded rows' E overwritten from their own generators
         seed = params[i].seed
         if seed is not None:  # its own stream: the draw does not depend on batch mates
             noise[j].exponential_(generator=torch.Generator(device=dev).manual_seed(mix(seed, positions[i])))

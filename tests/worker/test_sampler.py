@@ -163,3 +163,23 @@ def test_temperature_alone_draws_as_the_filtered_path_with_filters_that_keep_eve
     plain = [SampleRow(SamplingParams(temperature=0.7, seed=s), (), 0, 9) for s in range(64)]
     kept = [SampleRow(SamplingParams(temperature=0.7, top_k=512, seed=s), (), 0, 9) for s in range(64)]
     assert [r.token_id for r in sample(logits, plain)] == [r.token_id for r in sample(logits, kept)]
+
+
+def test_top_p_one_keeps_every_token_even_where_the_float_mass_reaches_one():
+    logits = torch.randn(8, 2000, generator=torch.Generator().manual_seed(6)) * 6  # a long, tiny tail
+    ones = torch.ones(8)
+    p = filter_probs(logits, ones, torch.zeros(8, dtype=torch.long), ones, torch.zeros(8))
+    assert bool((p > 0).all())
+
+
+def test_a_seeded_temperature_only_row_draws_the_same_next_to_a_filtering_mate():
+    """Alone, a row with temperature alone skips the sort; next to a row that filters it goes through
+    ``filter_probs``: the values it draws from, and so its seeded tokens, are the same (logits rounded through
+    bfloat16, as the model's are: ties)."""
+    g = torch.Generator().manual_seed(8)
+    logits = (torch.randn(2, 4096, generator=g) * 3).bfloat16().float()
+    plain, filtering = SamplingParams(temperature=0.8, seed=11), SamplingParams(temperature=0.8, top_k=5, seed=12)
+    for pos in range(40):
+        alone = sample(logits[:1], [SampleRow(plain, (), 0, pos)])[0].token_id
+        mixed = sample(logits, [SampleRow(plain, (), 0, pos), SampleRow(filtering, (), 0, pos)])[0].token_id
+        assert alone == mixed, pos
