@@ -245,6 +245,8 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
     toks = torch.zeros((steps, len(its)), dtype=torch.long, device=dev)
     lps = torch.zeros((steps, len(its)), dtype=torch.float32, device=dev) if want_lp else None
     near_end = None
+    planned = None  # eager steps on CUDA: an event after the last plan's copies (flashinfer plans into one page-locked
+    # buffer and copies it to the device asynchronously: the next plan must not overwrite it before that copy ran)
     clock.start()
     for j in range(steps):
         if j == steps - 1 and steps > 1 and dev.type == "cuda":
@@ -256,7 +258,12 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
             logits = engine.graphs.run_step(feed, j, ids)  # [n, vocab] float32
         else:
             layout = eager.layout(j, n)
+            if planned is not None:
+                planned.synchronize()
             engine.backend.plan(AttentionMeta.from_layout(layout, dev))
+            if dev.type == "cuda":
+                planned = torch.cuda.Event()
+                planned.record()
             hidden = engine.model(ids, to_device(layout.positions, dev), engine.kv_pool, engine.backend,
                                   to_device(layout.out_slots, dev))
             logits = engine.model.logits(hidden)

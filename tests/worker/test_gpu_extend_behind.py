@@ -54,6 +54,8 @@ def test_enqueueing_a_prepared_extend_does_not_wait_for_the_device(model_dir, pr
     ref = _cuda(model_dir)(False)
     want = _tokens(ref.forward(batch, "epoch-1", seq=1))
     eng = _cuda(model_dir)(True)
+    eng.forward(batch, "epoch-1", seq=1)  # the same shapes once: kernels loaded, allocator blocks in place
+    eng.release([it.request_id for it in batch])
     prepared = eng._prepare_extend(batch)
     assert prepared is not None, "the batch of fresh prompts is prepared at arrival"
     torch.cuda.synchronize()
