@@ -76,7 +76,7 @@ class SamplingFields(ApiRequest):
     model: str | None = None
     temperature: float = _finite(1.0, ge=0.0, le=2.0)
     top_p: float = _finite(1.0, gt=0.0, le=1.0)
-    top_k: StrictInt = Field(-1, ge=-1)
+    top_k: StrictInt = Field(-1, ge=-1, le=INT32_MAX)  # an int32 on the wire (common.proto)
     min_p: float = _finite(0.0, ge=0.0, le=1.0)
     n: StrictInt = Field(1, ge=1)
     stop: str | list[str] | None = None
@@ -201,7 +201,7 @@ class NativeSamplingParams(BaseModel):
     max_new_tokens: StrictInt | None = Field(None, ge=0, le=INT32_MAX)
     temperature: float = _finite(1.0, ge=0.0)
     top_p: float = _finite(1.0, gt=0.0, le=1.0)
-    top_k: StrictInt = Field(-1, ge=-1)
+    top_k: StrictInt = Field(-1, ge=-1, le=INT32_MAX)  # an int32 on the wire (common.proto)
     min_p: float = _finite(0.0, ge=0.0, le=1.0)
     stop: str | list[str] | None = None
     stop_token_ids: list[StrictInt] | None = None

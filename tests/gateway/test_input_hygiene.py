@@ -209,3 +209,17 @@ def test_l3_gateway_and_scheduler_stop_limits_agree():
 def test_l4_tokenize_with_no_messages_is_400(gateway, fake):
     r = httpx.post(f"{gateway.url}/tokenize", json={"messages": []}, timeout=30)
     assert_error(r, 400, "messages", param="messages")
+
+
+@pytest.mark.parametrize("path,payload,param", [
+    ("/v1/completions", {"model": MODEL_NAME, "prompt": "ok", "max_tokens": 2, "top_k": 2**31}, "top_k"),
+    ("/v1/chat/completions", {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}],
+                              "top_k": 2**40}, "top_k"),
+    ("/generate", {"text": "ok", "sampling_params": {"max_new_tokens": 2, "top_k": 2**31}}, "sampling_params.top_k"),
+])
+def test_a_top_k_past_the_wire_s_int32_is_400_naming_the_field(gateway, fake, path, payload, param):
+    """top_k travels as an int32 (common.proto): a larger value is refused at the door, not a 500 from the proto."""
+    r = post_raw(gateway, path, json.dumps(payload))
+    assert_error(r, 400, param=param)
+    assert fake.requests == []
+    assert complete(gateway, prompt="def add(a, b):", max_tokens=2, top_k=2**31 - 1).status_code == 200
