@@ -129,18 +129,33 @@ def apply_penalties(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
     return out
 
 
+def ordered(probs: torch.Tensor, k: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The entries of ``probs`` (float32 [N, V], >= 0) most likely first, ties by token id (smaller first): (values,
+    token ids), each [N, V], or [N, k] for 0 < k < V (``topk`` instead of a sort of the vocabulary). One order
+    either way: the key (the value's bits, which order non-negative floats, then V - 1 - id) is unique, so the first
+    k of the sort are the topk, whatever else is in the batch (a seeded row's draw does not depend on whether its
+    batch mates let it take the topk)."""
+    v = probs.shape[-1]
+    ids = torch.arange(v, device=probs.device)
+    key = (probs.view(torch.int32).to(torch.int64) << 32) | (v - 1 - ids)
+    order = key.topk(k, dim=-1).indices if 0 < k < v else key.sort(dim=-1, descending=True).indices
+    return probs.gather(-1, order), order
+
+
 def filter_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                 min_p: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+                 min_p: torch.Tensor, normalize: bool = True, k_max: int = 0) -> torch.Tensor:
     """Sampling distribution after temperature, top-k, top-p, min-p.
 
     logits [N, V] float32; temperature, top_p, min_p float32 [N] (temperature > 0); top_k int64 [N]
-    (0 = off); top_p 1 is off (no token is dropped for the float32 mass before it reaching 1). Returns
-    probabilities [N, V] (float32, filtered entries exactly 0; rows sum to 1 when ``normalize``, else the kept
-    entries are the softmax's own values: a row with nothing filtered is then exactly the temperature softmax).
+    (0 = off); top_p 1 is off (no token is dropped for the float32 mass before it reaching 1). ``k_max`` > 0 (the
+    caller's promise: every row's top_k is in [1, k_max]): only the k_max most likely tokens are ordered, the same
+    order as the full sort's (``ordered``). Returns probabilities [N, V] (float32, filtered entries exactly 0; rows
+    sum to 1 when ``normalize``, else the kept entries are the softmax's own values: a row with nothing filtered is
+    then exactly the temperature softmax).
     """
     probs = torch.softmax(logits / temperature[:, None], dim=-1)
-    sorted_p, order = probs.sort(dim=-1, descending=True)  # [N, V]
-    rank = torch.arange(probs.shape[-1], device=probs.device)[None, :]
+    sorted_p, order = ordered(probs, k_max)  # [N, V] or [N, k_max]
+    rank = torch.arange(sorted_p.shape[-1], device=probs.device)[None, :]
     drop = (top_k[:, None] > 0) & (rank >= top_k[:, None])
     mass_before = sorted_p.cumsum(dim=-1) - sorted_p
     drop |= (mass_before >= top_p[:, None]) & (top_p[:, None] < 1.0)
@@ -246,8 +261,9 @@ def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence
     if all(p.top_k == 0 and p.top_p >= 1.0 and p.min_p == 0.0 for p in ps):
         probs = torch.softmax(rows / floats[:, :1], dim=-1)  # temperature alone: nothing to filter, no sort
     else:
+        k_max = max(p.top_k for p in ps) if all(p.top_k > 0 for p in ps) else 0
         probs = filter_probs(rows, floats[:, 0], to_device(np.asarray([p.top_k for p in ps], dtype=np.int64), dev),
-                             floats[:, 1], floats[:, 2], normalize=False)
+                             floats[:, 1], floats[:, 2], normalize=False, k_max=k_max)
     noise = torch.empty((len(sampled), logits.shape[-1]), dtype=torch.float32, device=dev)
     if any(params[i].seed is None for i in sampled):
         noise.exponential_(generator=generator)  # one kernel for the batch (a row at a time: one per row, per step)

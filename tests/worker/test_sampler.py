@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import torch
 
 from tests.worker.helpers import Driver, Req, make_engine
-from worker_svc.sampler import SampleRow, SamplingParams, apply_penalties, filter_probs, mix, sample
+from worker_svc.sampler import SampleRow, SamplingParams, apply_penalties, filter_probs, mix, ordered, sample
 
 PROBS = torch.tensor([0.4, 0.3, 0.2, 0.1])
 LOGITS = PROBS.log()[None, :]
@@ -182,4 +184,33 @@ def test_a_seeded_temperature_only_row_draws_the_same_next_to_a_filtering_mate()
     for pos in range(40):
         alone = sample(logits[:1], [SampleRow(plain, (), 0, pos)])[0].token_id
         mixed = sample(logits, [SampleRow(plain, (), 0, pos), SampleRow(filtering, (), 0, pos)])[0].token_id
+        assert alone == mixed, pos
+
+
+def test_topk_and_the_full_sort_give_one_order_and_one_distribution_with_ties():
+    """Rows that all set top_k order only the k_max most likely tokens; with logits rounded through bfloat16 (the
+    model's: ties are common) the distribution is exactly the full sort's, top-p and min-p applied inside."""
+    g = torch.Generator().manual_seed(4)
+    logits = (torch.randn(6, 4096, generator=g) * 3).bfloat16().float()
+    temp = torch.tensor([0.7, 1.0, 1.3, 0.5, 1.0, 0.9])
+    top_k = torch.tensor([5, 40, 1, 17, 40, 3])
+    top_p = torch.tensor([1.0, 0.9, 1.0, 0.6, 0.95, 1.0])
+    min_p = torch.tensor([0.0, 0.0, 0.0, 0.1, 0.02, 0.0])
+    full = filter_probs(logits, temp, top_k, top_p, min_p)
+    fast = filter_probs(logits, temp, top_k, top_p, min_p, k_max=40)
+    assert torch.equal(fast, full)
+    assert ((fast > 0).sum(-1) <= top_k).all()
+    vals, ids = ordered(torch.tensor([[0.2, 0.3, 0.2, 0.3]]))
+    assert ids.tolist() == [[1, 3, 0, 2]] and torch.equal(vals, torch.tensor([[0.3, 0.3, 0.2, 0.2]]))
+
+
+@pytest.mark.parametrize("mate_top_k", [0, 50, 200])
+def test_a_seeded_top_k_row_draws_the_same_whatever_its_batch_mates(mate_top_k):
+    g = torch.Generator().manual_seed(8)
+    logits = (torch.randn(2, 4096, generator=g) * 3).bfloat16().float()
+    row = SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=3)
+    mate = SamplingParams(temperature=1.0, top_k=mate_top_k, seed=4)
+    for pos in range(60):
+        alone = sample(logits[:1], [SampleRow(row, (), 0, pos)])[0].token_id
+        mixed = sample(logits, [SampleRow(row, (), 0, pos), SampleRow(mate, (), 0, pos)])[0].token_id
         assert alone == mixed, pos
