@@ -5,7 +5,7 @@
 # (2) bench/l2_prefetch_bench.py (new): the decode step's projections with the next one's weights read into L2 on a
 #     side stream of the same graph, against without (1B: M = 64, 1, 256; no attention stand-in and 37.7 MB of KV);
 # (3) worker bench 1B B = 64 K = 8 sampled (--temperature 0.7, top_k 50): the draw as now (small tensors through
-#     pinned memory, the unseeded rows' noise in one kernel, no sort without filters) / small tensors made with
+#     pinned memory, the noise in one kernel, no sort without filters, topk of the k_max first with top_k) / made with
 #     torch.tensor(..., device=cuda) and a noise kernel a row (sampler_sync.py: the host waited) / pinned, a kernel a
 #     row (sampler_pinned.py);
 # (4) the Triton decode attention's KV splits in the graph (worker bench B = 64, --attn-splits 6 / 12 / 4 against
