@@ -55,6 +55,7 @@ from scheduler_svc.request import Req
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
 from scheduler_svc.step_budget import StepBudget, steps_run
+from scheduler_svc.wave_end import let_streams_take
 from scheduler_svc.worker_client import WorkerClient
 
 __all__ = ["Scheduler", "SchedulerConfig"]
@@ -292,6 +293,11 @@ class Scheduler:
         the reply) is recorded."""
         self.table.releases.answered(seq)
         finished = results.apply(batch, reply, self.table, self._stats)
+        if (self.cfg.wave_end_yield_ms > 0 and finished and len(finished) == len(self.table.running)
+                and not self.pipeline and not self.table.waiting and not self.outbox.holding):
+            # a wave's end: the streams take their last messages before the release work (wave_end.py)
+            let_streams_take([r.out for r in finished], self.cfg.wave_end_yield_ms / 1e3)
+            self._stats.add("wave_end_yields")
         self.table.finish(finished, self.pipeline.request_ids)
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()
