@@ -49,13 +49,12 @@ from scheduler_svc.outbox import Outbox
 from scheduler_svc.pipeline import Pipeline
 from scheduler_svc.chain import admits_first, can_chain, wait_reply_or_arrival
 from scheduler_svc.planner import Planner
-from scheduler_svc import results
+from scheduler_svc import results, wave_end
 from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
 from scheduler_svc.requests import RequestTable
 from scheduler_svc.stats import Stats
 from scheduler_svc.step_budget import StepBudget, steps_run
-from scheduler_svc.wave_end import let_streams_take
 from scheduler_svc.worker_client import WorkerClient
 
 __all__ = ["Scheduler", "SchedulerConfig"]
@@ -149,8 +148,8 @@ class Scheduler:
         return self.intake.stopped_reason
 
     def progress_ok(self) -> bool:
-        """False when the loop stopped, the worker is stalled, or work waits or runs and no batch completed
-        within progress_timeout."""
+        """False when the loop stopped, the worker is stalled, or work waits or runs and no batch completed within
+        progress_timeout."""
         return not self.unhealthy_reason()
 
     def unhealthy_reason(self) -> str:
@@ -169,9 +168,8 @@ class Scheduler:
         return self.recovery.outage_reason()
 
     def queue_lengths(self) -> tuple[int, int, int]:
-        """(running, waiting, waiting prompt tokens), new requests not yet taken by the loop included. Running
-        counts every request whose slots are not yet released (``RequestTable.held``): idle means the pool is
-        settled."""
+        """(running, waiting, waiting prompt tokens), new requests not yet taken by the loop included. Running counts
+        every request whose slots are not yet released (``RequestTable.held``): idle means the pool is settled."""
         running, waiting, tokens = self.table.snapshot
         new, new_tokens = self.intake.inbox_stats()
         return running, waiting + new, tokens + new_tokens
@@ -232,10 +230,9 @@ class Scheduler:
         rec.fail_all(grpc.StatusCode.UNAVAILABLE, f"scheduler stopped: {self.stopped_reason}")
 
     def step(self) -> bool:
-        """One round: intake; with a Forward in flight, chain the next one in steady decode, send the extend
-        behind an extend (chunked prefill pipelined), or drain; aborts; plan a batch; send it (overlapped decode,
-        an extend with more behind it) or run it and apply its reply. Returns False when there was nothing to
-        run."""
+        """One round: intake; with a Forward in flight, chain the next one in steady decode, send the extend behind
+        an extend (chunked prefill pipelined), or drain; aborts; plan a batch; send it (overlapped decode, an extend
+        with more behind it) or run it and apply its reply. Returns False when there was nothing to run."""
         table = self.table
         self.budget.took(table.take_new())  # arrivals, for the decode steps
         self.recovery.renew_session()
@@ -293,11 +290,7 @@ class Scheduler:
         the reply) is recorded."""
         self.table.releases.answered(seq)
         finished = results.apply(batch, reply, self.table, self._stats)
-        if (self.cfg.wave_end_yield_ms > 0 and finished and len(finished) == len(self.table.running)
-                and not self.pipeline and not self.table.waiting and not self.outbox.holding):
-            # a wave's end: the streams take their last messages before the release work (wave_end.py)
-            let_streams_take([r.out for r in finished], self.cfg.wave_end_yield_ms / 1e3)
-            self._stats.add("wave_end_yields")
+        wave_end.streams_first(self.cfg.wave_end_yield_ms, finished, self.table, self.pipeline, self.outbox, self._stats)
         self.table.finish(finished, self.pipeline.request_ids)
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()

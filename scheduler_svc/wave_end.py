@@ -33,3 +33,15 @@ def let_streams_take(queues: Sequence, bound_s: float, poll_s: float = 2e-4) -> 
     while any(not q.empty() for q in queues) and time.monotonic() < deadline:
         time.sleep(poll_s)
     return time.monotonic() - t0
+
+
+def streams_first(yield_ms: float, finished: Sequence, table, in_flight, outbox, stats) -> None:
+    """The loop's call after applying a Forward (``Scheduler._apply``, before ``RequestTable.finish``): at a wave's end
+    (``yield_ms`` > 0; ``finished``, the requests that finished in it, are every running one of ``table``; nothing
+    in flight (``in_flight`` empty), waiting or held in ``outbox``) sleeps up to ``yield_ms`` until their streams took
+    their last messages (``let_streams_take``) and counts it in ``stats`` (``wave_end_yields``)."""
+    if (yield_ms > 0 and finished and len(finished) == len(table.running) and not in_flight and not table.waiting
+            and not outbox.holding):
+        let_streams_take([r.out for r in finished], yield_ms / 1e3)
+        stats.add("wave_end_yields")
+
