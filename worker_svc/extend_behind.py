@@ -102,8 +102,7 @@ def enqueue_extend(engine, prepared: PreparedExtend, clock) -> EnqueuedExtend:
         # the sampling rows (each item's last new token) as a device index copied through pinned memory: indexing
         # with a Python list copies it with the host waiting for the stream, here for this extend's own layers and
         # the extend ahead, with the engine's lock held (H200 run 22: ~4 ms of idle device between chained extends)
-        last = layout.qo_indptr[np.asarray(sampled) + 1] - 1
-        rows = to_device(np.asarray(last, dtype=np.int64), engine.device)
+        rows = to_device(layout.last_rows[np.asarray(sampled)], engine.device)  # int64 [S]
         logits = engine.model.logits(hidden.index_select(0, rows))  # [S, vocab] float32
         pending = sample_async(logits, [sample_row(items[b], prepared.inputs[b]) for b in sampled], engine.generator)
     return EnqueuedExtend(items, prepared.inputs, sampled, pending, planned)
