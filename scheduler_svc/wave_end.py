@@ -44,4 +44,3 @@ def streams_first(yield_ms: float, finished: Sequence, table, in_flight, outbox,
             and not outbox.holding):
         let_streams_take([r.out for r in finished], yield_ms / 1e3)
         stats.add("wave_end_yields")
-

@@ -243,8 +243,8 @@ def draw_non_greedy(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence
     ``params[i]`` is not greedy: temperature, top-k, top-p and min-p filtering (``filter_probs``), then the
     exponential-race draw argmax(p / E), E ~ Exp(1), which picks token t with probability p_t. A seeded row
     draws E from a generator seeded with mix(seed, positions[i]) (the absolute position of the token), so
-    its result depends neither on batch mates nor on chunking or retracts; the unseeded rows draw their E together
-    from ``generator``, one [rows, V] tensor.
+    its result depends neither on batch mates nor on chunking or retracts; E of the whole batch is drawn from
+    ``generator`` in one kernel when a row is unseeded, the seeded rows' then redrawn from their own generators.
     ``logits``: float32 [N, V] on the device. Nothing is read back to the host."""
     sampled = [i for i, p in enumerate(params) if not p.greedy]
     if not sampled:
