@@ -259,6 +259,7 @@ class GPTBigCodeForCausalLM(nn.Module):
             return
         order = [lin.weight for b in self.transformer.h for lin in (b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj)]
         self.prefetch = l2_prefetch.WeightPrefetch(order, max_rows, distance)
+        self.prefetch.warm()
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -66,6 +66,14 @@ class WeightPrefetch:
         self._side = None
         self._ready: dict[int, torch.cuda.Event] = {}
 
+    def warm(self) -> None:
+        """Compiles and loads the read kernel outside any capture (call once before capturing graphs): a first
+        launch inside a capture would load a module there. Every weight shares the one specialization (sizes
+        multiples of 16, 16-byte aligned)."""
+        if self._reader is None and self.weights:
+            w = self.weights[0]
+            touch(w, torch.zeros(1, dtype=torch.int32, device=w.device))
+
     def active(self, rows: int) -> bool:
         """True when a step of ``rows`` rows being captured now reads ahead."""
         return rows <= self.max_rows and torch.cuda.is_current_stream_capturing()
