@@ -67,12 +67,19 @@ class WeightPrefetch:
         self._ready: dict[int, torch.cuda.Event] = {}
 
     def warm(self) -> None:
-        """Compiles and loads the read kernel outside any capture (call once before capturing graphs): a first
-        launch inside a capture would load a module there. Every weight shares the one specialization (sizes
+        """Makes the side stream and compiles and loads the read kernel outside any capture (call once before
+        capturing graphs): a first launch inside a capture would load a module there. Every weight shares the one specialization (sizes
         multiples of 16, 16-byte aligned)."""
-        if self._reader is None and self.weights:
-            w = self.weights[0]
-            touch(w, torch.zeros(1, dtype=torch.int32, device=w.device))
+        if self.weights:
+            self._streams(self.weights[0].device)
+            if self._reader is None:
+                touch(self.weights[0], self._sink)
+
+    def _streams(self, device: torch.device) -> None:
+        """The side stream and the read kernel's sink, made once (outside a capture when ``warm`` ran)."""
+        if self._side is None:
+            self._side = torch.cuda.Stream(device=device)
+            self._sink = torch.zeros(1, dtype=torch.int32, device=device)
 
     def active(self, rows: int) -> bool:
         """True when a step of ``rows`` rows being captured now reads ahead."""
@@ -82,9 +89,7 @@ class WeightPrefetch:
         if j >= len(self.weights) or j in self._ready:
             return
         main = torch.cuda.current_stream()
-        if self._side is None:
-            self._side = torch.cuda.Stream(device=main.device)
-            self._sink = torch.zeros(1, dtype=torch.int32, device=main.device)
+        self._streams(main.device)
         self._side.wait_stream(main)  # the side's read overlaps what the main stream runs from here on
         with torch.cuda.stream(self._side):
             (self._reader or (lambda w: touch(w, self._sink)))(self.weights[j])
