@@ -68,8 +68,8 @@ class WeightPrefetch:
 
     def warm(self) -> None:
         """Makes the side stream and compiles and loads the read kernel outside any capture (call once before
-        capturing graphs): a first launch inside a capture would load a module there. Every weight shares the one specialization (sizes
-        multiples of 16, 16-byte aligned)."""
+        capturing graphs): a first launch inside a capture would load a module there. Every weight shares the
+        one specialization (sizes multiples of 16, 16-byte aligned)."""
         if self.weights:
             self._streams(self.weights[0].device)
             if self._reader is None:
@@ -111,9 +111,9 @@ class WeightPrefetch:
         """After the step's last projection: the side stream joined into the capture stream."""
         if not self.active(rows):
             return
+        if self._side is not None:  # joined first, so a capture that raises below still ends joined
+            torch.cuda.current_stream().wait_stream(self._side)
         if self._ready:
             left = sorted(self._ready)
             self._ready.clear()
             raise RuntimeError(f"projections {left} were read ahead and never run: the step skipped them")
-        if self._side is not None:
-            torch.cuda.current_stream().wait_stream(self._side)
