@@ -64,6 +64,7 @@ def test_the_model_tells_each_projection_in_step_order(model_dir, on):
 def test_a_capture_that_skips_a_projection_read_ahead_raises():
     w = [torch.zeros(256, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
     pf = WeightPrefetch(w, max_rows=8)
+    pf.warm()
     g = torch.cuda.CUDAGraph()
     with pytest.raises(RuntimeError, match=r"projections \[1\]"):
         with torch.cuda.graph(g):
