@@ -3,7 +3,7 @@
 # prologue as call 1's): the wave's end with the loop letting the streams take their last messages first
 # (--scheduler-flags=--wave-end-yield-ms=10, scheduler_svc/wave_end.py) against without (default), serve_bench 1B c64
 # --rounds 2, alternated; the first pair with --hop-trace (final_message -> last_yield, client_sent -> forward_in);
-# first tests/worker/test_gpu.py.
+# first tests/worker/test_gpu.py, then (session 22) the attention splits sweep.
 mkdir -p /tmp/r
 T0=$(date +%s)
 left() { [ $(( $(date +%s) - T0 )) -lt $1 ]; }
@@ -20,6 +20,12 @@ S() { n=$1; shift; timeout 90 python3 -m bench.serve_bench --gpu --phases c64 --
   kill_stack; rm -rf /tmp/r/$n/logs; grep -E "c64:" /tmp/r/$n.txt | cut -c1-200; grep -o '"wave_end_yields": [0-9]*' /tmp/r/$n.txt | tail -1
   python3 -m bench.forward_timeline /tmp/r/$n/forwards.tsv --json /tmp/r/fwd_$n.json > /tmp/r/fwd_$n.txt; grep -A8 "^segment 1" /tmp/r/fwd_$n.txt
   pack; echo "$n after $(( $(date +%s) - T0 )) s"; }
+# the Triton decode attention's KV splits in the graphs (call 2 on an H100: B = 64 9 splits 2.06 ms, 6 2.00, 4 1.96):
+# B = 16 / 32 / 64, every bucket forced to N splits (decode_config: 32 / 17 / 9), the GPU time of a decode step
+A() { n=$1; shift; timeout 60 python3 -m worker_svc.bench --shape starcoderbase-1b --dtype bfloat16 --context 1152 --decode-steps 8 \
+  --batches 16,32,64 --prefill "" --json-out /tmp/r/a_$n.json "$@" > /tmp/r/a_$n.txt 2>&1; echo "$n:"; grep -E 'replay alone' /tmp/r/a_$n.txt; }
+A splits_default; A splits2 --attn-splits 2; A splits3 --attn-splits 3; A splits4 --attn-splits 4; A splits6 --attn-splits 6
+pack; echo "attention splits after $(( $(date +%s) - T0 )) s"
 for arm in yield base; do
   flags=$([ $arm = yield ] && echo "--scheduler-flags=--wave-end-yield-ms=10")
   S ${arm}_hops $flags --hop-trace /tmp/r/hops_$arm
@@ -27,8 +33,6 @@ for arm in yield base; do
   python3 -m bench.hop_report /tmp/r/hops_$arm --last client_done > /tmp/r/hops_$arm.txt
   tar czf /tmp/r/hops_$arm.tgz -C /tmp/r hops_$arm && rm -rf /tmp/r/hops_$arm; pack
 done
-left 400 && S yield2 --scheduler-flags=--wave-end-yield-ms=10
-left 440 && S base2
-left 480 && S yield3 --scheduler-flags=--wave-end-yield-ms=10
-left 520 && S base3
+left 330 && S yield2 --scheduler-flags=--wave-end-yield-ms=10
+left 330 && S base2
 echo "done after $(( $(date +%s) - T0 )) s"
