@@ -103,7 +103,8 @@ def test_splits_for_follows_the_measured_best():
 
 @pytest.mark.parametrize("batch,head_dim,want", [
     (1, 64, DecodeConfig(64, 32, 4, 2)), (1, 128, DecodeConfig(64, 32, 4, 2)),  # run 12's sweep winners
-    (64, 64, DecodeConfig(9, 64, 4, 3)), (64, 128, DecodeConfig(9, 64, 4, 2)),
+    (64, 64, DecodeConfig(9, 64, 4, 3)), (64, 128, DecodeConfig(4, 64, 4, 2)),  # 128: run 22's in-graph sweep
+    (32, 128, DecodeConfig(7, 64, 4, 2)), (16, 128, DecodeConfig(13, 64, 4, 2)),
     (256, 64, DecodeConfig(3, 64, 4, 3)), (600, 128, DecodeConfig(1, 64, 4, 3)),
 ])
 def test_decode_config_takes_the_measured_winners(batch, head_dim, want):
