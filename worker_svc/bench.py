@@ -231,15 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
-    ap.add_argument("--l2-prefetch-rows", type=int, default=0,
-                    help="captured decode steps of up to this many rows read the next projections' weights into L2 "
-                         "on a side stream (model/l2_prefetch.py); 0 = off")
-    ap.add_argument("--l2-prefetch-distance", type=int, default=1,
-                    help="with --l2-prefetch-rows: how many projections ahead are read (>= 1)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
-    if args.l2_prefetch_rows < 0 or args.l2_prefetch_distance < 1:
-        ap.error("--l2-prefetch-rows must be >= 0 and --l2-prefetch-distance >= 1")
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
@@ -262,7 +255,6 @@ def main(argv: list[str] | None = None) -> None:
         args.splitk_rows = auto_splitk_rows(cfg)
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
-    model.use_weight_prefetch(args.l2_prefetch_rows, args.l2_prefetch_distance)
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
     elif args.prefetch_blocks != -1:
@@ -433,8 +425,6 @@ def main(argv: list[str] | None = None) -> None:
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
                        "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "temperature": args.temperature, "attn_splits": args.attn_splits,
-                       "l2_prefetch_rows": args.l2_prefetch_rows if model.prefetch is not None else 0,
-                       "l2_prefetch_distance": args.l2_prefetch_distance,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

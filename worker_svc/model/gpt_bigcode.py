@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from worker_svc.model import fused, l2_prefetch, skinny_gemm
+from worker_svc.model import fused, skinny_gemm
 from worker_svc.model.config import ModelConfig
 
 
@@ -102,18 +102,12 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(cfg.n_inner, cfg.n_embd)
         self.act = activation(cfg.activation_function)
 
-    def forward(self, x: torch.Tensor, gelu_epilogue: bool = False, mm=None, before=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, gelu_epilogue: bool = False, mm=None) -> torch.Tensor:
         """x [T, n_embd] -> [T, n_embd]. ``gelu_epilogue``: bias + tanh GELU inside the c_fc GEMM (CUDA,
-        ``gelu_pytorch_tanh`` models only; ``fused.mlp_up``, or ``mm``'s kernel when given). ``before`` (optional):
-        called with 0 before c_fc and 1 before c_proj is enqueued (``l2_prefetch.WeightPrefetch``)."""
-        if before is not None:
-            before(0)
+        ``gelu_pytorch_tanh`` models only; ``fused.mlp_up``, or ``mm``'s kernel when given)."""
         if mm is not None and gelu_epilogue:
-            up = mm(x, self.c_fc, gelu=True)
-        else:
-            up = fused.mlp_up(x, self.c_fc) if gelu_epilogue else self.act(self.c_fc(x))
-        if before is not None:
-            before(1)
+            return mm(mm(x, self.c_fc, gelu=True), self.c_proj)
+        up = fused.mlp_up(x, self.c_fc) if gelu_epilogue else self.act(self.c_fc(x))
         return self.c_proj(up) if mm is None else mm(up, self.c_proj)
 
 
@@ -156,7 +150,6 @@ class GPTBigCodeForCausalLM(nn.Module):
         self.fuse_kv = False
         self.pdl = False  # the fused kernels as programmatic dependent launches
         self.mm = None  # skinny_gemm.DecodeGemms: the projections of batches of few rows
-        self.prefetch = None  # l2_prefetch.WeightPrefetch: the next projection's weights read into L2 (graphs)
         self.transformer = Transformer(cfg)
         # Only when the checkpoint unties the head (tie_word_embeddings: false); GPTBigCode ties it.
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -170,19 +163,15 @@ class GPTBigCodeForCausalLM(nn.Module):
         for this batch (``backend.plan(meta)`` or ``backend.plan_ragged(meta)``). The pieces (``piece``) with
         attention between them, each layer's new K/V handed to it (``new_kv``: what the ragged path reads).
         """
-        rows = input_ids.shape[0]
-        pf = self.prefetch if self.prefetch is not None and self.prefetch.active(rows) else None
-        h, x, kv = self.piece(0, kv_pool, out_slots, input_ids=input_ids, positions=positions, pf=pf)
+        h, x, kv = self.piece(0, kv_pool, out_slots, input_ids=input_ids, positions=positions)
         for i in range(self.cfg.n_layer):
-            h, x, kv = self.piece(i + 1, kv_pool, out_slots, h=h, o=backend.attend(i, x, kv_pool, new_kv=kv), pf=pf)
-        if pf is not None:
-            pf.end(rows)
+            h, x, kv = self.piece(i + 1, kv_pool, out_slots, h=h, o=backend.attend(i, x, kv_pool, new_kv=kv))
         return x
 
     @torch.inference_mode()
     def piece(self, i: int, kv_pool, out_slots: torch.Tensor, *, input_ids: torch.Tensor | None = None,
               positions: torch.Tensor | None = None, h: torch.Tensor | None = None,
-              o: torch.Tensor | None = None, pf=None) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+              o: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
         """Piece ``i`` of the forward, 0 <= i <= n_layer: everything between two attention calls.
 
         Piece 0 embeds ``input_ids`` / ``positions`` (int64 [T]) and starts layer 0; piece i (0 < i < n_layer)
@@ -191,42 +180,34 @@ class GPTBigCodeForCausalLM(nn.Module):
         ``out_slots``); piece n_layer finishes the last layer. Returns (residual h, layer i's query [T, n_head,
         head_dim], layer i's new (k, v) [T, kv_heads, head_dim] each, as ``Attention.start`` gives them), or (h,
         hidden states after ln_f [T, n_embd], None) for piece n_layer. ``extend_graph.ExtendGraphs`` captures each
-        piece as a graph and runs attention eagerly between them. ``pf`` (``l2_prefetch.WeightPrefetch``, from
-        ``forward`` only): told before each projection is enqueued."""
+        piece as a graph and runs attention eagerly between them."""
         t = self.transformer
         if i == 0:
             h = t.wte(input_ids) + t.wpe(positions)  # [T, n_embd]
             y = t.h[0].ln_1(h)
         else:
-            h, y = self._finish_layer(i - 1, h, o, pf)
+            h, y = self._finish_layer(i - 1, h, o)
         if i == self.cfg.n_layer:
             return h, y, None
-        if pf is not None:
-            pf.at(4 * i, y.shape[0])
         return h, *t.h[i].attn.start(y, kv_pool, out_slots, self.fuse_kv, self._mm(y), self.pdl)
 
     def _mm(self, x: torch.Tensor):
         """The GEMM runner for x's rows: ``self.mm`` when it takes them, else None (torch's modules)."""
         return self.mm if self.mm is not None and x.shape[0] <= self.mm.max_rows else None
 
-    def _finish_layer(self, i: int, h: torch.Tensor, o: torch.Tensor, pf=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _finish_layer(self, i: int, h: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer i after its attention: (h + attn + mlp, the next LayerNorm of it), the next one being layer
-        i + 1's ln_1 or ln_f. With ``fuse_norms`` each residual add is fused with the LayerNorm after it. ``pf``:
-        as ``piece``'s (projections 4i + 1 .. 4i + 3)."""
+        i + 1's ln_1 or ln_f. With ``fuse_norms`` each residual add is fused with the LayerNorm after it."""
         t = self.transformer
         block = t.h[i]
         after = t.h[i + 1].ln_1 if i + 1 < len(t.h) else t.ln_f
         mm = self._mm(h)
-        rows = h.shape[0]
-        before = None if pf is None else (lambda k: pf.at(4 * i + 2 + k, rows))
-        if pf is not None:
-            pf.at(4 * i + 1, rows)
         a = block.attn.finish(o, mm)
         if self.fuse_norms:
             h, y = fused.add_layer_norm(h, a, block.ln_2, pdl=self.pdl)
-            return fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue, mm, before), after, pdl=self.pdl)
+            return fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue, mm), after, pdl=self.pdl)
         h = h + a
-        h = h + block.mlp(block.ln_2(h), self.gelu_epilogue, mm, before)
+        h = h + block.mlp(block.ln_2(h), self.gelu_epilogue, mm)
         return h, after(h)
 
     def use_fused_kernels(self, norms: bool = True, gelu: bool = True, kv: bool = True, splitk_rows: int = 0,
@@ -248,18 +229,6 @@ class GPTBigCodeForCausalLM(nn.Module):
         half = self.transformer.wte.weight.dtype in skinny_gemm.HALF_DTYPES  # fp32 keeps cuBLAS's fp32 GEMMs
         self.mm = (skinny_gemm.DecodeGemms([lin.weight.shape for lin in linears], splitk_rows, device, self.pdl)
                    if splitk_rows > 0 and ok and half else None)
-
-    def use_weight_prefetch(self, max_rows: int, distance: int = 1) -> None:
-        """Captured decode steps of up to ``max_rows`` rows read the next ``distance`` projections' weights into L2
-        on a side stream (``l2_prefetch.WeightPrefetch``); 0 turns it off. CUDA with Triton only (off otherwise).
-        Call before capturing graphs."""
-        device = self.transformer.wte.weight.device
-        if max_rows <= 0 or not fused.enabled(device):
-            self.prefetch = None
-            return
-        order = [lin.weight for b in self.transformer.h for lin in (b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj)]
-        self.prefetch = l2_prefetch.WeightPrefetch(order, max_rows, distance)
-        self.prefetch.warm()
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
