@@ -231,8 +231,6 @@ EARLY_MATCH = ("an arrival's admission Match sent by the servicer thread (docs/s
 DELIVER_AFTER_SEND = ("a chained decode's stream messages handed over once the next Forward is sent (docs/scheduler.md); "
                       "tests/scheduler/arrival_sim.py --no-deliver-after-send and bench/serve_bench "
                       "--scheduler-flags are its A/B")
-WAVE_END_YIELD = ("off until an H200 run shows it pays (scheduler_svc/wave_end.py); bench/serve_bench "
-                  "--scheduler-flags=--wave-end-yield-ms=10 is its A/B")
 CHAIN_AFTER_EXTEND = ("the first decode Forward chained behind the extend that ends every prefill (docs/scheduler.md); "
                       "bench/serve_bench --scheduler-flags=--no-chain-after-extend is its A/B")
 CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/scheduler.md); bench/serve_bench's "
@@ -299,7 +297,6 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-early-match": EARLY_MATCH,
         "--deliver-after-send": DELIVER_AFTER_SEND,
         "--no-deliver-after-send": DELIVER_AFTER_SEND,
-        "--wave-end-yield-ms": WAVE_END_YIELD,
     },
     "gateway": {
         "--log-level": "as the cache's --log-level",

@@ -74,10 +74,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--deliver-after-send", action=argparse.BooleanOptionalAction, default=True,
                    help="hand the stream messages of a chained decode Forward to their streams once the next Forward "
                         "is sent, not while it is built (scheduler_svc/outbox.py; --no-deliver-after-send for the A/B)")
-    p.add_argument("--wave-end-yield-ms", type=float, default=0.0,
-                   help="at a wave's end (every running request finished, nothing in flight or waiting) sleep up to "
-                        "this many ms until the streams took their last messages, before the release work "
-                        "(scheduler_svc/wave_end.py; 0 = off, the default until an H200 run shows it pays)")
     p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE,
                    help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
                         "(an arrival's extend that reaches the worker before N+1 started still goes first); "
@@ -91,7 +87,7 @@ def check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A usage error (exit 2) naming the flag for a value out of its range: counts >= 1 and within their wire
     type (int32; --max-queued-tokens int64), --max-queued-tokens and
     --decode-steps >= 0 (0 = no bound / auto); times in seconds finite, > 0 (progress, outage, lease) or >= 0
-    (worker stall: 0 = off; connect, drain); --wave-end-yield-ms in 0..1000."""
+    (worker stall: 0 = off; connect, drain)."""
     for name, low, high in (("max_running_requests", 1, INT32_MAX), ("chunk_size", 1, INT32_MAX),
                             ("max_queued_requests", 1, INT32_MAX), ("max_queued_tokens", 0, INT64_MAX),
                             ("decode_steps", 0, INT32_MAX)):
@@ -102,8 +98,6 @@ def check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if not math.isfinite(value) or (value <= 0 if positive else value < 0):
             p.error(f"--{name.replace('_', '-')} must be a finite number {'> 0' if positive else '>= 0'} (got {value})")
-    if not 0.0 <= args.wave_end_yield_ms <= 1000.0:  # (NaN fails too)
-        p.error(f"--wave-end-yield-ms must be in 0..1000 (got {args.wave_end_yield_ms})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                           decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps,
                           overlap=args.overlap, overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
                           chunk_pipeline=args.chunk_pipeline, chain_admissions=args.chain_admissions,
-                          chain_after_extend=args.chain_after_extend, early_match=args.early_match, deliver_after_send=args.deliver_after_send,
-                          wave_end_yield_ms=args.wave_end_yield_ms)
+                          chain_after_extend=args.chain_after_extend, early_match=args.early_match, deliver_after_send=args.deliver_after_send)
     from scheduler_svc.worker_client import WorkerClient
 
     liveness = None
@@ -176,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
              decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
              overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
              chunk_pipeline=cfg.chunk_pipeline, chain_admissions=cfg.chain_admissions, chain_after_extend=cfg.chain_after_extend,
-             early_match=cfg.early_match, deliver_after_send=cfg.deliver_after_send, wave_end_yield_ms=cfg.wave_end_yield_ms,
+             early_match=cfg.early_match, deliver_after_send=cfg.deliver_after_send,
              worker_stall_timeout=args.worker_stall_timeout)
 
     serving = True

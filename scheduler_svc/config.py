@@ -46,12 +46,7 @@ class SchedulerConfig:
     # the stream messages of a decode Forward applied by the chain are handed to their streams once the next Forward
     # is sent, not before its Allocate (scheduler_svc/outbox.py)
     deliver_after_send: bool = True
-    # at a wave's end (every running request finished, nothing in flight or waiting) the loop sleeps up to this many
-    # ms until the streams took their last messages, before its release work (scheduler_svc/wave_end.py; 0 = off)
-    wave_end_yield_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.wave_end_yield_ms <= 1000.0:
-            raise ValueError(f"wave_end_yield_ms must be in [0, 1000], got {self.wave_end_yield_ms}")
         if self.overlap_mode not in OVERLAP_MODES:
             raise ValueError(f"overlap_mode must be one of {', '.join(OVERLAP_MODES)}, got {self.overlap_mode!r}")

@@ -49,7 +49,7 @@ from scheduler_svc.outbox import Outbox
 from scheduler_svc.pipeline import Pipeline
 from scheduler_svc.chain import admits_first, can_chain, wait_reply_or_arrival
 from scheduler_svc.planner import Planner
-from scheduler_svc import results, wave_end
+from scheduler_svc import results
 from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
 from scheduler_svc.requests import RequestTable
@@ -290,7 +290,6 @@ class Scheduler:
         the reply) is recorded."""
         self.table.releases.answered(seq)
         finished = results.apply(batch, reply, self.table, self._stats)
-        wave_end.streams_first(self.cfg.wave_end_yield_ms, finished, self.table, self.pipeline, self.outbox, self._stats)
         self.table.finish(finished, self.pipeline.request_ids)
         self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
         self.table.publish()

@@ -14,8 +14,7 @@ extends sent behind an extend in flight whose prefill continues (chunked prefill
 (``step_budget.py``); ``prompts_cached_at_prefill`` running requests whose written prompt was inserted in the
 tree when their prefill completed (``RequestTable.cache_prefilled``); ``admissions_allocated_by_match``
 admissions whose first chunk their Match allocated (one cache round trip); ``admissions_early_matched``
-admissions made on an early Match's receipt (``early_match.py``: sent by the servicer thread, not the loop);
-``wave_end_yields`` rounds where the loop let the streams take a wave's last messages first (``wave_end.py``).
+admissions made on an early Match's receipt (``early_match.py``: sent by the servicer thread, not the loop).
 
 Prometheus (``render_metrics``, served on the gateway's /metrics through GetLoad):
 ``codeserve:decode_forward_steps`` a histogram of the steps of each decode Forward planned (its longest entry),
@@ -44,7 +43,7 @@ class Stats:
                            decode_forward_seconds=0.0, decode_alloc_seconds=0.0, decode_rpc_seconds=0.0,
                            decode_process_seconds=0.0, decode_chained=0, decode_after_extend=0, decode_dropped=0, extends_ahead=0,
                            chunks_ahead=0, decode_steps_cut=0, prompts_cached_at_prefill=0,
-                           admissions_allocated_by_match=0, admissions_early_matched=0, wave_end_yields=0)
+                           admissions_allocated_by_match=0, admissions_early_matched=0)
         self.last_batch_at = time.monotonic()
         self._last_alloc_s = 0.0
         self.registry = CollectorRegistry()
