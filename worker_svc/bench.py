@@ -170,15 +170,16 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
         f.write(prof.key_averages().table(sort_by=key, row_limit=40))
 
 
-def force_decode_splits(splits: int) -> None:
-    """Every Triton decode bucket built from now on splits a request's KV ``splits`` ways (the rest of
-    ``mqa_decode.decode_config``'s choice kept): the bench's in-graph sweep of what ``attn_bench`` sweeps alone."""
+def force_decode_config(**fields) -> None:
+    """Every Triton decode bucket built from now on takes ``fields`` (``mqa_decode.DecodeConfig``'s: splits,
+    block_n, stages, fused_merge) over ``decode_config``'s choice, the rest of it kept: the bench's in-graph sweep
+    of what ``attn_bench`` sweeps alone."""
     from dataclasses import replace
 
     from worker_svc.attention import triton_decode
 
     chosen = triton_decode.decode_config
-    triton_decode.decode_config = lambda batch, sms, head_dim: replace(chosen(batch, sms, head_dim), splits=splits)
+    triton_decode.decode_config = lambda batch, sms, head_dim: replace(chosen(batch, sms, head_dim), **fields)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -194,6 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attn-splits", type=int, default=0,
                     help="KV splits a request of the Triton decode attention's graph buckets (0: decode_config's "
                          "choice; the in-graph sweep of the split count)")
+    ap.add_argument("--attn-block-n", type=int, default=0, help="... KV rows a loop step (0: decode_config's)")
+    ap.add_argument("--attn-stages", type=int, default=0, help="... pipeline stages (0: decode_config's)")
+    ap.add_argument("--attn-fused-merge", action=argparse.BooleanOptionalAction, default=None,
+                    help="... the last CTA of a request merges its spans instead of a merge kernel (default: "
+                         "decode_config's)")
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="the decode rows' sampling temperature (0: greedy; > 0: the draw with top_k 50, as a "
                          "sampling workload runs it)")
@@ -236,10 +242,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
-    if args.attn_splits < 0:
-        ap.error(f"--attn-splits must be >= 0 (got {args.attn_splits})")
-    if args.attn_splits:
-        force_decode_splits(args.attn_splits)
+    if min(args.attn_splits, args.attn_block_n, args.attn_stages) < 0 or args.attn_block_n & (args.attn_block_n - 1):
+        ap.error("--attn-splits, --attn-block-n (a power of two) and --attn-stages must be >= 0")
+    forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
+                                ("stages", args.attn_stages), ("fused_merge", args.attn_fused_merge)) if v}
+    if args.attn_fused_merge is not None:
+        forced["fused_merge"] = args.attn_fused_merge
+    if forced:
+        force_decode_config(**forced)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     if args.blas != "default":
@@ -424,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "temperature": args.temperature, "attn_splits": args.attn_splits,
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "temperature": args.temperature, "attn_forced": forced,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

@@ -266,10 +266,12 @@ def test_piecewise_extend_graphs_match_eager(model_dir, prompts, fused, splitk_r
         assert max(abs(x - y) for x, y in zip(la, lb)) < 5e-2
 
 
-@pytest.mark.parametrize("heads,dim,splits", [(16, 128, 1), (16, 128, 6), (12, 64, 64), (48, 128, 3)])
-def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits):
+@pytest.mark.parametrize("heads,dim,splits,fused_merge", [(16, 128, 1, False), (16, 128, 6, False), (12, 64, 64, False),
+                                                         (48, 128, 3, False), (16, 128, 6, True), (12, 64, 64, True)])
+def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, fused_merge):
     """The Triton multi-query decode kernel (worker_svc/attention/mqa_decode.py) on the GPU in bf16, one split
-    and several (spans past the end of the 1-token request included), against float32 attention."""
+    and several (spans past the end of the 1-token request included), the merge as a kernel or by each request's
+    last CTA (``fused_merge``, called twice: the counters are back at 0), against float32 attention."""
     from tests.worker.test_mqa_decode_interpreter import make, reference
     from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode
 
@@ -277,13 +279,16 @@ def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits):
     dev = torch.device("cuda:0")
     g = [t.to(dev) for t in (q.bfloat16(), k.bfloat16(), v.bfloat16(), indices, indptr)]
     ws = MQADecodeWorkspace(5, splits, heads, dim, dev) if splits > 1 else None
-    got = mqa_decode(*g, dim ** -0.5, DecodeConfig(splits=splits), ws)
     want = reference(*(t.cpu() for t in g), dim ** -0.5)
-    assert (got.double().cpu() - want).abs().max().item() < 2e-2
+    for _ in range(2 if fused_merge else 1):
+        got = mqa_decode(*g, dim ** -0.5, DecodeConfig(splits=splits, fused_merge=fused_merge), ws)
+        assert (got.double().cpu() - want).abs().max().item() < 2e-2
+    if fused_merge:
+        assert ws.counters.tolist() == [0] * 5
 
 
-@pytest.mark.parametrize("splits", [1, 9])
-def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits):
+@pytest.mark.parametrize("splits,fused_merge", [(1, False), (9, False), (9, True)])
+def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits, fused_merge):
     """With ``pdl`` both kernels launch early and wait for the kernel ahead: inside a captured graph, behind a
     PDL-launched K/V write (``fused.write_kv``, as the model runs it) of the very slots attention reads, the output
     is bit-equal to plain launches (same kernels, same order of sums) and sees the K/V just written."""
@@ -298,7 +303,7 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits)
     last = indptr[1:].long() - 1
     slots = indices[last].long()  # each request's newest slot, written by the K/V write first
     qkv = torch.randn(len(lens), heads * dim + 2 * dim, device=dev).bfloat16()
-    cfg = DecodeConfig(splits=splits)
+    cfg = DecodeConfig(splits=splits, fused_merge=fused_merge)
     outs = []
     for pdl in (False, True):
         kk, vv = k.clone(), v.clone()
@@ -319,6 +324,10 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits)
         torch.cuda.synchronize()
         assert torch.equal(kk[slots, 0], qkv[:, heads * dim: heads * dim + dim])
         outs.append(out.clone())
+        out.zero_()
+        graph.replay()  # again: the fused merge's counters were set back to 0 by the replay before
+        torch.cuda.synchronize()
+        assert torch.equal(out, outs[-1])
     assert torch.equal(outs[0], outs[1])
 
 

@@ -75,6 +75,22 @@ def test_matches_float64_reference(interpreted, lens, heads, dim, cfg):
 
 
 @needs_triton
+@pytest.mark.parametrize("lens,heads,dim,cfg", [
+    ([1, 5, 64, 130], 16, 128, DecodeConfig(splits=3, block_n=32, fused_merge=True)),
+    ([3, 200, 77], 12, 64, DecodeConfig(splits=8, block_n=16, fused_merge=True)),  # spans past the 3-token end
+])
+def test_fused_merge_matches_the_reference_and_leaves_the_counters_at_zero(interpreted, lens, heads, dim, cfg):
+    q, k, v, indices, indptr = make(lens, heads, dim, seed=3 + heads)
+    scale = 1 / math.sqrt(dim)
+    ws = MQADecodeWorkspace(len(lens) + 2, cfg.splits, heads, dim, "cpu")
+    want = reference(q, k, v, indices, indptr, scale)
+    for _ in range(2):  # a second call (as a graph replay) finds the counters its first call left
+        got = mqa_decode.mqa_decode(q, k, v, indices, indptr, scale, cfg, ws)
+        assert (got.double() - want).abs().max().item() < 2e-3
+        assert ws.counters.tolist() == [0] * (len(lens) + 2)
+
+
+@needs_triton
 def test_strided_q_and_given_out(interpreted):
     q, k, v, indices, indptr = make([40, 9], 12, 64, strided=True)
     assert not q.is_contiguous()

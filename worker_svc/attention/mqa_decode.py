@@ -13,7 +13,9 @@ the first kernel writes the output itself.
 
 Semantics are ``attention.base``'s for decode batches (one new token per request, which sees its whole KV):
 ``q [B, n_head, head_dim]``, the pool's ``k``/``v`` ``[slots, 1, head_dim]``, ``kv_indices`` int32 slots,
-``kv_indptr`` int32 ``[B+1]``. Softmax in float32 (online, base 2), output in q's dtype. Not bit-equal to
+``kv_indptr`` int32 ``[B+1]``. ``DecodeConfig.fused_merge``: no merge kernel; each CTA takes a ticket from its
+request's counter after writing its span and the last one merges (the serial fix-up of ``model/skinny_gemm.py``):
+one kernel a layer instead of two. Softmax in float32 (online, base 2), output in q's dtype. Not bit-equal to
 flashinfer (another summation order); tests/worker/test_mqa_decode_interpreter.py checks it against a float64
 reference in Triton's interpreter, ``bench/attn_bench.py`` against flashinfer on the GPU.
 
@@ -37,6 +39,7 @@ class DecodeConfig:
     block_n: int = 64
     warps: int = 4
     stages: int = 3  # the winner of 7 of run 11's 10 swept cases (bench/results/h200-run11/call5)
+    fused_merge: bool = False  # the last CTA of a request merges its spans (no merge kernel); splits > 1 only
 
 
 def splits_for(batch: int, sms: int, max_splits: int = 32) -> int:
@@ -71,11 +74,11 @@ def _kernels():
     import triton.language as tl
 
     @triton.jit
-    def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr,
+    def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr, cnt_ptr,
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
                         stride_outh, H, SPLITS,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
-                        PDL: tl.constexpr):
+                        FUSED_MERGE: tl.constexpr, PDL: tl.constexpr):
         if PDL:  # launched before the kernel ahead (the K/V write) finished: let the merge launch, then wait for it
             tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()
@@ -119,6 +122,24 @@ def _kernels():
             tl.store(o_ptr + b * stride_ob + s * stride_os + offs_h[:, None] * D + offs_d[None, :], o,
                      mask=mask_h[:, None])
             tl.store(lse_ptr + (b * SPLITS + s) * BLOCK_H + offs_h, lse)
+            if FUSED_MERGE:  # the request's last CTA to finish merges its spans (as the merge kernel does)
+                tl.debug_barrier()  # every thread's stores issued before the ticket (acq_rel) is taken
+                ticket = tl.atomic_add(cnt_ptr + b, 1, sem="acq_rel")
+                if ticket == SPLITS - 1:
+                    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
+                    for t in range(SPLITS):  # finite: span 0 holds at least the request's first token
+                        m = tl.maximum(m, tl.load(lse_ptr + (b * SPLITS + t) * BLOCK_H + offs_h, cache_modifier=".cg"))
+                    total = tl.zeros([BLOCK_H, D], tl.float32)
+                    weight = tl.zeros([BLOCK_H], tl.float32)
+                    for t in range(SPLITS):
+                        w = tl.exp2(tl.load(lse_ptr + (b * SPLITS + t) * BLOCK_H + offs_h, cache_modifier=".cg") - m)
+                        part = tl.load(o_ptr + b * stride_ob + t * stride_os + offs_h[:, None] * D + offs_d[None, :],
+                                       mask=mask_h[:, None], other=0.0, cache_modifier=".cg")
+                        total += w[:, None] * part
+                        weight += w
+                    tl.store(out_ptr + b * stride_outb + offs_h[:, None] * stride_outh + offs_d[None, :],
+                             (total / weight[:, None]).to(out_ptr.dtype.element_ty), mask=mask_h[:, None])
+                    tl.atomic_xchg(cnt_ptr + b, 0)  # ready for the next call (or graph replay)
 
     @triton.jit
     def mqa_decode_merge(o_ptr, lse_ptr, out_ptr, stride_ob, stride_os, stride_outb, stride_outh, SPLITS,
@@ -148,14 +169,16 @@ def block_heads(n_head: int) -> int:
 
 class MQADecodeWorkspace:
     """The merge's float32 inputs for batches up to ``max_batch`` rows and ``splits`` splits: partial outputs
-    ``[max_batch, splits, block_h, head_dim]`` and log-sum-exps ``[max_batch, splits, block_h]`` (allocated once,
-    so a captured graph reads the same buffers on every replay)."""
+    ``[max_batch, splits, block_h, head_dim]`` and log-sum-exps ``[max_batch, splits, block_h]``, and the fused
+    merge's int32 counters ``[max_batch]`` (zero between calls: each request's last CTA sets its own back to 0)
+    (allocated once, so a captured graph reads the same buffers on every replay). Calls on one stream may share it."""
 
     def __init__(self, max_batch: int, splits: int, n_head: int, head_dim: int, device: torch.device | str):
         bh = block_heads(n_head)
         self.splits = splits
         self.o = torch.empty((max_batch, splits, bh, head_dim), dtype=torch.float32, device=device)
         self.lse = torch.empty((max_batch, splits, bh), dtype=torch.float32, device=device)
+        self.counters = torch.zeros(max_batch, dtype=torch.int32, device=device)
 
 
 def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: torch.Tensor, kv_indptr: torch.Tensor,
@@ -187,11 +210,14 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
     direct = cfg.splits == 1
     launch = {"launch_pdl": True} if pdl else {}
     o, lse = (out, out) if direct else (ws.o, ws.lse)
-    part[(B, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, sm_scale * math.log2(math.e),
+    fused = cfg.fused_merge and not direct
+    part[(B, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, ws.counters if fused else kv_indptr,
+                          sm_scale * math.log2(math.e),
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
                           out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
-                          DIRECT=direct, PDL=pdl, num_warps=cfg.warps, num_stages=cfg.stages, **launch)
-    if not direct:
+                          DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, num_warps=cfg.warps, num_stages=cfg.stages,
+                          **launch)
+    if not direct and not fused:
         merge[(B, H)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), cfg.splits,
                       D=D, BLOCK_H=bh, BLOCK_S=max(2, 1 << (cfg.splits - 1).bit_length()), PDL=pdl, num_warps=2,
                       **launch)
