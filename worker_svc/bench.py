@@ -237,6 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
+    ap.add_argument("--splitk-only", default="",
+                    help="with --splitk-rows: only these projections through the split-K GEMM, comma-separated from "
+                         "c_attn, attn.c_proj, c_fc, mlp.c_proj (default: all); the others take torch's GEMM")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     if args.temperature < 0:
@@ -265,6 +268,13 @@ def main(argv: list[str] | None = None) -> None:
         args.splitk_rows = auto_splitk_rows(cfg)
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
+    if args.splitk_only:
+        names = args.splitk_only.split(",")
+        blk = model.transformer.h[0]
+        lin = {"c_attn": blk.attn.c_attn, "attn.c_proj": blk.attn.c_proj, "c_fc": blk.mlp.c_fc, "mlp.c_proj": blk.mlp.c_proj}
+        if model.mm is None or not set(names) <= set(lin):
+            ap.error(f"--splitk-only needs --splitk-rows > 0 (CUDA, Triton) and names from {', '.join(lin)}")
+        model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
     elif args.prefetch_blocks != -1:
@@ -434,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "temperature": args.temperature, "attn_forced": forced,
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

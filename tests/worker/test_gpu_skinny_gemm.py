@@ -68,3 +68,22 @@ def test_decode_gemms_with_gelu_match_linear_then_gelu(rows, pdl, prefetch):
     rel = ((got - want).norm() / want.norm()).item()
     assert rel < 1e-2, rel
     assert int(mm.ws.counters.abs().sum()) == 0
+
+
+def test_decode_gemms_only_some_shapes_take_the_split_k_kernel():
+    """``DecodeGemms.only`` (worker bench --splitk-only): a projection whose shape is not listed runs torch's GEMM
+    (bit-equal to F.linear; its GELU through ``fused.mlp_up``), a listed one the split-K kernel."""
+    from worker_svc.model import fused
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    up = torch.nn.Linear(2048, 8192, device="cuda", dtype=torch.bfloat16)
+    down = torch.nn.Linear(8192, 2048, device="cuda", dtype=torch.bfloat16)
+    mm = DecodeGemms([up.weight.shape, down.weight.shape], 64, "cuda")
+    mm.only = {tuple(down.weight.shape)}
+    x = torch.randn(64, 2048, generator=g, device="cuda").to(torch.bfloat16)
+    with torch.no_grad():
+        h = mm(x, up, gelu=True)
+        assert torch.equal(h, fused.mlp_up(x, up))  # not listed: torch's GEMM, GELU in its epilogue
+        assert torch.equal(mm(x, up), F.linear(x, up.weight, up.bias))
+        got, torch_out = mm(h, down).float(), F.linear(h, down.weight, down.bias).float()
+    assert 0 < ((got - torch_out).norm() / torch_out.norm()).item() < 1e-2  # listed: the split-K kernel's sums

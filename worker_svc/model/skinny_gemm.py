@@ -194,11 +194,14 @@ class DecodeGemms:
 
     ``shapes``: the [N, K] weight shapes it will be called with. Call as ``mm(x, linear, gelu=False)``.
     ``prefetch_blocks``: with ``pdl``, the K blocks of its weight slab each CTA prefetches into L2 before it waits
-    for the kernel ahead (-1: the whole slab; ``splitk_linear``)."""
+    for the kernel ahead (-1: the whole slab; ``splitk_linear``). ``only`` (None: all): a set of the [N, K] weight
+    shapes (tuples) that take the split-K kernel; the others run torch's GEMM (``fused.mlp_up`` when ``gelu``):
+    the per-projection A/B of ``worker_svc.bench --splitk-only``."""
 
     def __init__(self, shapes, max_rows: int, device: torch.device | str, pdl: bool = False,
                  prefetch_blocks: int = -1):
         self.max_rows, self.pdl, self.prefetch_blocks = max_rows, pdl, prefetch_blocks
+        self.only: set[tuple[int, int]] | None = None
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
         sizes = [workspace_size(m, n, choose(m, k, n, self.sms)) for n, k in shapes for m in range(1, max_rows + 1)]
         self.ws = SplitKWorkspace(max(f for f, _ in sizes), max(t for _, t in sizes), device)
@@ -206,5 +209,9 @@ class DecodeGemms:
     def __call__(self, x: torch.Tensor, linear, gelu: bool = False) -> torch.Tensor:
         """x [M, K] (M <= max_rows) -> linear(x) [M, N], tanh GELU after it when ``gelu``."""
         w = linear.weight
+        if self.only is not None and tuple(w.shape) not in self.only:
+            from worker_svc.model import fused  # (fused imports nothing of this module's)
+
+            return fused.mlp_up(x, linear) if gelu else torch.nn.functional.linear(x, w, linear.bias)
         return splitk_linear(x, w, linear.bias, choose(x.shape[0], w.shape[1], w.shape[0], self.sms), self.ws,
                              gelu=gelu, pdl=self.pdl, prefetch_blocks=self.prefetch_blocks)
