@@ -245,10 +245,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
-    if min(args.attn_splits, args.attn_block_n, args.attn_stages) < 0 or args.attn_block_n & (args.attn_block_n - 1):
-        ap.error("--attn-splits, --attn-block-n (a power of two) and --attn-stages must be >= 0")
+    if min(args.attn_splits, args.attn_stages) < 0 or (args.attn_block_n and (args.attn_block_n < 16 or
+                                                                               args.attn_block_n & (args.attn_block_n - 1))):
+        ap.error("--attn-splits and --attn-stages must be >= 0, --attn-block-n 0 or a power of two >= 16 (tl.dot)")
     forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
-                                ("stages", args.attn_stages), ("fused_merge", args.attn_fused_merge)) if v}
+                                ("stages", args.attn_stages)) if v}
     if args.attn_fused_merge is not None:
         forced["fused_merge"] = args.attn_fused_merge
     if forced:

@@ -87,3 +87,4 @@ def test_decode_gemms_only_some_shapes_take_the_split_k_kernel():
         assert torch.equal(mm(x, up), F.linear(x, up.weight, up.bias))
         got, torch_out = mm(h, down).float(), F.linear(h, down.weight, down.bias).float()
     assert 0 < ((got - torch_out).norm() / torch_out.norm()).item() < 1e-2  # listed: the split-K kernel's sums
+    assert int(mm.ws.counters.abs().sum()) == 0

@@ -80,6 +80,8 @@ def test_matches_float64_reference(interpreted, lens, heads, dim, cfg):
     ([3, 200, 77], 12, 64, DecodeConfig(splits=8, block_n=16, fused_merge=True)),  # spans past the 3-token end
 ])
 def test_fused_merge_matches_the_reference_and_leaves_the_counters_at_zero(interpreted, lens, heads, dim, cfg):
+    """Values and counters only: the interpreter runs CTAs one after another, so ordering between CTAs is the GPU
+    tests' (test_gpu.py, with the partials NaN-filled before each call)."""
     q, k, v, indices, indptr = make(lens, heads, dim, seed=3 + heads)
     scale = 1 / math.sqrt(dim)
     ws = MQADecodeWorkspace(len(lens) + 2, cfg.splits, heads, dim, "cpu")

@@ -56,14 +56,15 @@ def decode_config(batch: int, sms: int, head_dim: int) -> DecodeConfig:
     h200-run12/call1/a, context 1,152): B = 1: 64 splits, 32 rows, 2 stages for head_dim 64 and 128 (4.5 / 5.2 us
     against 5.2 / 6.7 with 32 splits, 64 rows, 3 stages); B = 64: 9 splits, 64 rows, 3 stages for head_dim 64
     (11.0 us), 2 for 128 (18.0 against 19.2); B = 256, head_dim 64: 3 splits, 64 rows, 3 stages (27.3 us).
-    Heads of 128 above two rows take ``ceil(1.5 * sms / batch)`` splits (at most 32) instead: timed alone the
+    Heads of 128 above two rows take ``ceil(1.5 * sms / batch)`` splits (at most 32) instead (measured at B = 16,
+    32, 64 only: the 1B's Triton buckets; above 64 rows it gives 1-2 splits, unmeasured): timed alone the
     kernel prefers more, but in the decode graphs (run 22 call 3, H100, the 1B, GPU time of a step with every
     bucket forced to N splits) B = 64 gave 9 -> 2.05 ms, 6 -> 2.00, 4 -> 1.95, 3 -> 2.00; B = 32 17 -> 1.89,
     6 -> 1.79, 4 -> 1.81; B = 16 flat from 4 to 32 (1.70-1.72), 2.00 at 2 splits: 132 SMs give 4, 7, 13."""
     small = batch <= 2
     splits = splits_for(batch, sms, 64 if small else 32)
     if head_dim >= 128 and not small:  # in the graphs, between the GEMMs, fewer and longer spans pay (run 22)
-        splits = max(1, min(32, math.ceil(1.5 * sms / batch)))
+        splits = max(1, min(32, -(-3 * sms // (2 * batch))))  # ceil(1.5 * sms / batch)
     stages = 2 if small or (head_dim >= 128 and splits > 1) else 3
     return DecodeConfig(splits=splits, block_n=32 if small else 64, warps=4, stages=stages)
 
@@ -79,7 +80,8 @@ def _kernels():
                         stride_outh, H, SPLITS,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
                         FUSED_MERGE: tl.constexpr, PDL: tl.constexpr):
-        if PDL:  # launched before the kernel ahead (the K/V write) finished: let the merge launch, then wait for it
+        if PDL:  # launched before the kernel ahead (the K/V write) finished: let the next kernel launch (the merge,
+            # or with the fused merge the projection after attention), then wait for the one ahead
             tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()
         b = tl.program_id(0)
