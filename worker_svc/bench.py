@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.splitk_only:
         names = args.splitk_only.split(",")
         blk = model.transformer.h[0]
-        lin = {"c_attn": blk.attn.c_attn, "attn.c_proj": blk.attn.c_proj, "c_fc": blk.mlp.c_fc, "mlp.c_proj": blk.mlp.c_proj}
+        lin = {"c_attn": blk.attn.c_attn, "attn.c_proj": blk.attn.c_proj, "c_fc": blk.mlp.c_fc,
+               "mlp.c_proj": blk.mlp.c_proj}
         if model.mm is None or not set(names) <= set(lin):
             ap.error(f"--splitk-only needs --splitk-rows > 0 (CUDA, Triton) and names from {', '.join(lin)}")
         model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}

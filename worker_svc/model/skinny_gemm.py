@@ -195,8 +195,9 @@ class DecodeGemms:
     ``shapes``: the [N, K] weight shapes it will be called with. Call as ``mm(x, linear, gelu=False)``.
     ``prefetch_blocks``: with ``pdl``, the K blocks of its weight slab each CTA prefetches into L2 before it waits
     for the kernel ahead (-1: the whole slab; ``splitk_linear``). ``only`` (None: all): a set of the [N, K] weight
-    shapes (tuples) that take the split-K kernel (a shape names a projection where, as in GPTBigCode, the four differ); the others run torch's GEMM (``fused.mlp_up`` when ``gelu``):
-    the per-projection A/B of ``worker_svc.bench --splitk-only``."""
+    shapes (tuples) that take the split-K kernel (a shape names a projection where, as in GPTBigCode, the four
+    differ); the others run torch's GEMM (``fused.mlp_up`` when ``gelu``): the per-projection A/B of
+    ``worker_svc.bench --splitk-only``."""
 
     def __init__(self, shapes, max_rows: int, device: torch.device | str, pdl: bool = False,
                  prefetch_blocks: int = -1):
