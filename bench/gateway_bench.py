@@ -10,10 +10,11 @@ at once, as a multi-step decode Forward delivers them), so the load's shape is t
 gateway and the client does work.
 
     python -m bench.gateway_bench [--requests 128] [--concurrency 16] [--prompt 1024] [--output 256]
-        [--baseline-ref REF] [--rounds 2] [--out bench/results/cpu-gateway]
+        [--baseline-ref REF | --baseline-flags FLAGS] [--rounds 2] [--out bench/results/cpu-gateway]
 
 ``--baseline-ref``: the gateway of that git revision (a worktree under /tmp) runs the same load in the same run,
-alternated with this checkout's ``--rounds`` times; the ratio of CPU per request is printed. Writes
+alternated with this checkout's ``--rounds`` times; the ratio of CPU per request is printed. ``--baseline-flags``:
+the baseline is this checkout's gateway with those extra flags (``--loop asyncio --http h11``). Writes
 OUT/gateway_bench.json. Linux only (/proc).
 """
 
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import threading
@@ -75,17 +77,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_round(src: Path, model: Path, sched_port: int, payloads: list[dict], concurrency: int, procs: int,
-              port: int) -> dict:
-    """Starts the gateway of checkout ``src``, runs the load, stops it; returns its CPU per request and the load's
-    summary."""
+def one_round(src: Path, flags: list[str], model: Path, sched_port: int, payloads: list[dict], concurrency: int,
+              procs: int, port: int) -> dict:
+    """Starts the gateway of checkout ``src`` with the extra command-line ``flags``, runs the load, stops it; returns
+    its CPU per request and the load's summary."""
     import httpx
 
     from bench import loadgen
 
     env = {**os.environ, "PYTHONPATH": str(src)}
     gw = subprocess.Popen([sys.executable, "-m", "gateway", "--scheduler", f"127.0.0.1:{sched_port}",
-                           "--model-path", str(model), "--port", str(port), "--log-level", "warning"],
+                           "--model-path", str(model), "--port", str(port), "--log-level", "warning", *flags],
                           cwd=src, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -123,6 +125,9 @@ def main() -> None:
     ap.add_argument("--tokens-per-message", type=int, default=8, help="decode steps per Forward")
     ap.add_argument("--first-ms", type=float, default=30.0, help="the stand-in's time to first token")
     ap.add_argument("--baseline-ref", default=None, help="a git revision whose gateway runs the same load")
+    ap.add_argument("--baseline-flags", default=None,
+                    help="the baseline arm: this checkout's gateway with these extra flags (e.g. '--loop asyncio "
+                         "--http h11'); excludes --baseline-ref")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/cpu-gateway")
     ap.add_argument("--serve-paced", nargs=4, metavar=("TOKENIZER", "TICK_S", "PER_MESSAGE", "FIRST_S"),
@@ -138,13 +143,17 @@ def main() -> None:
     sched = subprocess.Popen([sys.executable, "-m", "bench.gateway_bench", "--serve-paced", str(model / "tokenizer.json"),
                               str(args.tick_ms / 1e3), str(args.tokens_per_message), str(args.first_ms / 1e3)],
                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    arms = {"this": ROOT}
+    if args.baseline_ref and args.baseline_flags is not None:
+        ap.error("--baseline-ref and --baseline-flags exclude each other")
+    arms = {"this": (ROOT, [])}
+    if args.baseline_flags is not None:
+        arms["baseline"] = (ROOT, shlex.split(args.baseline_flags))
     if args.baseline_ref:
         wt = Path(f"/tmp/codeserve-gateway-bench-{args.baseline_ref.replace('/', '_')}")
         if not wt.exists():
             subprocess.run(["git", "worktree", "add", "--detach", str(wt), args.baseline_ref], cwd=ROOT, check=True,
                            capture_output=True)
-        arms["baseline"] = wt
+        arms["baseline"] = (wt, [])
     try:
         port = int(sched.stdout.readline())
         rng = random.Random(0)
@@ -153,9 +162,9 @@ def main() -> None:
                     for _ in range(args.requests)]
         rows = []
         for r in range(args.rounds):
-            for name, src in arms.items():
-                row = {"arm": name, "round": r, **one_round(src, model, port, payloads, args.concurrency, args.procs,
-                                                             18777)}
+            for name, (src, flags) in arms.items():
+                row = {"arm": name, "round": r, **one_round(src, flags, model, port, payloads, args.concurrency,
+                                                             args.procs, 18777)}
                 rows.append(row)
                 print(f"{name:8s} round {r}: gateway CPU {row['cpu_ms_per_request']:6.2f} ms a request, busy "
                       f"{row['gateway_busy']:.0%}, TTFT p50 {row['ttft_p50_ms']:.1f} ms, {row['output_tok_s']:.0f} tok/s",
@@ -165,7 +174,8 @@ def main() -> None:
         sched.wait(10)
     mean = {a: sum(r["cpu_ms_per_request"] for r in rows if r["arm"] == a) / args.rounds for a in arms}
     if "baseline" in mean:
-        print(f"CPU per request: this {mean['this']:.2f} ms, baseline ({args.baseline_ref}) {mean['baseline']:.2f} ms, "
+        base = args.baseline_ref or args.baseline_flags
+        print(f"CPU per request: this {mean['this']:.2f} ms, baseline ({base}) {mean['baseline']:.2f} ms, "
               f"x{mean['baseline'] / mean['this']:.2f}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gateway_bench.json").write_text(json.dumps({"args": {k: v for k, v in vars(args).items()

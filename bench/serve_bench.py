@@ -110,7 +110,8 @@ class Bench:
         argv = commands(self.stack.cfg, model)
         for name in ("cache", "worker", "scheduler", "gateway"):
             extra = (["--decode-steps", str(decode_steps), *a.scheduler_flags.split()] if name == "scheduler"
-                     else a.worker_flags.split() if name == "worker" else [])
+                     else a.worker_flags.split() if name == "worker" else a.gateway_flags.split() if name == "gateway"
+                     else [])
             self.stack.start_one(name, argv[name] + extra, timeout=600)
             log(f"{name} ready after {time.monotonic() - t:.1f} s")
         self.decode_steps = decode_steps
@@ -367,6 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-from", default=None, help="serve_bench.json of an earlier --phases hf run on this machine: "
                     "its baselines give the ratios (to run the hf phase and the stack as two commands)")
     ap.add_argument("--worker-flags", default="", help="extra worker flags, space-separated (e.g. --no-extend-whole-graph)")
+    ap.add_argument("--gateway-flags", default="", help="extra gateway flags, space-separated (e.g. --loop asyncio)")
     ap.add_argument("--scheduler-flags", default="", help="extra scheduler flags, space-separated (e.g. "
                     "--no-deliver-after-send)")
     ap.add_argument("--c1-requests", type=int, default=3)

@@ -65,6 +65,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--drain-seconds", type=float, default=5.0,
                         help="on SIGTERM: seconds requests in flight may take to finish; those still running "
                              "1 s before the end get a 503 (an error event when streaming)")
+    parser.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"],
+                        help="the event loop (uvicorn's --loop): uvloop's libuv loop takes a c64 wave's 64 bodies and "
+                             "64 stream ends with less CPU than asyncio's (bench/README.md, session 23)")
+    parser.add_argument("--http", default="httptools", choices=["httptools", "h11"],
+                        help="the HTTP/1.1 parser (uvicorn's --http): httptools (C) or h11 (pure Python)")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     check_ranges(parser, args)
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     app = create_app(replicas.replicas[0].client if replicas.single else replicas, tokenizer, settings)
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, loop=args.loop, http=args.http,
                             timeout_graceful_shutdown=args.drain_seconds)
     server = DrainingServer(config, [r.client for r in replicas.replicas], settings.retry_after_s)
     log.info("serving", switch_interval_s=switch_s, host=args.host, port=port, url=f"http://{args.host}:{port}",

@@ -236,6 +236,10 @@ CHAIN_AFTER_EXTEND = ("the first decode Forward chained behind the extend that e
 CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/scheduler.md); bench/serve_bench's "
                     "nochain phase runs the scheduler without it for the A/B")
 
+GATEWAY_IO = ("the gateway serves on uvloop and httptools (its defaults); asyncio and h11 only for bench/serve_bench's "
+              "A/B (--gateway-flags)")
+ARRIVAL_GATE = ("arrivals wait for a reply once two extends are queued at the worker (scheduler_svc/arrival_gate.py); "
+                "off only for bench/serve_bench's A/B (--scheduler-flags=--no-arrival-gate)")
 CHUNK_PIPELINE = ("chunked prefill pipelined stays on (the next extend sent while one runs: bench/README.md); "
                   "bench/serve_bench's nopipe phase runs the scheduler without it for the A/B")
 
@@ -289,6 +293,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-chunk-pipeline": CHUNK_PIPELINE,
         "--chain-admissions": CHAIN_ADMISSIONS,
         "--no-chain-admissions": CHAIN_ADMISSIONS,
+        "--arrival-gate": ARRIVAL_GATE,
+        "--no-arrival-gate": ARRIVAL_GATE,
         "--chain-after-extend": CHAIN_AFTER_EXTEND,
         "--no-chain-after-extend": CHAIN_AFTER_EXTEND,
         "--adaptive-steps": ADAPTIVE_STEPS,
@@ -305,6 +311,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--pending-ttl": ROUTER_TUNING,
         "--load-interval": ROUTER_TUNING,
         "--cache-probe-timeout": ROUTER_TUNING,
+        "--loop": GATEWAY_IO,
+        "--http": GATEWAY_IO,
     },
 }
 

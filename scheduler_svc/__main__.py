@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chain-after-extend", action=argparse.BooleanOptionalAction, default=True,
                    help="the first decode Forward after an extend that ends every prefill is sent while that extend "
                         "runs (chained behind it); off: the extend's reply is applied first")
+    p.add_argument("--arrival-gate", action=argparse.BooleanOptionalAction, default=True,
+                   help="arrivals admitted while a Forward runs wait for a reply (or a whole chunk of them) once "
+                        "two extends are queued at the worker, so a burst is prefilled in full chunks")
     p.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
                    help="chunked prefill pipelined: send a long prompt's next chunk while the one before it runs, "
                         "so the worker does not idle between chunks")
@@ -126,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                           decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps,
                           overlap=args.overlap, overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
                           chunk_pipeline=args.chunk_pipeline, chain_admissions=args.chain_admissions,
+                          arrival_gate=args.arrival_gate,
                           chain_after_extend=args.chain_after_extend, early_match=args.early_match, deliver_after_send=args.deliver_after_send)
     from scheduler_svc.worker_client import WorkerClient
 
@@ -169,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
              decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
              overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
              chunk_pipeline=cfg.chunk_pipeline, chain_admissions=cfg.chain_admissions, chain_after_extend=cfg.chain_after_extend,
+             arrival_gate=cfg.arrival_gate,
              early_match=cfg.early_match, deliver_after_send=cfg.deliver_after_send,
              worker_stall_timeout=args.worker_stall_timeout)
 

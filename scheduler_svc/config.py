@@ -31,6 +31,9 @@ class SchedulerConfig:
     # the chain starts behind an extend that ends every prefill in flight: the first decode Forward is sent while
     # that extend runs (chain.can_chain), not after its reply is applied (H100 run 21: 14-18 ms idle each time)
     chain_after_extend: bool = True
+    # arrivals admitted while a Forward runs wait, once two extends in flight are unanswered, for a reply or a
+    # whole chunk of them (arrival_gate.py): a trickling burst is prefilled in full chunks, not one extend each
+    arrival_gate: bool = True
     # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
     overlap_mode: str = DEFAULT_OVERLAP_MODE
     # decoding requests ride in extend batches, one step each (vLLM's chunked prefill, SGLang's mixed chunk), so

@@ -37,6 +37,7 @@ import time
 import grpc
 
 from scheduler_svc.admission import NewTokenRatio
+from scheduler_svc.arrival_gate import ArrivalGate
 from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
 from scheduler_svc.chunk_ahead import can_send_ahead
@@ -323,18 +324,19 @@ class Scheduler:
                 self._apply(self.pipeline.pop().batch, reply, head.seq, t0, t0, time.perf_counter())
 
     def _admit_until(self, pending, extend_after: int, ahead_of: int, admit_now: bool) -> int:
-        """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``), each extend sent
-        after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none). Returns the last seq.
-        When nothing has arrived yet, the cache operations deferred so far are sent while the worker runs
-        (``CacheClient.flush_deferred``), so the next arrival's Match does not carry them."""
-        while admit_now or wait_reply_or_arrival(pending, self.intake.wake, self._admissible_arrival,
-                                                 self.cache.flush_deferred):
+        """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``) as ``ArrivalGate``
+        lets them, each extend sent after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none).
+        Returns the last seq. When nothing has arrived yet, the cache operations deferred so far are sent while the
+        worker runs (``CacheClient.flush_deferred``), so the next arrival's Match does not carry them."""
+        gate = ArrivalGate.of(self.pipeline, self.table, self.cfg, self.intake.wake)
+        while (admit_now and gate.open(True, True)) or wait_reply_or_arrival(
+                pending, self.intake.wake, lambda: self._admissible_arrival(gate), self.cache.flush_deferred):
             admit_now = False
             extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent
             self.table.publish()
             if extend is not None:
                 request = self.pipeline.prepare(self._items(extend), after_seq=extend_after, before_seq=ahead_of)
-                extend_after = self.pipeline.send(extend, request).seq
+                extend_after = gate.watch(self.pipeline.send(extend, request)).seq
                 self._stats.add("extends_ahead")
         return extend_after
 
@@ -388,10 +390,10 @@ class Scheduler:
         now = time.perf_counter()
         self._apply(cur.batch, reply, cur.seq, now, now, now)
 
-    def _admissible_arrival(self) -> bool:
-        """Takes new requests; True when some arrived now and the running set has room (admission may still
-        defer them; requests that waited before are tried again only with a new arrival). Raises WorkerStalled
-        when the worker has stopped answering health checks."""
+    def _admissible_arrival(self, gate: ArrivalGate) -> bool:
+        """Takes new requests; True when ``gate`` opens (some arrived now or an extend in flight was answered, the
+        running set has room, the worker is not two extends deep: ``arrival_gate.py``; admission may still defer
+        them). Raises WorkerStalled when the worker has stopped answering health checks."""
         if self.recovery.worker_stalled():
             raise self.recovery.stall_error()
-        return bool(self.budget.took(self.table.take_new())) and len(self.table.running) < self.cfg.max_running_requests
+        return gate.open(bool(self.budget.took(self.table.take_new())), len(self.table.running) < self.cfg.max_running_requests)

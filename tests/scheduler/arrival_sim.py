@@ -81,6 +81,7 @@ class SimWorker:
         self._engine = threading.Lock()
         self.order = ForwardOrder()
         self.busy_s = 0.0  # seconds inside runs (the simulated GPU busy), cumulative
+        self.extends: list[int] = []  # the tokens of each extend run, in run order
 
     def info(self) -> worker_pb2.WorkerInfo:
         return worker_pb2.WorkerInfo(worker_id="sim", epoch="e1", model_name="sim", n_positions=1 << 16, vocab_size=1000,
@@ -100,6 +101,8 @@ class SimWorker:
             reply = forward_response(request.items, TOKEN, forward_seconds=time.perf_counter() - t0,
                                      device_seconds=device_s)
             self.busy_s += reply.forward_seconds
+            if extend:
+                self.extends.append(tokens)
         self.order.done(request.seq)
         return reply
 
@@ -159,6 +162,8 @@ def main() -> None:
     ap.add_argument("--rtt-ms", type=float, default=0.0, help="worker-side cost of an asynchronous Forward outside "
                     "its run, half before and half after (transfer, parsing, reply)")
     ap.add_argument("--chunk-size", type=int, default=8192)
+    ap.add_argument("--arrival-gate", action=argparse.BooleanOptionalAction, default=True,
+                    help="scheduler_svc/arrival_gate.py (--no-arrival-gate: every arrival planned at once)")
     ap.add_argument("--chunk-pipeline", action=argparse.BooleanOptionalAction, default=True,
                     help="send a prompt's next chunk (or the next admissions) while the extend before it runs")
     ap.add_argument("--early-match", action=argparse.BooleanOptionalAction, default=True,
@@ -185,7 +190,8 @@ def main() -> None:
                       SchedulerConfig(decode_steps=a.decode_steps, adaptive_steps=a.adaptive_steps, overlap=a.overlap,
                                       overlap_mode=a.overlap_mode, chunk_size=a.chunk_size, max_running_requests=256,
                                       chunk_pipeline=a.chunk_pipeline, mixed_chunk=a.mixed_chunk,
-                                      early_match=a.early_match, deliver_after_send=a.deliver_after_send),
+                                      early_match=a.early_match, deliver_after_send=a.deliver_after_send,
+                                      arrival_gate=a.arrival_gate),
                       structlog.get_logger())
     sched.budget.run_weight = a.run_weight
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # warnings and up only
@@ -241,7 +247,7 @@ def main() -> None:
     print(f"overlap={a.overlap} mode={a.overlap_mode} rtt={a.rtt_ms} ms K={a.decode_steps} adaptive={a.adaptive_steps} "
           f"fwd+={a.decode_forward_ms} ms step={a.step_ms} ms extend={a.extend_us_per_token} us/token "
           f"prompt={a.prompt_len} new={a.new} concurrency={a.concurrency} chunk={a.chunk_size} "
-          f"chunk_pipeline={a.chunk_pipeline}")
+          f"chunk_pipeline={a.chunk_pipeline} arrival_gate={a.arrival_gate}")
     figures: dict = {}
     if a.typists:
         figures = typists(a, tok, sched, rng, counter)
@@ -307,9 +313,13 @@ def main() -> None:
             drive([p + [rng.randrange(100, 1000) for _ in range(8)] for p in prefixes], 4)
         prompts = [prefixes[i % 4] + [rng.randrange(100, 1000) for _ in range(a.prompt_len - shared)]
                    for i in range(a.requests)]
+        busy0, n0, t0 = worker.busy_s, len(worker.extends), time.perf_counter()
         ttft = sorted(x * 1e3 for x in drive(prompts, a.concurrency))
+        wall, extends = time.perf_counter() - t0, worker.extends[n0:]
         print(f"shared {frac:.2f}: TTFT p50 {statistics.median(ttft):6.1f} ms  p99 {ttft[int(0.99 * (len(ttft) - 1))]:6.1f} ms"
-              f"  extends_ahead {sched.stats['extends_ahead'] if 'extends_ahead' in sched.stats else '-'}")
+              f"  extends_ahead {sched.stats['extends_ahead'] if 'extends_ahead' in sched.stats else '-'}  "
+              f"{a.requests * a.new / wall:.0f} output tok/s, worker busy {(worker.busy_s - busy0) / wall:.1%}, "
+              f"{len(extends)} extends of {statistics.fmean(extends) if extends else 0:.0f} tokens on average")
     sched.stop("done")
     server.server.stop(0)
     if a.json and a.long:  # probe mode wrote its own figures
