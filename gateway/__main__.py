@@ -65,11 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--drain-seconds", type=float, default=5.0,
                         help="on SIGTERM: seconds requests in flight may take to finish; those still running "
                              "1 s before the end get a 503 (an error event when streaming)")
-    parser.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"],
-                        help="the event loop (uvicorn's --loop): uvloop's libuv loop takes a c64 wave's 64 bodies and "
-                             "64 stream ends with less CPU than asyncio's (bench/README.md, session 23)")
-    parser.add_argument("--http", default="httptools", choices=["httptools", "h11"],
-                        help="the HTTP/1.1 parser (uvicorn's --http): httptools (C) or h11 (pure Python)")
+    parser.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop"],
+                        help="the event loop (uvicorn's --loop). uvloop: c64 within noise of asyncio on the H100 (bench/"
+                             "README.md, run 23), and a drain test (a stream's 'shutting down' against the health "
+                             "probe's UNAVAILABLE) raced once with it in CI: not the default")
+    parser.add_argument("--http", default="h11", choices=["h11", "httptools"],
+                        help="the HTTP/1.1 parser (uvicorn's --http): h11 (pure Python) or httptools (C)")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     check_ranges(parser, args)

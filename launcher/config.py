@@ -236,8 +236,8 @@ CHAIN_AFTER_EXTEND = ("the first decode Forward chained behind the extend that e
 CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/scheduler.md); bench/serve_bench's "
                     "nochain phase runs the scheduler without it for the A/B")
 
-GATEWAY_IO = ("the gateway serves on uvloop and httptools (its defaults); asyncio and h11 only for bench/serve_bench's "
-              "A/B (--gateway-flags)")
+GATEWAY_IO = ("the gateway serves on asyncio and h11 (its defaults); uvloop and httptools only for bench/serve_bench's "
+              "A/B (--gateway-flags, bench/README.md run 23)")
 ARRIVAL_GATE = ("arrivals wait for a reply once two extends are queued at the worker (scheduler_svc/arrival_gate.py); "
                 "off only for bench/serve_bench's A/B (--scheduler-flags=--no-arrival-gate)")
 CHUNK_PIPELINE = ("chunked prefill pipelined stays on (the next extend sent while one runs: bench/README.md); "

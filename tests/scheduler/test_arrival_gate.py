@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import pytest
 
 from scheduler_svc.arrival_gate import ArrivalGate, unanswered_extends
-from tests.scheduler.test_chunk_pipeline import CHUNK, TOKEN, ended, loop, settled  # noqa: F401
+from tests.scheduler.test_chunk_pipeline import CHUNK, TOKEN, WAIT_S, ended, loop, settled  # noqa: F401
 
 
 def rids(request) -> list[str]:
@@ -34,6 +35,15 @@ def decoding_with_two_arrival_extends(sched, worker, submit):
     return d, x1, x2
 
 
+def taken(sched, rids: list[str]) -> None:
+    """Waits until the loop has taken exactly ``rids`` from the intake into its waiting queue (read under the GIL: a
+    copy of the queue's ids)."""
+    deadline = time.monotonic() + WAIT_S
+    while sorted(r.rid for r in list(sched.waiting)) != rids:
+        assert time.monotonic() < deadline, f"waiting {sorted(r.rid for r in list(sched.waiting))}, expected {rids}"
+        time.sleep(0.005)
+
+
 def finish(worker, sched, core, reqs) -> None:
     with worker.changed:
         worker.hold = False
@@ -49,7 +59,8 @@ def test_arrivals_behind_two_queued_extends_go_in_one_extend_after_a_reply(loop)
     sched, worker, submit, core = loop
     d, x1, x2 = decoding_with_two_arrival_extends(sched, worker, submit)
     late = [submit(f"y{i}", list(range(500 + 10 * i, 504 + 10 * i)), 2) for i in range(3)]  # 12 tokens < CHUNK
-    assert len(worker.sent) == 5 and sorted(r.rid for r in sched.waiting) == ["y0", "y1", "y2"]
+    taken(sched, ["y0", "y1", "y2"])  # the loop took them (from the intake) and held them
+    assert len(worker.sent) == 5
     worker.answer(worker.sent[3].seq)  # x1's extend answered: one extend queued now
     assert rids(worker.wait_sent(6)[-1]) == ["y0", "y1", "y2"], "the three arrivals went out together"
     finish(worker, sched, core, [d, x1, x2, *late])
