@@ -19,6 +19,7 @@ Writes DIR/attn_bench.json. CUDA and flashinfer only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -36,9 +37,10 @@ WIDE_TILES = ((32, 4, 2), (32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4
 
 
 def case(shape: str, batch: int, context: int, layout: str, layers: int, hbm: float, sms: int,
-         wide: bool = False) -> dict:
+         wide: bool = False, early_v: bool = False) -> dict:
     """One (shape, batch, slot layout): flashinfer's time and every swept Triton configuration's (us, TB/s, the
-    largest difference from flashinfer's output), and the best of them. ``wide``: the ``--wide`` sweep."""
+    largest difference from flashinfer's output), and the best of them. ``wide``: the ``--wide`` sweep; ``early_v``:
+    every configuration with ``DecodeConfig.early_v``."""
     import flashinfer
     from triton.runtime.errors import OutOfResources
 
@@ -79,6 +81,7 @@ def case(shape: str, batch: int, context: int, layout: str, layers: int, hbm: fl
     else:
         configs = {DecodeConfig(s, bn, w, st) for s in {max(1, base // 2), base, min(128, base * 2)}
                    for bn, w, st in ((32, 4, 2), (64, 4, 2), (64, 4, 3), (128, 8, 2))}
+    configs = {dataclasses.replace(c, early_v=early_v) for c in configs}
     tr_out = [torch.empty_like(q) for _ in range(layers)]
     indptr_dev = indptr.to(dev)
     best = None
@@ -121,13 +124,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hbm-tbs", type=float, default=4.1)
     ap.add_argument("--wide", action="store_true", help="sweep every split count from a third to twice the rule's "
                     "(splits_for) and more tiles / stages (WIDE_TILES)")
+    ap.add_argument("--early-v", action="store_true", help="every swept configuration with DecodeConfig.early_v (V "
+                    "loaded with K)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("attn_bench needs CUDA")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     t0 = time.time()
-    results = [case(s, int(b), args.context, lay, args.layers, args.hbm_tbs, sms, args.wide)
+    results = [case(s, int(b), args.context, lay, args.layers, args.hbm_tbs, sms, args.wide, args.early_v)
                for s in args.shapes.split(",") for b in args.batches.split(",") for lay in args.layouts.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "attn_bench.json").write_text(json.dumps({"device": torch.cuda.get_device_name(0), "sms": sms,

@@ -172,7 +172,7 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
 
 def force_decode_config(**fields) -> None:
     """Every Triton decode bucket built from now on takes ``fields`` (``mqa_decode.DecodeConfig``'s: splits,
-    block_n, stages, fused_merge) over ``decode_config``'s choice, the rest of it kept: the bench's in-graph sweep
+    block_n, stages, warps, fused_merge, early_v) over ``decode_config``'s choice, the rest of it kept: the bench's in-graph sweep
     of what ``attn_bench`` sweeps alone."""
     from dataclasses import replace
 
@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None) -> None:
                          "choice; the in-graph sweep of the split count)")
     ap.add_argument("--attn-block-n", type=int, default=0, help="... KV rows a loop step (0: decode_config's)")
     ap.add_argument("--attn-stages", type=int, default=0, help="... pipeline stages (0: decode_config's)")
+    ap.add_argument("--attn-warps", type=int, default=0, help="... warps a CTA (0: decode_config's)")
+    ap.add_argument("--attn-early-v", action=argparse.BooleanOptionalAction, default=None,
+                    help="... V loaded with K, before the QK product (DecodeConfig.early_v; default: decode_config's)")
     ap.add_argument("--attn-fused-merge", action=argparse.BooleanOptionalAction, default=None,
                     help="... the last CTA of a request merges its spans instead of a merge kernel (default: "
                          "decode_config's)")
@@ -245,13 +248,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
-    if min(args.attn_splits, args.attn_stages) < 0 or (args.attn_block_n and (args.attn_block_n < 16 or
+    if min(args.attn_splits, args.attn_stages, args.attn_warps) < 0 or (args.attn_block_n and (args.attn_block_n < 16 or
                                                                                args.attn_block_n & (args.attn_block_n - 1))):
-        ap.error("--attn-splits and --attn-stages must be >= 0, --attn-block-n 0 or a power of two >= 16 (tl.dot)")
+        ap.error("--attn-splits, --attn-stages and --attn-warps must be >= 0, --attn-block-n 0 or a power of two >= 16 "
+                 "(tl.dot)")
     forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
-                                ("stages", args.attn_stages)) if v}
+                                ("stages", args.attn_stages), ("warps", args.attn_warps)) if v}
     if args.attn_fused_merge is not None:
         forced["fused_merge"] = args.attn_fused_merge
+    if args.attn_early_v is not None:
+        forced["early_v"] = args.attn_early_v
     if forced:
         force_decode_config(**forced)
     device = resolve_device(args.device)

@@ -40,6 +40,7 @@ class DecodeConfig:
     warps: int = 4
     stages: int = 3  # the winner of 7 of run 11's 10 swept cases (bench/results/h200-run11/call5)
     fused_merge: bool = False  # the last CTA of a request merges its spans (no merge kernel); splits > 1 only
+    early_v: bool = False  # a loop step issues its V load with its K load, before the QK product (more loads in flight)
 
 
 def splits_for(batch: int, sms: int, max_splits: int = 32) -> int:
@@ -79,7 +80,7 @@ def _kernels():
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
                         stride_outh, H, SPLITS,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
-                        FUSED_MERGE: tl.constexpr, PDL: tl.constexpr):
+                        FUSED_MERGE: tl.constexpr, PDL: tl.constexpr, EARLY_V: tl.constexpr):
         if PDL:  # launched before the kernel ahead (the K/V write) finished: let the next kernel launch (the merge,
             # or with the fused merge the projection after attention), then wait for the one ahead
             tl.extra.cuda.gdc_launch_dependents()
@@ -104,13 +105,16 @@ def _kernels():
             mask_n = offs_n < hi
             slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
             k = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+            if EARLY_V:  # issued now: its latency runs under the QK product and the softmax
+                v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
             qk = tl.dot(q, tl.trans(k)) * scale_log2  # [BLOCK_H, BLOCK_N], base-2 logits
             qk = tl.where(mask_n[None, :], qk, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: each step has a valid row
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(qk - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+            if not EARLY_V:
+                v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         if DIRECT:
@@ -217,7 +221,8 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
                           sm_scale * math.log2(math.e),
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
                           out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
-                          DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, num_warps=cfg.warps, num_stages=cfg.stages,
+                          DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, EARLY_V=cfg.early_v, num_warps=cfg.warps,
+                          num_stages=cfg.stages,
                           **launch)
     if not direct and not fused:
         merge[(B, H)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), cfg.splits,

@@ -1,16 +1,26 @@
 #!/bin/bash
-# Run 23 call 4 (carry [".whl", ".jit"]; prologue as call1.sh): why the decode attention's split-KV kernel is latency-bound
-# (call 3: 11.8% achieved occupancy, 0.15 eligible warps a scheduler, 41% of DRAM): its warps' stall reasons per issued
-# instruction, DRAM bytes, and the instruction mix, at B = 64 (1B shape, context 1,152, the rule's configuration).
+# Run 23 call 4 (carry [".whl", ".jit"]; prologue as call1.sh). (1) Why the decode attention's split-KV kernel is
+# latency-bound (call 3: 11.8% achieved occupancy, 0.15 eligible warps a scheduler, 41% of DRAM): its warps' stall
+# reasons per issued instruction at B = 64 (1B shape, context 1,152); (2) the kernel alone with V loaded beside K
+# (attn_bench --early-v) against call 3's sweep; (3) in the decode graphs, worker bench 1B B = 16 / 32 / 64:
+# the default, --attn-early-v, --attn-warps 8, the default again.
 mkdir -p /tmp/r
 TS=$(date +%s)
+ok() { [ $(( $(date +%s) - TS )) -lt $1 ]; }
 pack() { tar czf $OUT/json.tgz -C /tmp/r .; }
 find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00' {} +
 [ -d .jit ] && cat .jit/jit.part* | tar xzf - -C ~ && echo "jit cache restored"
-timeout 200 ncu --graph-profiling node --kernel-name regex:mqa_decode_part --launch-skip 40 --launch-count 1 \
-  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed_op_ldgsts.sum,smsp__inst_executed_op_global_ld.sum,gpu__time_duration.sum" \
-  --section SourceCounters python3 -m bench.attn_bench --shapes starcoderbase-1b --batches 64 --layouts contiguous \
-  --hbm-tbs 3.35 --out /tmp/r/attn_ncu > /tmp/r/ncu_stalls.txt 2>&1
-grep -vE "^\s*$|==PROF==" /tmp/r/ncu_stalls.txt | grep -E "stalled|dram__|warps_active|inst_executed|l1tex|duration|Stall|Warp Stall|Location|Samples|mqa_decode" | \
-  awk '{ if ($NF+0 > 0.05 || $0 !~ /stalled/) print }' | head -80
+nvidia-smi --query-gpu=name --format=csv,noheader
+A() { n=$1; shift; ok 200 || return; timeout 50 python3 -m worker_svc.bench --shape starcoderbase-1b --dtype bfloat16 --context 1152 \
+  --decode-steps 8 --prefill "" --batches 16,32,64 --json-out /tmp/r/a_$n.json "$@" > /tmp/r/a_$n.txt 2>&1; echo "$n:"
+  grep -E 'replay alone' /tmp/r/a_$n.txt; }
+A default1; A early_v --attn-early-v; A warps8 --attn-warps 8; A default2
+pack; echo "in-graph after $(( $(date +%s) - TS )) s"
+ok 230 && timeout 60 python3 -m bench.attn_bench --shapes starcoderbase-1b --batches 64 --layouts contiguous --hbm-tbs 3.35 \
+  --early-v --out /tmp/r/attn_early_v > /tmp/r/attn_early_v.txt 2>&1; grep -E "B=" /tmp/r/attn_early_v.txt
+ok 240 && timeout 60 ncu --graph-profiling node --kernel-name regex:mqa_decode_part --launch-skip 40 --launch-count 1 \
+  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed_op_ldgsts.sum,smsp__inst_executed_op_global_ld.sum,gpu__time_duration.sum" \
+  python3 -m bench.attn_bench --shapes starcoderbase-1b --batches 64 --layouts contiguous --hbm-tbs 3.35 \
+  --out /tmp/r/attn_ncu > /tmp/r/ncu_stalls.txt 2>&1
+grep -E "stalled|dram__|warps_active|inst_executed|duration" /tmp/r/ncu_stalls.txt | awk '{ if ($NF+0 > 0.1 || $0 !~ /stalled/) print }' | head -40
 pack; echo "done after $(( $(date +%s) - TS )) s"
