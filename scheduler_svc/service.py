@@ -42,10 +42,28 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.metrics = metrics if metrics is not None else RequestMetrics()
         self.max_queued_tokens = max_queued_tokens
         self.draining = threading.Event()
+        self._open = 0  # Generate calls whose handler has not returned (``open_calls``)
+        self._open_changed = threading.Condition()
+
+    def open_calls(self) -> int:
+        """Generate calls whose handler has not returned yet (their last message or status not handed to gRPC)."""
+        with self._open_changed:
+            return self._open
+
+    def wait_calls_ended(self, timeout_s: float) -> bool:
+        """Blocks until every Generate handler returned, at most ``timeout_s`` seconds; True when they all did. The
+        scheduler's shutdown waits for this after ending the streams (``Scheduler.stop``) and before the server
+        stops: a server that stops refuses new calls at once, the gateway's health probe among them, and a gateway
+        that sees the probe fail first abandons the streams with the probe's reason instead of their own ("shutting
+        down"): the race of tests/reliability/test_drain.py in session 23's CI."""
+        with self._open_changed:
+            return self._open_changed.wait_for(lambda: self._open == 0, timeout_s)
 
     def Generate(self, request, context):
         # counted exactly once however the call ends (scheduler_svc/request_metrics.py); a health probe not at all
         call = self.metrics.call(request.health_probe)
+        with self._open_changed:
+            self._open += 1
         try:
             yield from self._generate(request, context, call)
         except Exception:  # _abort's own exception too (it counted its code: failed() is then a no-op)
@@ -54,6 +72,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             raise
         finally:
             call.closed()
+            with self._open_changed:
+                self._open -= 1
+                self._open_changed.notify_all()
 
     @staticmethod
     def _abort(context, call, code: grpc.StatusCode, message: str) -> None:
