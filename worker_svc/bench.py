@@ -172,7 +172,7 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
 
 def force_decode_config(**fields) -> None:
     """Every Triton decode bucket built from now on takes ``fields`` (``mqa_decode.DecodeConfig``'s: splits,
-    block_n, stages, warps, fused_merge, early_v) over ``decode_config``'s choice, the rest of it kept: the bench's in-graph sweep
+    block_n, stages, warps, fused_merge, early_v, merge_rows) over ``decode_config``'s choice, the rest of it kept: the bench's in-graph sweep
     of what ``attn_bench`` sweeps alone."""
     from dataclasses import replace
 
@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attn-warps", type=int, default=0, help="... warps a CTA (0: decode_config's)")
     ap.add_argument("--attn-early-v", action=argparse.BooleanOptionalAction, default=None,
                     help="... V loaded with K, before the QK product (DecodeConfig.early_v; default: decode_config's)")
+    ap.add_argument("--attn-merge-rows", action=argparse.BooleanOptionalAction, default=None,
+                    help="... the merge as one CTA per request (DecodeConfig.merge_rows; default: decode_config's)")
     ap.add_argument("--attn-fused-merge", action=argparse.BooleanOptionalAction, default=None,
                     help="... the last CTA of a request merges its spans instead of a merge kernel (default: "
                          "decode_config's)")
@@ -256,8 +258,9 @@ def main(argv: list[str] | None = None) -> None:
                                 ("stages", args.attn_stages), ("warps", args.attn_warps)) if v}
     if args.attn_fused_merge is not None:
         forced["fused_merge"] = args.attn_fused_merge
-    if args.attn_early_v is not None:
-        forced["early_v"] = args.attn_early_v
+    for field in ("early_v", "merge_rows"):
+        if getattr(args, "attn_" + field) is not None:
+            forced[field] = getattr(args, "attn_" + field)
     if forced:
         force_decode_config(**forced)
     device = resolve_device(args.device)

@@ -266,12 +266,16 @@ def test_piecewise_extend_graphs_match_eager(model_dir, prompts, fused, splitk_r
         assert max(abs(x - y) for x, y in zip(la, lb)) < 5e-2
 
 
-@pytest.mark.parametrize("heads,dim,splits,fused_merge", [(16, 128, 1, False), (16, 128, 6, False), (12, 64, 64, False),
-                                                         (48, 128, 3, False), (16, 128, 6, True), (12, 64, 64, True)])
-def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, fused_merge):
+@pytest.mark.parametrize("heads,dim,splits,extra", [
+    (16, 128, 1, {}), (16, 128, 6, {}), (12, 64, 64, {}), (48, 128, 3, {}), (16, 128, 6, {"fused_merge": True}),
+    (12, 64, 64, {"fused_merge": True}), (16, 128, 4, {"early_v": True}), (12, 64, 1, {"early_v": True}),
+    (16, 128, 4, {"merge_rows": True}), (12, 64, 64, {"merge_rows": True})])
+def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, extra):
     """The Triton multi-query decode kernel (worker_svc/attention/mqa_decode.py) on the GPU in bf16, one split
-    and several (spans past the end of the 1-token request included), the merge as a kernel or by each request's
-    last CTA (``fused_merge``, called twice: the counters are back at 0), against float32 attention."""
+    and several (spans past the end of the 1-token request included), the merge as a kernel (one CTA per head, or
+    per request: ``merge_rows``) or by each request's last CTA (``fused_merge``, called twice: the counters are
+    back at 0), V loaded with K (``early_v``), against float32 attention."""
+    fused_merge = extra.get("fused_merge", False)
     from tests.worker.test_mqa_decode_interpreter import make, reference
     from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode
 
@@ -284,14 +288,15 @@ def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, fused_m
         if ws is not None:  # no stale partials: a merge that read a span before it was written would give NaN
             ws.o.fill_(float("nan"))
             ws.lse.fill_(float("nan"))
-        got = mqa_decode(*g, dim ** -0.5, DecodeConfig(splits=splits, fused_merge=fused_merge), ws)
+        got = mqa_decode(*g, dim ** -0.5, DecodeConfig(splits=splits, **extra), ws)
         assert (got.double().cpu() - want).abs().max().item() < 2e-2
     if fused_merge:
         assert ws.counters.tolist() == [0] * 5
 
 
-@pytest.mark.parametrize("splits,fused_merge", [(1, False), (9, False), (9, True)])
-def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits, fused_merge):
+@pytest.mark.parametrize("splits,extra", [(1, {}), (9, {}), (9, {"fused_merge": True}), (4, {"early_v": True}),
+                                          (4, {"merge_rows": True})])
+def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits, extra):
     """With ``pdl`` both kernels launch early and wait for the kernel ahead: inside a captured graph, behind a
     PDL-launched K/V write (``fused.write_kv``, as the model runs it) of the very slots attention reads, the output
     is bit-equal to plain launches (same kernels, same order of sums) and sees the K/V just written."""
@@ -306,7 +311,7 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits,
     last = indptr[1:].long() - 1
     slots = indices[last].long()  # each request's newest slot, written by the K/V write first
     qkv = torch.randn(len(lens), heads * dim + 2 * dim, device=dev).bfloat16()
-    cfg = DecodeConfig(splits=splits, fused_merge=fused_merge)
+    cfg = DecodeConfig(splits=splits, **extra)
     outs = []
     for pdl in (False, True):
         kk, vv = k.clone(), v.clone()

@@ -41,6 +41,8 @@ class DecodeConfig:
     stages: int = 3  # the winner of 7 of run 11's 10 swept cases (bench/results/h200-run11/call5)
     fused_merge: bool = False  # the last CTA of a request merges its spans (no merge kernel); splits > 1 only
     early_v: bool = False  # a loop step issues its V load with its K load, before the QK product (more loads in flight)
+    merge_rows: bool = False  # the merge as one CTA per request (all its heads, a loop over the splits) instead of
+    # one per (request, head): B CTAs of 4 warps for B * n_head of 2 (call 3 of run 23: 1,024 CTAs, 4.7 us at B = 64)
 
 
 def splits_for(batch: int, sms: int, max_splits: int = 32) -> int:
@@ -165,7 +167,30 @@ def _kernels():
         res = tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)
         tl.store(out_ptr + b * stride_outb + h * stride_outh + offs_d, res.to(out_ptr.dtype.element_ty))
 
-    return mqa_decode_part, mqa_decode_merge
+    @triton.jit
+    def mqa_decode_merge_rows(o_ptr, lse_ptr, out_ptr, stride_ob, stride_os, stride_outb, stride_outh, H, SPLITS,
+                              D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+        if PDL:  # as mqa_decode_merge
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+        b = tl.program_id(0)  # one CTA per request: all its heads, the splits in a loop
+        offs_s = tl.arange(0, BLOCK_S)
+        offs_h = tl.arange(0, BLOCK_H)
+        offs_d = tl.arange(0, D)
+        lse = tl.load(lse_ptr + (b * SPLITS + offs_s[:, None]) * BLOCK_H + offs_h[None, :],
+                      mask=(offs_s < SPLITS)[:, None], other=float("-inf"))  # [BLOCK_S, BLOCK_H]
+        m = tl.max(lse, 0)  # [BLOCK_H]; finite: every request has a span with a token
+        total = tl.zeros([BLOCK_H, D], tl.float32)
+        weight = tl.zeros([BLOCK_H], tl.float32)
+        for t in range(SPLITS):
+            w = tl.exp2(tl.load(lse_ptr + (b * SPLITS + t) * BLOCK_H + offs_h) - m)  # 0 for an empty span
+            part = tl.load(o_ptr + b * stride_ob + t * stride_os + offs_h[:, None] * D + offs_d[None, :])
+            total += w[:, None] * part
+            weight += w
+        tl.store(out_ptr + b * stride_outb + offs_h[:, None] * stride_outh + offs_d[None, :],
+                 (total / weight[:, None]).to(out_ptr.dtype.element_ty), mask=(offs_h < H)[:, None])
+
+    return mqa_decode_part, mqa_decode_merge, mqa_decode_merge_rows
 
 
 def block_heads(n_head: int) -> int:
@@ -211,7 +236,7 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1):
         raise ValueError(f"out must be q's shape {tuple(q.shape)} and dtype with unit stride in head_dim")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
-    part, merge = _kernels()
+    part, merge, merge_rows = _kernels()
     bh = block_heads(H)
     direct = cfg.splits == 1
     launch = {"launch_pdl": True} if pdl else {}
@@ -224,8 +249,11 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
                           DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, EARLY_V=cfg.early_v, num_warps=cfg.warps,
                           num_stages=cfg.stages,
                           **launch)
-    if not direct and not fused:
+    block_s = max(2, 1 << (cfg.splits - 1).bit_length())
+    if not direct and not fused and cfg.merge_rows:
+        merge_rows[(B,)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), H,
+                         cfg.splits, D=D, BLOCK_H=bh, BLOCK_S=block_s, PDL=pdl, num_warps=4, **launch)
+    elif not direct and not fused:
         merge[(B, H)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), cfg.splits,
-                      D=D, BLOCK_H=bh, BLOCK_S=max(2, 1 << (cfg.splits - 1).bit_length()), PDL=pdl, num_warps=2,
-                      **launch)
+                      D=D, BLOCK_H=bh, BLOCK_S=block_s, PDL=pdl, num_warps=2, **launch)
     return out
