@@ -14,7 +14,7 @@ gateway and the client does work.
 
 ``--baseline-ref``: the gateway of that git revision (a worktree under /tmp) runs the same load in the same run,
 alternated with this checkout's ``--rounds`` times; the ratio of CPU per request is printed. ``--baseline-flags``:
-the baseline is this checkout's gateway with those extra flags (``--loop asyncio --http h11``). Writes
+the baseline is this checkout's gateway with those extra flags (``--loop uvloop --http httptools``). Writes
 OUT/gateway_bench.json. Linux only (/proc).
 """
 
@@ -126,13 +126,15 @@ def main() -> None:
     ap.add_argument("--first-ms", type=float, default=30.0, help="the stand-in's time to first token")
     ap.add_argument("--baseline-ref", default=None, help="a git revision whose gateway runs the same load")
     ap.add_argument("--baseline-flags", default=None,
-                    help="the baseline arm: this checkout's gateway with these extra flags (e.g. '--loop asyncio "
-                         "--http h11'); excludes --baseline-ref")
+                    help="the baseline arm: this checkout's gateway with these extra flags (e.g. '--loop uvloop "
+                         "--http httptools'); excludes --baseline-ref")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/cpu-gateway")
     ap.add_argument("--serve-paced", nargs=4, metavar=("TOKENIZER", "TICK_S", "PER_MESSAGE", "FIRST_S"),
                     help=argparse.SUPPRESS)  # the stand-in's own process
     args = ap.parse_args()
+    if args.baseline_ref and args.baseline_flags is not None:
+        ap.error("--baseline-ref and --baseline-flags exclude each other")
     if args.serve_paced:
         tok, tick, per, first = args.serve_paced
         serve_paced(tok, float(tick), int(per), float(first))
@@ -143,8 +145,6 @@ def main() -> None:
     sched = subprocess.Popen([sys.executable, "-m", "bench.gateway_bench", "--serve-paced", str(model / "tokenizer.json"),
                               str(args.tick_ms / 1e3), str(args.tokens_per_message), str(args.first_ms / 1e3)],
                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    if args.baseline_ref and args.baseline_flags is not None:
-        ap.error("--baseline-ref and --baseline-flags exclude each other")
     arms = {"this": (ROOT, [])}
     if args.baseline_flags is not None:
         arms["baseline"] = (ROOT, shlex.split(args.baseline_flags))

@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-from", default=None, help="serve_bench.json of an earlier --phases hf run on this machine: "
                     "its baselines give the ratios (to run the hf phase and the stack as two commands)")
     ap.add_argument("--worker-flags", default="", help="extra worker flags, space-separated (e.g. --no-extend-whole-graph)")
-    ap.add_argument("--gateway-flags", default="", help="extra gateway flags, space-separated (e.g. --loop asyncio)")
+    ap.add_argument("--gateway-flags", default="", help="extra gateway flags, space-separated (e.g. --loop uvloop)")
     ap.add_argument("--scheduler-flags", default="", help="extra scheduler flags, space-separated (e.g. "
                     "--no-deliver-after-send)")
     ap.add_argument("--c1-requests", type=int, default=3)

@@ -9,8 +9,8 @@ extends ran at ~290k (an eager extend costs ~2 ms of its own, and the worker wai
 
 ``ArrivalGate.open`` admits only while fewer than ``depth`` extends in flight are unanswered (one running, one
 queued behind it), or when the waiting requests' tokens fill a whole chunk. A closed gate opens again when one
-of those extends is answered (its reply sets the loop's ``wake``: ``watch``), and what came in meanwhile goes
-in one extend. The held requests start no later than they would have: the worker runs extends in order, so
+of those extends is answered (its reply sets the loop's ``wake``: ``watch``; a reply that came between two windows
+is caught by ``admit_first`` at the next window's start), and what came in meanwhile goes in one extend. The held requests start no later than they would have: the worker runs extends in order, so
 theirs would have waited behind the queued one anyway. A planning that admitted nothing (the pool could not
 fund it) is tried again only after a new arrival or a reply, never in a loop.
 """
@@ -46,6 +46,12 @@ class ArrivalGate:
                    lambda: sum(r.pending_tokens for r in table.waiting), cfg.chunk_size,
                    QUEUED_EXTENDS if cfg.arrival_gate else 0, wake)
 
+    def admit_first(self, admit_now: bool, room: bool) -> bool:
+        """Whether a window of ``_admit_until`` tries the waiting requests before it waits: ``admit_now`` (the
+        loop's own rule), or, with the gate on, any request waiting with ``room``: one held in an earlier window,
+        whose releasing reply came between the two windows, is tried again (``open`` still checks the depth)."""
+        return admit_now or (self.depth > 0 and room and self._waiting_tokens() > 0)
+
     def open(self, arrived: bool, room: bool) -> bool:
         """True when the waiting requests are planned now: something changed since the last look (``arrived``:
         new requests were taken; or an extend in flight was answered), ``room`` in the running set, and the worker
@@ -61,8 +67,9 @@ class ArrivalGate:
     def watch(self, sent):
         """Extend ``sent`` (``Pipeline.send``'s InFlight) went out: its reply wakes the loop
         (``pending.add_done_callback``) and it counts as queued. Returns ``sent``."""
-        self._last_queued += 1
-        sent.pending.add_done_callback(self.wake.set)
+        if self.depth:  # the gate off: replies wake nothing, as before
+            self._last_queued += 1
+            sent.pending.add_done_callback(self.wake.set)
         return sent
 
 

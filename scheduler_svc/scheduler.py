@@ -310,8 +310,8 @@ class Scheduler:
     def _drain_extends(self) -> None:
         """Applies the extends in flight ahead of the decode Forward at the pipeline's tail, admitting while each
         runs (``_admit_until``: after the last extend, ahead of that decode): first the requests already waiting
-        (taken at the top of the round: they must not wait for this extend's reply), then arrivals. A failure
-        drops all."""
+        (taken at the top of the round: they do not wait for this extend's reply unless two extends are queued,
+        ``arrival_gate.py``), then arrivals. A failure drops all."""
         admit_now = admits_first(len(self.table.waiting), len(self.table.running), self.cfg)
         with self.recovery.dropping_in_flight():
             while len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
@@ -324,11 +324,11 @@ class Scheduler:
                 self._apply(self.pipeline.pop().batch, reply, head.seq, t0, t0, time.perf_counter())
 
     def _admit_until(self, pending, extend_after: int, ahead_of: int, admit_now: bool) -> int:
-        """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``) as ``ArrivalGate``
-        lets them, each extend sent after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none).
-        Returns the last seq. When nothing has arrived yet, the cache operations deferred so far are sent while the
-        worker runs (``CacheClient.flush_deferred``), so the next arrival's Match does not carry them."""
+        """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``) as ``ArrivalGate`` lets
+        them, each extend after the previous one (first: ``extend_after``), ahead of ``ahead_of`` (0: none); returns the
+        last seq. While nothing arrives, the cache operations deferred so far go out (``CacheClient.flush_deferred``)."""
         gate = ArrivalGate.of(self.pipeline, self.table, self.cfg, self.intake.wake)
+        admit_now = gate.admit_first(admit_now, len(self.table.running) < self.cfg.max_running_requests)
         while (admit_now and gate.open(True, True)) or wait_reply_or_arrival(
                 pending, self.intake.wake, lambda: self._admissible_arrival(gate), self.cache.flush_deferred):
             admit_now = False

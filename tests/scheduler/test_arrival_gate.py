@@ -66,6 +66,30 @@ def test_arrivals_behind_two_queued_extends_go_in_one_extend_after_a_reply(loop)
     finish(worker, sched, core, [d, x1, x2, *late])
 
 
+def test_arrivals_held_in_one_window_go_out_when_the_reply_came_between_windows(loop):
+    """x1's reply lands while the loop applies decode N (between N's admission window and the next one, at
+    ``_drain_extends``): the next window tries the held arrivals at its start (``ArrivalGate.admit_first``), with
+    chain admissions off too; before, nothing reopened the gate and they waited behind N+1 (review of session 23)."""
+    sched, worker, submit, core = loop
+    sched.cfg = dataclasses.replace(sched.cfg, chain_admissions=False)
+    d, x1, x2 = decoding_with_two_arrival_extends(sched, worker, submit)
+    late = [submit(f"y{i}", list(range(500 + 10 * i, 504 + 10 * i)), 2) for i in range(3)]
+    taken(sched, ["y0", "y1", "y2"])
+    n_seq, x1_seq = worker.sent[1].seq, worker.sent[3].seq
+    apply = sched._apply
+
+    def apply_landing_x1(batch, reply, seq, *rest):
+        if seq == n_seq:
+            worker.answer(x1_seq)  # between the windows: N's has ended, the next has not begun
+        return apply(batch, reply, seq, *rest)
+
+    sched._apply = apply_landing_x1
+    worker.answer(n_seq)
+    sent = worker.wait_sent(6)  # N+1 (sent[2]) stays unanswered: only the next window can send them
+    assert rids(sent[5]) == ["y0", "y1", "y2"] and sent[2].seq not in worker.answered
+    finish(worker, sched, core, [d, x1, x2, *late])
+
+
 def test_a_whole_chunk_of_arrivals_goes_out_without_a_reply(loop):
     sched, worker, submit, core = loop
     d, x1, x2 = decoding_with_two_arrival_extends(sched, worker, submit)
@@ -124,4 +148,9 @@ def test_the_gate_opens_on_an_arrival_or_a_reply_below_its_depth_or_for_a_whole_
     inflight[1].pending.is_done = True
     assert gate.open(arrived=False, room=True) == (depth == 2), "a reply opens it (off: arrivals only)"
     assert not gate.open(arrived=False, room=True)
-    assert inflight[2].pending.callbacks == [wake.set]
+    assert inflight[2].pending.callbacks == ([wake.set] if depth else []), "the gate off: replies wake nothing"
+    fresh = ArrivalGate(lambda: unanswered_extends(inflight), lambda: waiting[0], 16, depth, wake)
+    assert fresh.admit_first(False, room=True) == (depth == 2), "a new window tries the held requests (gate on)"
+    assert not fresh.admit_first(False, room=False) and fresh.admit_first(True, room=False)
+    waiting[0] = 0
+    assert not fresh.admit_first(False, room=True)

@@ -8,8 +8,9 @@ all ``n_head`` heads of one request against a span of its KV: the heads are the 
 splits)`` tokens, found on the device from ``kv_indptr``), so nothing is planned on the host and the launch is
 capturable in a CUDA graph with any lengths. Each CTA writes its span's normalized output and log-sum-exp
 (float32, base 2); a second kernel, one CTA per (request, head), merges the spans with the weights ``2^(lse_s - max lse)`` (the
-split-KV merge of FlashDecoding: Dao et al., 2023, "Flash-Decoding for long-context inference"). With one split
-the first kernel writes the output itself.
+split-KV merge of FlashDecoding: Dao et al., 2023, "Flash-Decoding for long-context inference"; with
+``DecodeConfig.merge_rows`` one CTA per request, all heads, the splits in a loop). With one split the first kernel
+writes the output itself.
 
 Semantics are ``attention.base``'s for decode batches (one new token per request, which sees its whole KV):
 ``q [B, n_head, head_dim]``, the pool's ``k``/``v`` ``[slots, 1, head_dim]``, ``kv_indices`` int32 slots,
@@ -42,7 +43,8 @@ class DecodeConfig:
     fused_merge: bool = False  # the last CTA of a request merges its spans (no merge kernel); splits > 1 only
     early_v: bool = False  # a loop step issues its V load with its K load, before the QK product (more loads in flight)
     merge_rows: bool = False  # the merge as one CTA per request (all its heads, a loop over the splits) instead of
-    # one per (request, head): B CTAs of 4 warps for B * n_head of 2 (call 3 of run 23: 1,024 CTAs, 4.7 us at B = 64)
+    # one per (request, head): B CTAs of 4 warps for B * n_head of 2 (call 3 of run 23: 1,024 CTAs, 4.7 us at B = 64);
+    # fused_merge, when set, takes precedence
 
 
 def splits_for(batch: int, sms: int, max_splits: int = 32) -> int:
@@ -184,7 +186,8 @@ def _kernels():
         weight = tl.zeros([BLOCK_H], tl.float32)
         for t in range(SPLITS):
             w = tl.exp2(tl.load(lse_ptr + (b * SPLITS + t) * BLOCK_H + offs_h) - m)  # 0 for an empty span
-            part = tl.load(o_ptr + b * stride_ob + t * stride_os + offs_h[:, None] * D + offs_d[None, :])
+            part = tl.load(o_ptr + b * stride_ob + t * stride_os + offs_h[:, None] * D + offs_d[None, :],
+                           mask=(offs_h < H)[:, None], other=0.0)  # padding head rows: never written, not read
             total += w[:, None] * part
             weight += w
         tl.store(out_ptr + b * stride_outb + offs_h[:, None] * stride_outh + offs_d[None, :],
