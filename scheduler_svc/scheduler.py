@@ -332,6 +332,7 @@ class Scheduler:
         while (admit_now and gate.open(True, True)) or wait_reply_or_arrival(
                 pending, self.intake.wake, lambda: self._admissible_arrival(gate), self.cache.flush_deferred):
             admit_now = False
+            self.table.abort(held=self.pipeline.request_ids())  # one aborted while the gate held it: not prefilled
             extend = self.planner.extend(new_only=True)  # admitted ones are in an extend already sent
             self.table.publish()
             if extend is not None:
@@ -391,9 +392,8 @@ class Scheduler:
         self._apply(cur.batch, reply, cur.seq, now, now, now)
 
     def _admissible_arrival(self, gate: ArrivalGate) -> bool:
-        """Takes new requests; True when ``gate`` opens (some arrived now or an extend in flight was answered, the
-        running set has room, the worker is not two extends deep: ``arrival_gate.py``; admission may still defer
-        them). Raises WorkerStalled when the worker has stopped answering health checks."""
+        """Takes new requests; True when ``gate`` opens (``arrival_gate.py``; admission may still defer them). Raises
+        WorkerStalled when the worker has stopped answering health checks."""
         if self.recovery.worker_stalled():
             raise self.recovery.stall_error()
         return gate.open(bool(self.budget.took(self.table.take_new())), len(self.table.running) < self.cfg.max_running_requests)

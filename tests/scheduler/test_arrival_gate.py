@@ -90,6 +90,18 @@ def test_arrivals_held_in_one_window_go_out_when_the_reply_came_between_windows(
     finish(worker, sched, core, [d, x1, x2, *late])
 
 
+def test_an_arrival_aborted_while_held_is_not_prefilled(loop):
+    sched, worker, submit, core = loop
+    d, x1, x2 = decoding_with_two_arrival_extends(sched, worker, submit)
+    late = [submit(f"y{i}", list(range(500 + 10 * i, 504 + 10 * i)), 2) for i in range(3)]
+    taken(sched, ["y0", "y1", "y2"])
+    assert sched.abort("y1")  # an editor's next keystroke
+    worker.answer(worker.sent[3].seq)
+    assert rids(worker.wait_sent(6)[-1]) == ["y0", "y2"], "y1 was aborted before the gate let them go"
+    assert ended(late[1])[1] == "abort"
+    finish(worker, sched, core, [d, x1, x2, late[0], late[2]])
+
+
 def test_a_whole_chunk_of_arrivals_goes_out_without_a_reply(loop):
     sched, worker, submit, core = loop
     d, x1, x2 = decoding_with_two_arrival_extends(sched, worker, submit)
