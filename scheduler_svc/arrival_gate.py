@@ -9,9 +9,10 @@ extends ran at ~290k (an eager extend costs ~2 ms of its own, and the worker wai
 
 ``ArrivalGate.open`` admits only while fewer than ``depth`` extends in flight are unanswered (one running, one
 queued behind it), or when the waiting requests' tokens fill a whole chunk. A closed gate opens again when one
-of those extends is answered (its reply sets the loop's ``wake``: ``watch``; a reply that came between two windows
-is caught by ``admit_first`` at the next window's start), and what came in meanwhile goes in one extend. The held requests start no later than they would have: the worker runs extends in order, so
-theirs would have waited behind the queued one anyway. A planning that admitted nothing (the pool could not
+of those extends is answered (its reply sets the loop's ``wake``: ``watch``; a reply that came between two
+windows is caught by ``admit_first`` at the next window's start), and what came in meanwhile goes in one extend.
+The held requests start no later than they would have: the worker runs extends in order, so theirs would have
+waited behind the queued one anyway. A planning that admitted nothing (the pool could not
 fund it) is tried again only after a new arrival or a reply, never in a loop.
 """
 
@@ -28,7 +29,7 @@ class ArrivalGate:
     """Decides, at each wake-up of one ``_admit_until`` window, whether the waiting requests are planned now.
 
     ``queued()``: the extends in flight whose reply is not in (counted from the pipeline each time);
-    ``waiting_tokens()``: the prompt tokens of the waiting requests (``Req.pending_tokens`` summed);
+    ``waiting_tokens()``: the prompt tokens of the waiting requests (``RequestTable.waiting_tokens``);
     ``chunk_tokens``: the chunk budget (``SchedulerConfig.chunk_size``); ``depth``: ``QUEUED_EXTENDS``, or 0 to
     admit at every wake-up (the gate off). ``wake``: the loop's intake event, set by each watched reply."""
 
@@ -43,7 +44,7 @@ class ArrivalGate:
         """The gate of the loop's ``pipeline`` (``Pipeline``: its extends in flight), ``table`` (``RequestTable``:
         the waiting requests), ``cfg`` (``SchedulerConfig``: ``chunk_size``, ``arrival_gate``) and ``wake``."""
         return cls(lambda: unanswered_extends(pipeline.inflight),
-                   lambda: sum(r.pending_tokens for r in table.waiting), cfg.chunk_size,
+                   table.waiting_tokens, cfg.chunk_size,
                    QUEUED_EXTENDS if cfg.arrival_gate else 0, wake)
 
     def admit_first(self, admit_now: bool, room: bool) -> bool:

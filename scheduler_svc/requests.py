@@ -93,7 +93,12 @@ class RequestTable:
 
     def publish(self) -> None:
         """Publishes (held, waiting, waiting tokens) for other threads (``GetLoad``, the queue bound)."""
-        self.snapshot = (self.held(), len(self.waiting), sum(len(r.prompt_ids) + len(r.output_ids) for r in self.waiting))
+        self.snapshot = (self.held(), len(self.waiting), self.waiting_tokens())
+
+    def waiting_tokens(self) -> int:
+        """The tokens of the waiting requests' prompts (with the output of a retracted one: what its prefill
+        recomputes)."""
+        return sum(len(r.prompt_ids) + len(r.output_ids) for r in self.waiting)
 
     def where(self, req: Req) -> Stance | None:
         """Where ``req`` stands; None when the table does not hold it (not taken yet, or gone)."""

@@ -172,8 +172,8 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
 
 def force_decode_config(**fields) -> None:
     """Every Triton decode bucket built from now on takes ``fields`` (``mqa_decode.DecodeConfig``'s: splits,
-    block_n, stages, warps, fused_merge, early_v, merge_rows) over ``decode_config``'s choice, the rest of it kept: the bench's in-graph sweep
-    of what ``attn_bench`` sweeps alone."""
+    block_n, stages, warps, fused_merge, early_v, merge_rows) over ``decode_config``'s choice, the rest of it kept:
+    the bench's in-graph sweep of what ``attn_bench`` sweeps alone."""
     from dataclasses import replace
 
     from worker_svc.attention import triton_decode
@@ -256,9 +256,7 @@ def main(argv: list[str] | None = None) -> None:
                  "(tl.dot)")
     forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
                                 ("stages", args.attn_stages), ("warps", args.attn_warps)) if v}
-    if args.attn_fused_merge is not None:
-        forced["fused_merge"] = args.attn_fused_merge
-    for field in ("early_v", "merge_rows"):
+    for field in ("fused_merge", "early_v", "merge_rows"):
         if getattr(args, "attn_" + field) is not None:
             forced[field] = getattr(args, "attn_" + field)
     if forced:

@@ -250,13 +250,14 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
                           out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
                           DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, EARLY_V=cfg.early_v, num_warps=cfg.warps,
-                          num_stages=cfg.stages,
-                          **launch)
+                          num_stages=cfg.stages, **launch)
+    if direct or fused:
+        return out
     block_s = max(2, 1 << (cfg.splits - 1).bit_length())
-    if not direct and not fused and cfg.merge_rows:
+    if cfg.merge_rows:
         merge_rows[(B,)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), H,
                          cfg.splits, D=D, BLOCK_H=bh, BLOCK_S=block_s, PDL=pdl, num_warps=4, **launch)
-    elif not direct and not fused:
+    else:
         merge[(B, H)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), cfg.splits,
                       D=D, BLOCK_H=bh, BLOCK_S=block_s, PDL=pdl, num_warps=2, **launch)
     return out
