@@ -172,7 +172,7 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
 
 def force_decode_config(**fields) -> None:
     """Every Triton decode bucket built from now on takes ``fields`` (``mqa_decode.DecodeConfig``'s: splits,
-    block_n, stages, warps, fused_merge, early_v, merge_rows) over ``decode_config``'s choice, the rest of it kept:
+    block_n, stages, warps, fused_merge, early_v, prefetch, merge_rows) over ``decode_config``'s choice, the rest of it kept:
     the bench's in-graph sweep of what ``attn_bench`` sweeps alone."""
     from dataclasses import replace
 
@@ -200,6 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attn-warps", type=int, default=0, help="... warps a CTA (0: decode_config's)")
     ap.add_argument("--attn-early-v", action=argparse.BooleanOptionalAction, default=None,
                     help="... V loaded with K, before the QK product (DecodeConfig.early_v; default: decode_config's)")
+    ap.add_argument("--attn-prefetch", action=argparse.BooleanOptionalAction, default=None,
+                    help="... the next step's K/V loaded before this step's math (DecodeConfig.prefetch; default: "
+                         "decode_config's)")
     ap.add_argument("--attn-merge-rows", action=argparse.BooleanOptionalAction, default=None,
                     help="... the merge as one CTA per request (DecodeConfig.merge_rows; default: decode_config's)")
     ap.add_argument("--attn-fused-merge", action=argparse.BooleanOptionalAction, default=None,
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
                  "(tl.dot)")
     forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
                                 ("stages", args.attn_stages), ("warps", args.attn_warps)) if v}
-    for field in ("fused_merge", "early_v", "merge_rows"):
+    for field in ("fused_merge", "early_v", "prefetch", "merge_rows"):
         if getattr(args, "attn_" + field) is not None:
             forced[field] = getattr(args, "attn_" + field)
     if forced:

@@ -269,12 +269,14 @@ def test_piecewise_extend_graphs_match_eager(model_dir, prompts, fused, splitk_r
 @pytest.mark.parametrize("heads,dim,splits,extra", [
     (16, 128, 1, {}), (16, 128, 6, {}), (12, 64, 64, {}), (48, 128, 3, {}), (16, 128, 6, {"fused_merge": True}),
     (12, 64, 64, {"fused_merge": True}), (16, 128, 4, {"early_v": True}), (12, 64, 1, {"early_v": True}),
-    (16, 128, 4, {"merge_rows": True}), (12, 64, 64, {"merge_rows": True})])
+    (16, 128, 4, {"merge_rows": True}), (12, 64, 64, {"merge_rows": True}), (16, 128, 4, {"prefetch": True}),
+    (12, 64, 1, {"prefetch": True}), (16, 128, 18, {"prefetch": True, "merge_rows": True})])
 def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, extra):
     """The Triton multi-query decode kernel (worker_svc/attention/mqa_decode.py) on the GPU in bf16, one split
     and several (spans past the end of the 1-token request included), the merge as a kernel (one CTA per head, or
     per request: ``merge_rows``) or by each request's last CTA (``fused_merge``, called twice: the counters are
-    back at 0), V loaded with K (``early_v``), against float32 attention."""
+    back at 0), V loaded with K (``early_v``), the next step's K/V loaded ahead (``prefetch``), against float32
+    attention."""
     fused_merge = extra.get("fused_merge", False)
     from tests.worker.test_mqa_decode_interpreter import make, reference
     from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode
@@ -295,7 +297,7 @@ def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, extra):
 
 
 @pytest.mark.parametrize("splits,extra", [(1, {}), (9, {}), (9, {"fused_merge": True}), (4, {"early_v": True}),
-                                          (4, {"merge_rows": True})])
+                                          (4, {"merge_rows": True}), (4, {"prefetch": True, "stages": 1})])
 def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits, extra):
     """With ``pdl`` both kernels launch early and wait for the kernel ahead: inside a captured graph, behind a
     PDL-launched K/V write (``fused.write_kv``, as the model runs it) of the very slots attention reads, the output

@@ -65,6 +65,9 @@ def make(lens, heads, dim, slots=4096, seed=0, strided=False):
     ([300], 48, 64, DecodeConfig(splits=5, block_n=64)),
     ([1, 5, 64, 130], 16, 128, DecodeConfig(splits=3, block_n=32, early_v=True)),  # V loaded with K
     ([3, 200, 77], 12, 64, DecodeConfig(splits=1, block_n=16, early_v=True)),
+    ([1, 5, 64, 130], 16, 128, DecodeConfig(splits=3, block_n=32, prefetch=True)),  # the next step loaded ahead
+    ([3, 200, 77], 12, 64, DecodeConfig(splits=1, block_n=16, prefetch=True)),
+    ([3, 200, 77], 12, 64, DecodeConfig(splits=8, block_n=16, prefetch=True)),  # empty spans, one-step spans
     ([1, 5, 64, 130], 16, 128, DecodeConfig(splits=3, block_n=32, merge_rows=True)),  # one merge CTA a request
     ([3, 200, 77], 12, 64, DecodeConfig(splits=8, block_n=16, merge_rows=True)),  # empty spans, 12 of 16 head rows
 ])

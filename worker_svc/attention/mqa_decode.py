@@ -42,6 +42,8 @@ class DecodeConfig:
     stages: int = 3  # the winner of 7 of run 11's 10 swept cases (bench/results/h200-run11/call5)
     fused_merge: bool = False  # the last CTA of a request merges its spans (no merge kernel); splits > 1 only
     early_v: bool = False  # a loop step issues its V load with its K load, before the QK product (more loads in flight)
+    prefetch: bool = False  # a loop step issues the next step's K/V and the slots of the one after before its own
+    # math (registers double-buffered by hand; Triton's pipeliner is left to stages): one memory latency a step
     merge_rows: bool = False  # the merge as one CTA per request (all its heads, a loop over the splits) instead of
     # one per (request, head): B CTAs of 4 warps for B * n_head of 2 (call 3 of run 23: 1,024 CTAs, 4.7 us at B = 64);
     # fused_merge, when set, takes precedence
@@ -79,12 +81,28 @@ def _kernels():
     import triton
     import triton.language as tl
 
+    global _online_step  # a module global: Triton's interpreter resolves a kernel's callees there, not in closures
+
+    @triton.jit
+    def _online_step(q, k, v, mask_n, m_i, l_i, acc, scale_log2):
+        """One KV step of the online softmax: q [BLOCK_H, D] against k, v [BLOCK_N, D] (rows past the span
+        masked by mask_n) -> the running max m_i, sum l_i [BLOCK_H] and output acc [BLOCK_H, D], base 2."""
+        qk = tl.dot(q, tl.trans(k)) * scale_log2  # [BLOCK_H, BLOCK_N], base-2 logits
+        qk = tl.where(mask_n[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: each step has a valid row
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        return m_new, l_i, acc
+
     @triton.jit
     def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr, cnt_ptr,
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
                         stride_outh, H, SPLITS,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
-                        FUSED_MERGE: tl.constexpr, PDL: tl.constexpr, EARLY_V: tl.constexpr):
+                        FUSED_MERGE: tl.constexpr, PDL: tl.constexpr, EARLY_V: tl.constexpr,
+                        PREFETCH: tl.constexpr):
         if PDL:  # launched before the kernel ahead (the K/V write) finished: let the next kernel launch (the merge,
             # or with the fused merge the projection after attention), then wait for the one ahead
             tl.extra.cuda.gdc_launch_dependents()
@@ -104,23 +122,42 @@ def _kernels():
         m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, D], tl.float32)
-        for off in range(lo, hi, BLOCK_N):
-            offs_n = off + tl.arange(0, BLOCK_N)
-            mask_n = offs_n < hi
-            slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
-            k = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-            if EARLY_V:  # issued now: its latency runs under the QK product and the softmax
-                v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-            qk = tl.dot(q, tl.trans(k)) * scale_log2  # [BLOCK_H, BLOCK_N], base-2 logits
-            qk = tl.where(mask_n[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: each step has a valid row
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            if not EARLY_V:
-                v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
+        if PREFETCH:  # slots two steps ahead, K/V one step ahead: each step waits for one load, issued a step ago
+            offs_n = lo + tl.arange(0, BLOCK_N)
+            slot = tl.load(idx_ptr + offs_n, mask=offs_n < hi, other=0).to(tl.int64)
+            k = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=(offs_n < hi)[:, None], other=0.0)
+            v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=(offs_n < hi)[:, None], other=0.0)
+            offs_n = offs_n + BLOCK_N
+            slot = tl.load(idx_ptr + offs_n, mask=offs_n < hi, other=0).to(tl.int64)
+            for off in range(lo, hi, BLOCK_N):
+                next_ok = (off + BLOCK_N + tl.arange(0, BLOCK_N)) < hi
+                k_next = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=next_ok[:, None], other=0.0)
+                v_next = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=next_ok[:, None], other=0.0)
+                offs_n = off + 2 * BLOCK_N + tl.arange(0, BLOCK_N)
+                slot = tl.load(idx_ptr + offs_n, mask=offs_n < hi, other=0).to(tl.int64)
+                mask_n = (off + tl.arange(0, BLOCK_N)) < hi
+                m_i, l_i, acc = _online_step(q, k, v, mask_n, m_i, l_i, acc, scale_log2)
+                k = k_next
+                v = v_next
+        else:
+            for off in range(lo, hi, BLOCK_N):
+                offs_n = off + tl.arange(0, BLOCK_N)
+                mask_n = offs_n < hi
+                slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
+                k = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+                if EARLY_V:  # issued now: its latency runs under the QK product and the softmax
+                    v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+                    m_i, l_i, acc = _online_step(q, k, v, mask_n, m_i, l_i, acc, scale_log2)
+                else:
+                    qk = tl.dot(q, tl.trans(k)) * scale_log2  # [BLOCK_H, BLOCK_N], base-2 logits
+                    qk = tl.where(mask_n[None, :], qk, float("-inf"))
+                    m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: each step has a valid row
+                    alpha = tl.exp2(m_i - m_new)
+                    p = tl.exp2(qk - m_new[:, None])
+                    l_i = l_i * alpha + tl.sum(p, 1)
+                    v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+                    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+                    m_i = m_new
         if DIRECT:
             o = acc / l_i[:, None]
             tl.store(out_ptr + b * stride_outb + offs_h[:, None] * stride_outh + offs_d[None, :],
@@ -249,7 +286,8 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
                           sm_scale * math.log2(math.e),
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
                           out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
-                          DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, EARLY_V=cfg.early_v, num_warps=cfg.warps,
+                          DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, EARLY_V=cfg.early_v,
+                          PREFETCH=cfg.prefetch, num_warps=cfg.warps,
                           num_stages=cfg.stages, **launch)
     if direct or fused:
         return out
