@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run 23 call 4 (carry [".whl", ".jit"]; prologue as call1.sh). (1) Why the decode attention's split-KV kernel is
+# Run 24 call 1 (written as run 23 call 4; carry [".whl", ".jit"]; prologue as call1.sh). (1) Why the decode attention's split-KV kernel is
 # latency-bound (call 3: 11.8% achieved occupancy, 0.15 eligible warps a scheduler, 41% of DRAM): its warps' stall
 # reasons per issued instruction at B = 64 (1B shape, context 1,152); (2) the kernel alone with V loaded beside K
 # (attn_bench --early-v, --merge-rows) against call 3's sweep; (3) in the decode graphs, worker bench 1B B = 16 / 32 / 64:

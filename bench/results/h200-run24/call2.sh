@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run 24 call 5 (session 24; carry [".whl", ".jit"]; prologue as run 23's call1.sh): the targets of issue 15 with every
+# Run 24 call 2 (session 24; carry [".whl", ".jit"]; prologue as run 23's call1.sh): the targets of issue 15 with every
 # default, on whatever card came (the log's first line names it): (1) serve_bench 1B hf,c64,c256,c1 with transformers'
 # compiled static generate in the same run; (2) worker bench 1B B = 1 / 64 / 256, prefill 1,024 and 8,192; tiny B = 1 /
 # 64, prefill 1,024; (3) tests/worker/test_gpu.py whole.
