@@ -203,6 +203,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attn-prefetch", action=argparse.BooleanOptionalAction, default=None,
                     help="... the next step's K/V loaded before this step's math (DecodeConfig.prefetch; default: "
                          "decode_config's)")
+    ap.add_argument("--attn-l2-rows", type=int, default=0,
+                    help="... this many extra rows of CTAs read the projection after attention into L2 "
+                         "(DecodeConfig.l2_rows; 0: decode_config's)")
+    ap.add_argument("--l2-norm-ctas", type=int, default=0,
+                    help="decode batches: each fused norm runs this many extra CTAs that read the projection after "
+                         "it into L2 (the model's l2_prefetch_ctas; 0: none)")
     ap.add_argument("--attn-merge-rows", action=argparse.BooleanOptionalAction, default=None,
                     help="... the merge as one CTA per request (DecodeConfig.merge_rows; default: decode_config's)")
     ap.add_argument("--attn-fused-merge", action=argparse.BooleanOptionalAction, default=None,
@@ -258,7 +264,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--attn-splits, --attn-stages and --attn-warps must be >= 0, --attn-block-n 0 or a power of two >= 16 "
                  "(tl.dot)")
     forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
-                                ("stages", args.attn_stages), ("warps", args.attn_warps)) if v}
+                                ("stages", args.attn_stages), ("warps", args.attn_warps),
+                                ("l2_rows", args.attn_l2_rows)) if v}
     for field in ("fused_merge", "early_v", "prefetch", "merge_rows"):
         if getattr(args, "attn_" + field) is not None:
             forced[field] = getattr(args, "attn_" + field)
@@ -279,6 +286,8 @@ def main(argv: list[str] | None = None) -> None:
         args.splitk_rows = auto_splitk_rows(cfg)
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
+    if args.l2_norm_ctas:  # decode batches only (up to the graphs' largest): prefill GEMMs are compute-bound
+        model.l2_prefetch_ctas, model.l2_prefetch_rows = args.l2_norm_ctas, max(args.cuda_graph_max_batch, 1)
     if args.splitk_only:
         names = args.splitk_only.split(",")
         blk = model.transformer.h[0]

@@ -297,11 +297,14 @@ def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, extra):
 
 
 @pytest.mark.parametrize("splits,extra", [(1, {}), (9, {}), (9, {"fused_merge": True}), (4, {"early_v": True}),
-                                          (4, {"merge_rows": True}), (4, {"prefetch": True, "stages": 1})])
+                                          (4, {"merge_rows": True}), (4, {"prefetch": True, "stages": 1}),
+                                          (4, {"l2_rows": 2}), (1, {"l2_rows": 3})])
 def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits, extra):
     """With ``pdl`` both kernels launch early and wait for the kernel ahead: inside a captured graph, behind a
     PDL-launched K/V write (``fused.write_kv``, as the model runs it) of the very slots attention reads, the output
-    is bit-equal to plain launches (same kernels, same order of sums) and sees the K/V just written."""
+    is bit-equal to plain launches (same kernels, same order of sums) and sees the K/V just written. With
+    ``l2_rows`` the extra CTAs read a weight into L2 (they return before the wait): the output is the one without
+    them."""
     from tests.worker.test_mqa_decode_interpreter import make
     from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode
     from worker_svc.model import fused
@@ -314,7 +317,13 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits,
     slots = indices[last].long()  # each request's newest slot, written by the K/V write first
     qkv = torch.randn(len(lens), heads * dim + 2 * dim, device=dev).bfloat16()
     cfg = DecodeConfig(splits=splits, **extra)
+    pf = torch.randn(2304, 2048, device=dev).bfloat16() if cfg.l2_rows else None  # a c_attn-sized weight
     outs = []
+    if pf is not None:  # the reference: the same kernels without the prefetch CTAs, plain launches
+        kk, vv = k.clone(), v.clone()
+        ws = MQADecodeWorkspace(len(lens), splits, heads, dim, dev) if splits > 1 else None
+        fused.write_kv(qkv, kk, vv, slots, heads * dim, dim)
+        plain = mqa_decode(q, kk, vv, indices, indptr, dim ** -0.5, DecodeConfig(splits=splits), ws)
     for pdl in (False, True):
         kk, vv = k.clone(), v.clone()
         ws = MQADecodeWorkspace(len(lens), splits, heads, dim, dev) if splits > 1 else None
@@ -322,7 +331,7 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits,
 
         def step():
             fused.write_kv(qkv, kk, vv, slots, heads * dim, dim, pdl=pdl)
-            mqa_decode(q, kk, vv, indices, indptr, dim ** -0.5, cfg, ws, out, pdl=pdl)
+            mqa_decode(q, kk, vv, indices, indptr, dim ** -0.5, cfg, ws, out, pdl=pdl, prefetch=pf)
 
         step()  # compiles outside the capture
         torch.cuda.synchronize()
@@ -342,6 +351,8 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits,
         torch.cuda.synchronize()
         assert torch.equal(out, outs[-1])
     assert torch.equal(outs[0], outs[1])
+    if pf is not None:
+        assert torch.equal(outs[0], plain)
 
 
 @pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])

@@ -44,6 +44,8 @@ class DecodeConfig:
     early_v: bool = False  # a loop step issues its V load with its K load, before the QK product (more loads in flight)
     prefetch: bool = False  # a loop step issues the next step's K/V and the slots of the one after before its own
     # math (registers double-buffered by hand; Triton's pipeliner is left to stages): one memory latency a step
+    l2_rows: int = 0  # with a tensor to prefetch (``mqa_decode``'s ``prefetch``: the projection after attention),
+    # this many extra rows of ``splits`` CTAs read it into L2 while the others attend (0: none)
     merge_rows: bool = False  # the merge as one CTA per request (all its heads, a loop over the splits) instead of
     # one per (request, head): B CTAs of 4 warps for B * n_head of 2 (call 3 of run 23: 1,024 CTAs, 4.7 us at B = 64);
     # fused_merge, when set, takes precedence
@@ -81,7 +83,7 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    global _online_step  # a module global: Triton's interpreter resolves a kernel's callees there, not in closures
+    global _online_step, _prefetch_share  # module globals: Triton's interpreter resolves a kernel's callees there, not in closures
 
     @triton.jit
     def _online_step(q, k, v, mask_n, m_i, l_i, acc, scale_log2):
@@ -97,18 +99,35 @@ def _kernels():
         return m_new, l_i, acc
 
     @triton.jit
+    def _prefetch_share(cta, ctas, ptr, lines):
+        """CTA ``cta`` of ``ctas`` issues ``prefetch.global.L2::evict_last`` for its contiguous share of the
+        ``lines`` 128-byte lines at ``ptr`` (a 2-byte tensor: 64 elements a line); nothing waits for them."""
+        per = tl.cdiv(lines, ctas)
+        first = cta * per
+        last = tl.minimum(first + per, lines)
+        for i in range(first, last, 512):
+            line = tl.minimum(i + tl.arange(0, 512), last - 1).to(tl.int64)
+            tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0;", "=r,l", [ptr + line * 64],
+                                      dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
     def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr, cnt_ptr,
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
-                        stride_outh, H, SPLITS,
+                        stride_outh, H, SPLITS, n_rows, pf_ptr, pf_lines, pf_ctas,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
                         FUSED_MERGE: tl.constexpr, PDL: tl.constexpr, EARLY_V: tl.constexpr,
-                        PREFETCH: tl.constexpr):
+                        PREFETCH: tl.constexpr, L2_PREFETCH: tl.constexpr):
         if PDL:  # launched before the kernel ahead (the K/V write) finished: let the next kernel launch (the merge,
             # or with the fused merge the projection after attention), then wait for the one ahead
             tl.extra.cuda.gdc_launch_dependents()
-            tl.extra.cuda.gdc_wait()
         b = tl.program_id(0)
         s = tl.program_id(1)
+        if L2_PREFETCH:
+            if b >= n_rows:  # a prefetch CTA: its share of the next projection's 128-byte lines into L2, no wait
+                _prefetch_share((b - n_rows) * SPLITS + s, pf_ctas, pf_ptr, pf_lines)
+                return
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         start = tl.load(indptr_ptr + b)
         n = tl.load(indptr_ptr + b + 1) - start
         per = tl.cdiv(n, SPLITS)
@@ -254,15 +273,18 @@ class MQADecodeWorkspace:
 
 def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: torch.Tensor, kv_indptr: torch.Tensor,
                sm_scale: float, cfg: DecodeConfig, ws: MQADecodeWorkspace | None = None,
-               out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
+               out: torch.Tensor | None = None, pdl: bool = False,
+               prefetch: torch.Tensor | None = None) -> torch.Tensor:
     """Decode attention of ``q`` (``[B, n_head, head_dim]``, float16 / bfloat16, head_dim a power of two >= 16)
     over one K/V head: ``k``, ``v`` ``[slots, 1, head_dim]`` (the pool's layer, q's dtype), request b's KV the
     slots ``kv_indices[kv_indptr[b]:kv_indptr[b+1]]`` (int32, on q's device; every request has at least one).
     Returns ``out`` (``[B, n_head, head_dim]``, q's dtype; allocated when None). ``cfg.splits`` > 1 needs ``ws``
     (``MQADecodeWorkspace`` of at least B rows and exactly ``cfg.splits`` splits). ``pdl``: both kernels as
     programmatic dependent launches (sm90; each lets the next launch at once and waits for the one ahead before it
-    reads anything, so only the launch latency overlaps: the model's other Triton kernels do the same). Raises
-    ValueError for a shape, dtype or workspace that does not fit."""
+    reads anything, so only the launch latency overlaps: the model's other Triton kernels do the same).
+    ``prefetch`` (a contiguous 2-byte tensor, e.g. the next projection's weight): with ``cfg.l2_rows`` > 0, that
+    many extra rows of CTAs read it into L2 (evict-last) while the others attend. Raises ValueError for a shape,
+    dtype or workspace that does not fit."""
     B, H, D = q.shape
     if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must share float16 / bfloat16 (got {q.dtype}, {k.dtype}, {v.dtype})")
@@ -282,12 +304,17 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
     launch = {"launch_pdl": True} if pdl else {}
     o, lse = (out, out) if direct else (ws.o, ws.lse)
     fused = cfg.fused_merge and not direct
-    part[(B, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, ws.counters if fused else kv_indptr,
+    l2 = cfg.l2_rows if prefetch is not None else 0
+    if l2 and (prefetch.element_size() != 2 or not prefetch.is_contiguous()):
+        raise ValueError(f"prefetch must be a contiguous 2-byte tensor (got {prefetch.dtype})")
+    pf_lines = prefetch.numel() // 64 if l2 else 0
+    part[(B + l2, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, ws.counters if fused else kv_indptr,
                           sm_scale * math.log2(math.e),
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
-                          out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
+                          out.stride(0), out.stride(1), H, cfg.splits, B, prefetch if l2 else q, pf_lines,
+                          max(1, l2 * cfg.splits), D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
                           DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, EARLY_V=cfg.early_v,
-                          PREFETCH=cfg.prefetch, num_warps=cfg.warps,
+                          PREFETCH=cfg.prefetch, L2_PREFETCH=l2 > 0, num_warps=cfg.warps,
                           num_stages=cfg.stages, **launch)
     if direct or fused:
         return out
