@@ -172,7 +172,7 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
 
 def force_decode_config(**fields) -> None:
     """Every Triton decode bucket built from now on takes ``fields`` (``mqa_decode.DecodeConfig``'s: splits,
-    block_n, stages, warps, fused_merge, early_v, prefetch, merge_rows) over ``decode_config``'s choice, the rest of it kept:
+    block_n, stages, warps, l2_rows) over ``decode_config``'s choice, the rest of it kept:
     the bench's in-graph sweep of what ``attn_bench`` sweeps alone."""
     from dataclasses import replace
 
@@ -198,22 +198,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attn-block-n", type=int, default=0, help="... KV rows a loop step (0: decode_config's)")
     ap.add_argument("--attn-stages", type=int, default=0, help="... pipeline stages (0: decode_config's)")
     ap.add_argument("--attn-warps", type=int, default=0, help="... warps a CTA (0: decode_config's)")
-    ap.add_argument("--attn-early-v", action=argparse.BooleanOptionalAction, default=None,
-                    help="... V loaded with K, before the QK product (DecodeConfig.early_v; default: decode_config's)")
-    ap.add_argument("--attn-prefetch", action=argparse.BooleanOptionalAction, default=None,
-                    help="... the next step's K/V loaded before this step's math (DecodeConfig.prefetch; default: "
-                         "decode_config's)")
     ap.add_argument("--attn-l2-rows", type=int, default=0,
                     help="... this many extra rows of CTAs read the projection after attention into L2 "
                          "(DecodeConfig.l2_rows; 0: decode_config's)")
     ap.add_argument("--l2-norm-ctas", type=int, default=0,
                     help="decode batches: each fused norm runs this many extra CTAs that read the projection after "
                          "it into L2 (the model's l2_prefetch_ctas; 0: none)")
-    ap.add_argument("--attn-merge-rows", action=argparse.BooleanOptionalAction, default=None,
-                    help="... the merge as one CTA per request (DecodeConfig.merge_rows; default: decode_config's)")
-    ap.add_argument("--attn-fused-merge", action=argparse.BooleanOptionalAction, default=None,
-                    help="... the last CTA of a request merges its spans instead of a merge kernel (default: "
-                         "decode_config's)")
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="the decode rows' sampling temperature (0: greedy; > 0: the draw with top_k 50, as a "
                          "sampling workload runs it)")
@@ -266,9 +256,6 @@ def main(argv: list[str] | None = None) -> None:
     forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
                                 ("stages", args.attn_stages), ("warps", args.attn_warps),
                                 ("l2_rows", args.attn_l2_rows)) if v}
-    for field in ("fused_merge", "early_v", "prefetch", "merge_rows"):
-        if getattr(args, "attn_" + field) is not None:
-            forced[field] = getattr(args, "attn_" + field)
     if forced:
         force_decode_config(**forced)
     device = resolve_device(args.device)

@@ -266,18 +266,11 @@ def test_piecewise_extend_graphs_match_eager(model_dir, prompts, fused, splitk_r
         assert max(abs(x - y) for x, y in zip(la, lb)) < 5e-2
 
 
-@pytest.mark.parametrize("heads,dim,splits,extra", [
-    (16, 128, 1, {}), (16, 128, 6, {}), (12, 64, 64, {}), (48, 128, 3, {}), (16, 128, 6, {"fused_merge": True}),
-    (12, 64, 64, {"fused_merge": True}), (16, 128, 4, {"early_v": True}), (12, 64, 1, {"early_v": True}),
-    (16, 128, 4, {"merge_rows": True}), (12, 64, 64, {"merge_rows": True}), (16, 128, 4, {"prefetch": True}),
-    (12, 64, 1, {"prefetch": True}), (16, 128, 18, {"prefetch": True, "merge_rows": True})])
-def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, extra):
+@pytest.mark.parametrize("heads,dim,splits", [(16, 128, 1), (16, 128, 6), (12, 64, 64), (48, 128, 3)])
+def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits):
     """The Triton multi-query decode kernel (worker_svc/attention/mqa_decode.py) on the GPU in bf16, one split
-    and several (spans past the end of the 1-token request included), the merge as a kernel (one CTA per head, or
-    per request: ``merge_rows``) or by each request's last CTA (``fused_merge``, called twice: the counters are
-    back at 0), V loaded with K (``early_v``), the next step's K/V loaded ahead (``prefetch``), against float32
-    attention."""
-    fused_merge = extra.get("fused_merge", False)
+    and several (spans past the end of the 1-token request included; the merge kernel, one CTA per (request,
+    head)), against float32 attention."""
     from tests.worker.test_mqa_decode_interpreter import make, reference
     from worker_svc.attention.mqa_decode import DecodeConfig, MQADecodeWorkspace, mqa_decode
 
@@ -286,19 +279,14 @@ def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits, extra):
     g = [t.to(dev) for t in (q.bfloat16(), k.bfloat16(), v.bfloat16(), indices, indptr)]
     ws = MQADecodeWorkspace(5, splits, heads, dim, dev) if splits > 1 else None
     want = reference(*(t.cpu() for t in g), dim ** -0.5)
-    for _ in range(2 if fused_merge else 1):
-        if ws is not None:  # no stale partials: a merge that read a span before it was written would give NaN
-            ws.o.fill_(float("nan"))
-            ws.lse.fill_(float("nan"))
-        got = mqa_decode(*g, dim ** -0.5, DecodeConfig(splits=splits, **extra), ws)
-        assert (got.double().cpu() - want).abs().max().item() < 2e-2
-    if fused_merge:
-        assert ws.counters.tolist() == [0] * 5
+    if ws is not None:  # no stale partials: a merge that read a span before it was written would give NaN
+        ws.o.fill_(float("nan"))
+        ws.lse.fill_(float("nan"))
+    got = mqa_decode(*g, dim ** -0.5, DecodeConfig(splits=splits), ws)
+    assert (got.double().cpu() - want).abs().max().item() < 2e-2
 
 
-@pytest.mark.parametrize("splits,extra", [(1, {}), (9, {}), (9, {"fused_merge": True}), (4, {"early_v": True}),
-                                          (4, {"merge_rows": True}), (4, {"prefetch": True, "stages": 1}),
-                                          (4, {"l2_rows": 2}), (1, {"l2_rows": 3})])
+@pytest.mark.parametrize("splits,extra", [(1, {}), (9, {}), (4, {"l2_rows": 2}), (1, {"l2_rows": 3})])
 def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits, extra):
     """With ``pdl`` both kernels launch early and wait for the kernel ahead: inside a captured graph, behind a
     PDL-launched K/V write (``fused.write_kv``, as the model runs it) of the very slots attention reads, the output
@@ -347,7 +335,7 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits,
         if ws is not None:  # no stale partials (as above)
             ws.o.fill_(float("nan"))
             ws.lse.fill_(float("nan"))
-        graph.replay()  # again: the fused merge's counters were set back to 0 by the replay before
+        graph.replay()  # again, over NaN partials: the replay writes every span before its merge reads it
         torch.cuda.synchronize()
         assert torch.equal(out, outs[-1])
     assert torch.equal(outs[0], outs[1])

@@ -8,15 +8,12 @@ all ``n_head`` heads of one request against a span of its KV: the heads are the 
 splits)`` tokens, found on the device from ``kv_indptr``), so nothing is planned on the host and the launch is
 capturable in a CUDA graph with any lengths. Each CTA writes its span's normalized output and log-sum-exp
 (float32, base 2); a second kernel, one CTA per (request, head), merges the spans with the weights ``2^(lse_s - max lse)`` (the
-split-KV merge of FlashDecoding: Dao et al., 2023, "Flash-Decoding for long-context inference"; with
-``DecodeConfig.merge_rows`` one CTA per request, all heads, the splits in a loop). With one split the first kernel
-writes the output itself.
+split-KV merge of FlashDecoding: Dao et al., 2023, "Flash-Decoding for long-context inference"). With one split the
+first kernel writes the output itself.
 
 Semantics are ``attention.base``'s for decode batches (one new token per request, which sees its whole KV):
 ``q [B, n_head, head_dim]``, the pool's ``k``/``v`` ``[slots, 1, head_dim]``, ``kv_indices`` int32 slots,
-``kv_indptr`` int32 ``[B+1]``. ``DecodeConfig.fused_merge``: no merge kernel; each CTA takes a ticket from its
-request's counter after writing its span and the last one merges (the serial fix-up of ``model/skinny_gemm.py``):
-one kernel a layer instead of two. Softmax in float32 (online, base 2), output in q's dtype. Not bit-equal to
+``kv_indptr`` int32 ``[B+1]``. Softmax in float32 (online, base 2), output in q's dtype. Not bit-equal to
 flashinfer (another summation order); tests/worker/test_mqa_decode_interpreter.py checks it against a float64
 reference in Triton's interpreter, ``bench/attn_bench.py`` against flashinfer on the GPU.
 
@@ -40,15 +37,8 @@ class DecodeConfig:
     block_n: int = 64
     warps: int = 4
     stages: int = 3  # the winner of 7 of run 11's 10 swept cases (bench/results/h200-run11/call5)
-    fused_merge: bool = False  # the last CTA of a request merges its spans (no merge kernel); splits > 1 only
-    early_v: bool = False  # a loop step issues its V load with its K load, before the QK product (more loads in flight)
-    prefetch: bool = False  # a loop step issues the next step's K/V and the slots of the one after before its own
-    # math (registers double-buffered by hand; Triton's pipeliner is left to stages): one memory latency a step
     l2_rows: int = 0  # with a tensor to prefetch (``mqa_decode``'s ``prefetch``: the projection after attention),
     # this many extra rows of ``splits`` CTAs read it into L2 while the others attend (0: none)
-    merge_rows: bool = False  # the merge as one CTA per request (all its heads, a loop over the splits) instead of
-    # one per (request, head): B CTAs of 4 warps for B * n_head of 2 (call 3 of run 23: 1,024 CTAs, 4.7 us at B = 64);
-    # fused_merge, when set, takes precedence
 
 
 def splits_for(batch: int, sms: int, max_splits: int = 32) -> int:
@@ -83,20 +73,7 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    global _online_step, _prefetch_share  # module globals: Triton's interpreter resolves a kernel's callees there, not in closures
-
-    @triton.jit
-    def _online_step(q, k, v, mask_n, m_i, l_i, acc, scale_log2):
-        """One KV step of the online softmax: q [BLOCK_H, D] against k, v [BLOCK_N, D] (rows past the span
-        masked by mask_n) -> the running max m_i, sum l_i [BLOCK_H] and output acc [BLOCK_H, D], base 2."""
-        qk = tl.dot(q, tl.trans(k)) * scale_log2  # [BLOCK_H, BLOCK_N], base-2 logits
-        qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: each step has a valid row
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        return m_new, l_i, acc
+    global _prefetch_share  # a module global: Triton's interpreter resolves a kernel's callees there, not in closures
 
     @triton.jit
     def _prefetch_share(cta, ctas, ptr, lines):
@@ -111,14 +88,13 @@ def _kernels():
                                       dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
-    def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr, cnt_ptr,
+    def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr,
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
                         stride_outh, H, SPLITS, n_rows, pf_ptr, pf_lines, pf_ctas,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
-                        FUSED_MERGE: tl.constexpr, PDL: tl.constexpr, EARLY_V: tl.constexpr,
-                        PREFETCH: tl.constexpr, L2_PREFETCH: tl.constexpr):
+                        PDL: tl.constexpr, L2_PREFETCH: tl.constexpr):
         if PDL:  # launched before the kernel ahead (the K/V write) finished: let the next kernel launch (the merge,
-            # or with the fused merge the projection after attention), then wait for the one ahead
+            # or with one split the projection after attention), then wait for the one ahead
             tl.extra.cuda.gdc_launch_dependents()
         b = tl.program_id(0)
         s = tl.program_id(1)
@@ -141,42 +117,20 @@ def _kernels():
         m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, D], tl.float32)
-        if PREFETCH:  # slots two steps ahead, K/V one step ahead: each step waits for one load, issued a step ago
-            offs_n = lo + tl.arange(0, BLOCK_N)
-            slot = tl.load(idx_ptr + offs_n, mask=offs_n < hi, other=0).to(tl.int64)
-            k = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=(offs_n < hi)[:, None], other=0.0)
-            v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=(offs_n < hi)[:, None], other=0.0)
-            offs_n = offs_n + BLOCK_N
-            slot = tl.load(idx_ptr + offs_n, mask=offs_n < hi, other=0).to(tl.int64)
-            for off in range(lo, hi, BLOCK_N):
-                next_ok = (off + BLOCK_N + tl.arange(0, BLOCK_N)) < hi
-                k_next = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=next_ok[:, None], other=0.0)
-                v_next = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=next_ok[:, None], other=0.0)
-                offs_n = off + 2 * BLOCK_N + tl.arange(0, BLOCK_N)
-                slot = tl.load(idx_ptr + offs_n, mask=offs_n < hi, other=0).to(tl.int64)
-                mask_n = (off + tl.arange(0, BLOCK_N)) < hi
-                m_i, l_i, acc = _online_step(q, k, v, mask_n, m_i, l_i, acc, scale_log2)
-                k = k_next
-                v = v_next
-        else:
-            for off in range(lo, hi, BLOCK_N):
-                offs_n = off + tl.arange(0, BLOCK_N)
-                mask_n = offs_n < hi
-                slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
-                k = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-                if EARLY_V:  # issued now: its latency runs under the QK product and the softmax
-                    v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-                    m_i, l_i, acc = _online_step(q, k, v, mask_n, m_i, l_i, acc, scale_log2)
-                else:
-                    qk = tl.dot(q, tl.trans(k)) * scale_log2  # [BLOCK_H, BLOCK_N], base-2 logits
-                    qk = tl.where(mask_n[None, :], qk, float("-inf"))
-                    m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: each step has a valid row
-                    alpha = tl.exp2(m_i - m_new)
-                    p = tl.exp2(qk - m_new[:, None])
-                    l_i = l_i * alpha + tl.sum(p, 1)
-                    v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
-                    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-                    m_i = m_new
+        for off in range(lo, hi, BLOCK_N):
+            offs_n = off + tl.arange(0, BLOCK_N)
+            mask_n = offs_n < hi
+            slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
+            k = tl.load(k_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+            qk = tl.dot(q, tl.trans(k)) * scale_log2  # [BLOCK_H, BLOCK_N], base-2 logits
+            qk = tl.where(mask_n[None, :], qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: each step has a valid row
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + slot[:, None] * stride_kv + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
         if DIRECT:
             o = acc / l_i[:, None]
             tl.store(out_ptr + b * stride_outb + offs_h[:, None] * stride_outh + offs_d[None, :],
@@ -188,24 +142,6 @@ def _kernels():
             tl.store(o_ptr + b * stride_ob + s * stride_os + offs_h[:, None] * D + offs_d[None, :], o,
                      mask=mask_h[:, None])
             tl.store(lse_ptr + (b * SPLITS + s) * BLOCK_H + offs_h, lse)
-            if FUSED_MERGE:  # the request's last CTA to finish merges its spans (as the merge kernel does)
-                tl.debug_barrier()  # every thread's stores issued before the ticket (acq_rel) is taken
-                ticket = tl.atomic_add(cnt_ptr + b, 1, sem="acq_rel")
-                if ticket == SPLITS - 1:
-                    m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-                    for t in range(SPLITS):  # finite: span 0 holds at least the request's first token
-                        m = tl.maximum(m, tl.load(lse_ptr + (b * SPLITS + t) * BLOCK_H + offs_h, cache_modifier=".cg"))
-                    total = tl.zeros([BLOCK_H, D], tl.float32)
-                    weight = tl.zeros([BLOCK_H], tl.float32)
-                    for t in range(SPLITS):
-                        w = tl.exp2(tl.load(lse_ptr + (b * SPLITS + t) * BLOCK_H + offs_h, cache_modifier=".cg") - m)
-                        part = tl.load(o_ptr + b * stride_ob + t * stride_os + offs_h[:, None] * D + offs_d[None, :],
-                                       mask=mask_h[:, None], other=0.0, cache_modifier=".cg")
-                        total += w[:, None] * part
-                        weight += w
-                    tl.store(out_ptr + b * stride_outb + offs_h[:, None] * stride_outh + offs_d[None, :],
-                             (total / weight[:, None]).to(out_ptr.dtype.element_ty), mask=mask_h[:, None])
-                    tl.atomic_xchg(cnt_ptr + b, 0)  # ready for the next call (or graph replay)
 
     @triton.jit
     def mqa_decode_merge(o_ptr, lse_ptr, out_ptr, stride_ob, stride_os, stride_outb, stride_outh, SPLITS,
@@ -225,31 +161,7 @@ def _kernels():
         res = tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)
         tl.store(out_ptr + b * stride_outb + h * stride_outh + offs_d, res.to(out_ptr.dtype.element_ty))
 
-    @triton.jit
-    def mqa_decode_merge_rows(o_ptr, lse_ptr, out_ptr, stride_ob, stride_os, stride_outb, stride_outh, H, SPLITS,
-                              D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
-        if PDL:  # as mqa_decode_merge
-            tl.extra.cuda.gdc_launch_dependents()
-            tl.extra.cuda.gdc_wait()
-        b = tl.program_id(0)  # one CTA per request: all its heads, the splits in a loop
-        offs_s = tl.arange(0, BLOCK_S)
-        offs_h = tl.arange(0, BLOCK_H)
-        offs_d = tl.arange(0, D)
-        lse = tl.load(lse_ptr + (b * SPLITS + offs_s[:, None]) * BLOCK_H + offs_h[None, :],
-                      mask=(offs_s < SPLITS)[:, None], other=float("-inf"))  # [BLOCK_S, BLOCK_H]
-        m = tl.max(lse, 0)  # [BLOCK_H]; finite: every request has a span with a token
-        total = tl.zeros([BLOCK_H, D], tl.float32)
-        weight = tl.zeros([BLOCK_H], tl.float32)
-        for t in range(SPLITS):
-            w = tl.exp2(tl.load(lse_ptr + (b * SPLITS + t) * BLOCK_H + offs_h) - m)  # 0 for an empty span
-            part = tl.load(o_ptr + b * stride_ob + t * stride_os + offs_h[:, None] * D + offs_d[None, :],
-                           mask=(offs_h < H)[:, None], other=0.0)  # padding head rows: never written, not read
-            total += w[:, None] * part
-            weight += w
-        tl.store(out_ptr + b * stride_outb + offs_h[:, None] * stride_outh + offs_d[None, :],
-                 (total / weight[:, None]).to(out_ptr.dtype.element_ty), mask=(offs_h < H)[:, None])
-
-    return mqa_decode_part, mqa_decode_merge, mqa_decode_merge_rows
+    return mqa_decode_part, mqa_decode_merge
 
 
 def block_heads(n_head: int) -> int:
@@ -259,16 +171,14 @@ def block_heads(n_head: int) -> int:
 
 class MQADecodeWorkspace:
     """The merge's float32 inputs for batches up to ``max_batch`` rows and ``splits`` splits: partial outputs
-    ``[max_batch, splits, block_h, head_dim]`` and log-sum-exps ``[max_batch, splits, block_h]``, and the fused
-    merge's int32 counters ``[max_batch]`` (zero between calls: each request's last CTA sets its own back to 0)
-    (allocated once, so a captured graph reads the same buffers on every replay). Calls on one stream may share it."""
+    ``[max_batch, splits, block_h, head_dim]`` and log-sum-exps ``[max_batch, splits, block_h]`` (allocated once, so
+    a captured graph reads the same buffers on every replay). Calls on one stream may share it."""
 
     def __init__(self, max_batch: int, splits: int, n_head: int, head_dim: int, device: torch.device | str):
         bh = block_heads(n_head)
         self.splits = splits
         self.o = torch.empty((max_batch, splits, bh, head_dim), dtype=torch.float32, device=device)
         self.lse = torch.empty((max_batch, splits, bh), dtype=torch.float32, device=device)
-        self.counters = torch.zeros(max_batch, dtype=torch.int32, device=device)
 
 
 def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: torch.Tensor, kv_indptr: torch.Tensor,
@@ -298,31 +208,24 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1):
         raise ValueError(f"out must be q's shape {tuple(q.shape)} and dtype with unit stride in head_dim")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
-    part, merge, merge_rows = _kernels()
+    part, merge = _kernels()
     bh = block_heads(H)
     direct = cfg.splits == 1
     launch = {"launch_pdl": True} if pdl else {}
     o, lse = (out, out) if direct else (ws.o, ws.lse)
-    fused = cfg.fused_merge and not direct
     l2 = cfg.l2_rows if prefetch is not None else 0
     if l2 and (prefetch.element_size() != 2 or not prefetch.is_contiguous()):
         raise ValueError(f"prefetch must be a contiguous 2-byte tensor (got {prefetch.dtype})")
     pf_lines = prefetch.numel() // 64 if l2 else 0
-    part[(B + l2, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, ws.counters if fused else kv_indptr,
-                          sm_scale * math.log2(math.e),
+    part[(B + l2, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, sm_scale * math.log2(math.e),
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
                           out.stride(0), out.stride(1), H, cfg.splits, B, prefetch if l2 else q, pf_lines,
                           max(1, l2 * cfg.splits), D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
-                          DIRECT=direct, FUSED_MERGE=fused, PDL=pdl, EARLY_V=cfg.early_v,
-                          PREFETCH=cfg.prefetch, L2_PREFETCH=l2 > 0, num_warps=cfg.warps,
+                          DIRECT=direct, PDL=pdl, L2_PREFETCH=l2 > 0, num_warps=cfg.warps,
                           num_stages=cfg.stages, **launch)
-    if direct or fused:
+    if direct:
         return out
     block_s = max(2, 1 << (cfg.splits - 1).bit_length())
-    if cfg.merge_rows:
-        merge_rows[(B,)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), H,
-                         cfg.splits, D=D, BLOCK_H=bh, BLOCK_S=block_s, PDL=pdl, num_warps=4, **launch)
-    else:
-        merge[(B, H)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), cfg.splits,
-                      D=D, BLOCK_H=bh, BLOCK_S=block_s, PDL=pdl, num_warps=2, **launch)
+    merge[(B, H)](ws.o, ws.lse, out, ws.o.stride(0), ws.o.stride(1), out.stride(0), out.stride(1), cfg.splits,
+                  D=D, BLOCK_H=bh, BLOCK_S=block_s, PDL=pdl, num_warps=2, **launch)
     return out
