@@ -15,7 +15,7 @@ Device time is scarce (bench/README.md, runs 22-24): this answers "how many regi
 CTAs fit, did the pipeliner make the loads asynchronous" before a run. It measures nothing about speed.
 
     python -m bench.kernel_static [--shapes starcoderbase-1b,tiny_starcoder_py] [--batches 1,16,32,64] [--sms 132]
-        [--json OUT]
+        [--gemms] [--attn-warps N --attn-stages N --attn-block-n N --attn-splits N] [--json OUT]
 
 Needs Triton (its ptxas and cuobjdump compile and read sm_90 code on the CPU); no CUDA device.
 """
@@ -115,11 +115,16 @@ def read_cubin(compiled) -> dict:
             "mma": count("HGMMA", "HMMA"), "bar": count("BAR")}
 
 
-def decode_cases(shape: str, batches: list[int], sms: int):
+def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = None, gemms: bool = False):
     """(kernel, case name, values, constexprs, warps, stages, grid CTAs) of each kernel a decode step of ``shape``
-    launches at each batch in ``batches`` (deduplicated by the caller)."""
+    launches at each batch in ``batches`` (deduplicated by the caller). ``attn``: ``DecodeConfig`` fields forced
+    over ``decode_config``'s choice (a what-if: warps, stages, block_n, splits); ``gemms``: also the split-K GEMM
+    (``skinny_gemm.choose``'s configuration) of each projection, which the worker runs for models of n_embd <=
+    1024 (``build.auto_splitk_rows``)."""
+    from dataclasses import replace
+
     from worker_svc.attention import mqa_decode
-    from worker_svc.model import fused
+    from worker_svc.model import fused, skinny_gemm
     from worker_svc.model.default import model_config
 
     cfg = model_config(shape)
@@ -131,7 +136,7 @@ def decode_cases(shape: str, batches: list[int], sms: int):
     write_kv = fused._kv_kernel()[0]
     bh = mqa_decode.block_heads(heads)
     for b in batches:
-        c = mqa_decode.decode_config(b, sms, d)
+        c = replace(mqa_decode.decode_config(b, sms, d), **(attn or {}))
         direct = c.splits == 1
         values = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", idx_ptr="*i32", indptr_ptr="*i32", o_ptr="*fp32",
                       lse_ptr="*fp32", out_ptr="*bf16", pf_ptr="*bf16", scale_log2=0.1,
@@ -145,6 +150,19 @@ def decode_cases(shape: str, batches: list[int], sms: int):
                          stride_os=bh * d, stride_outb=e, stride_outh=d, SPLITS=c.splits)
             mconsts = dict(D=d, BLOCK_H=bh, BLOCK_S=max(2, 1 << (c.splits - 1).bit_length()), PDL=True)
             yield merge, f"{shape} B={b} splits={c.splits}", mvals, mconsts, 2, 1, b * heads
+        if gemms:
+            inner = cfg["n_inner"] or 4 * e
+            for name, k, n, gelu in (("c_attn", e, e + 2 * d, False), ("attn.c_proj", e, e, False),
+                                     ("c_fc", e, inner, True), ("mlp.c_proj", inner, e, False)):
+                g = skinny_gemm.choose(b, k, n, sms)
+                kps = -(-(-(-k // g.split)) // g.block_k) * g.block_k
+                vals = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32",
+                            cnt_ptr="*i32", M=b, N=n, K=k, k_per_split=kps, SPLIT=-(-k // kps))
+                consts = dict(HAS_BIAS=True, GELU=gelu, PDL=True, PREFETCH=-1, BLOCK_M=g.block_m, BLOCK_N=g.block_n,
+                              BLOCK_K=g.block_k)
+                grid = -(-n // g.block_n) * vals["SPLIT"] * -(-b // g.block_m)
+                yield skinny_gemm._kernel(), f"{shape} B={b} {name} split={vals['SPLIT']}", vals, consts, g.warps, \
+                    g.stages, grid
     block = next_pow2(e)
     vals = dict(h_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", sum_ptr="*bf16", y_ptr="*bf16",
                 pf_ptr="*bf16", n_cols=e, eps=1e-5, n_rows=max(batches), pf_lines=e * e // 64, pf_ctas=sms)
@@ -155,11 +173,13 @@ def decode_cases(shape: str, batches: list[int], sms: int):
     yield write_kv, f"{shape} head_dim={d}", vals, dict(BLOCK=next_pow2(d), PDL=True), 1, 1, max(batches)
 
 
-def survey(shapes: list[str], batches: list[int], sms: int) -> list[Static]:
-    """Every distinct kernel configuration of ``shapes``' decode steps at ``batches``, compiled and read."""
+def survey(shapes: list[str], batches: list[int], sms: int, attn: dict | None = None,
+           gemms: bool = False) -> list[Static]:
+    """Every distinct kernel configuration of ``shapes``' decode steps at ``batches``, compiled and read
+    (``attn``, ``gemms``: ``decode_cases``')."""
     out, seen = [], set()
     for shape in shapes:
-        for kernel, case, values, consts, warps, stages, grid in decode_cases(shape, batches, sms):
+        for kernel, case, values, consts, warps, stages, grid in decode_cases(shape, batches, sms, attn, gemms):
             key = (kernel.__name__, tuple(sorted(consts.items())), tuple(sorted(values.items())), warps, stages)
             if key in seen:
                 continue
@@ -176,9 +196,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shapes", default="starcoderbase-1b,tiny_starcoder_py")
     ap.add_argument("--batches", default="1,16,32,64")
     ap.add_argument("--sms", type=int, default=132, help="SMs of the card (H100 SXM and H200: 132)")
+    ap.add_argument("--gemms", action="store_true", help="also the split-K GEMMs of each projection")
+    for field in ("warps", "stages", "block_n", "splits"):
+        ap.add_argument(f"--attn-{field.replace('_', '-')}", type=int, default=0,
+                        help=f"the decode attention's {field} forced (a what-if; 0: decode_config's)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    rows = survey(args.shapes.split(","), [int(b) for b in args.batches.split(",")], args.sms)
+    attn = {f: getattr(args, "attn_" + f) for f in ("warps", "stages", "block_n", "splits") if getattr(args, "attn_" + f)}
+    rows = survey(args.shapes.split(","), [int(b) for b in args.batches.split(",")], args.sms, attn, args.gemms)
     print(f"{'kernel':<18} {'case':<36} {'warps':>5} {'st':>2} {'regs':>4} {'smem':>6} {'spill':>5} {'ldgsts':>6} "
           f"{'ldg':>4} {'mma':>4} {'CTAs/SM':>7} {'grid':>5} {'warps/SM':>8} {'occ%':>5}")
     for r in rows:

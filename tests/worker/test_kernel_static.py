@@ -1,5 +1,5 @@
 """The decode graphs' Triton kernels compiled for sm_90 on the CPU (``bench/kernel_static.py``): every configuration
-the 1B and tiny decode steps launch compiles, spills nothing to local memory, and the decode attention's K/V loads
+the 1B and tiny decode steps launch (and the split-K GEMMs of their projections) compiles, spills nothing to local memory, and the decode attention's K/V loads
 are asynchronous copies (Triton's pipeliner took them). Also the occupancy arithmetic the survey reports.
 
 A kernel change that breaks the sm_90 compile or starts spilling fails here, before any device time is spent."""
@@ -39,11 +39,12 @@ def test_decode_kernels_compile_for_sm90_without_spills(tmp_path):
     # interpreted functions (and compiling beside them broke later interpreter tests)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / "static.json"
-    subprocess.run([sys.executable, "-m", "bench.kernel_static", "--batches", "1,16,64", "--json", str(out)],
+    subprocess.run([sys.executable, "-m", "bench.kernel_static", "--batches", "1,16,64", "--gemms", "--json",
+                    str(out)],
                    env=env, check=True, capture_output=True, timeout=240, cwd=Path(__file__).parents[2])
     rows = [Static(**r) for r in json.loads(out.read_text())]
     kernels = {r.kernel for r in rows}
-    assert {"mqa_decode_part", "mqa_decode_merge", "add_ln", "write_kv"} <= kernels
+    assert {"mqa_decode_part", "mqa_decode_merge", "add_ln", "write_kv", "skinny_mm"} <= kernels
     for r in rows:
         assert r.regs > 0 and r.local == 0, r  # compiled, nothing spilled
         assert 1 <= r.ctas_per_sm <= 32, r
