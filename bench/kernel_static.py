@@ -15,7 +15,7 @@ Device time is scarce (bench/README.md, runs 22-24): this answers "how many regi
 CTAs fit, did the pipeliner make the loads asynchronous" before a run. It measures nothing about speed.
 
     python -m bench.kernel_static [--shapes starcoderbase-1b,tiny_starcoder_py] [--batches 1,16,32,64] [--sms 132]
-        [--gemms] [--attn-warps N --attn-stages N --attn-block-n N --attn-splits N] [--json OUT]
+        [--gemms [--gemm-smem-kb N]] [--attn-warps N --attn-stages N --attn-block-n N --attn-splits N] [--json OUT]
 
 Needs Triton (its ptxas and cuobjdump compile and read sm_90 code on the CPU); no CUDA device.
 """
@@ -115,12 +115,13 @@ def read_cubin(compiled) -> dict:
             "mma": count("HGMMA", "HMMA"), "bar": count("BAR")}
 
 
-def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = None, gemms: bool = False):
+def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = None, gemms: bool = False,
+                 gemm_smem: int = 0):
     """(kernel, case name, values, constexprs, warps, stages, grid CTAs) of each kernel a decode step of ``shape``
     launches at each batch in ``batches`` (deduplicated by the caller). ``attn``: ``DecodeConfig`` fields forced
     over ``decode_config``'s choice (a what-if: warps, stages, block_n, splits); ``gemms``: also the split-K GEMM
     (``skinny_gemm.choose``'s configuration) of each projection, which the worker runs for models of n_embd <=
-    1024 (``build.auto_splitk_rows``)."""
+    1024 (``build.auto_splitk_rows``), with ``gemm_smem`` bytes of tiles (0: ``choose``'s default budget)."""
     from dataclasses import replace
 
     from worker_svc.attention import mqa_decode
@@ -154,7 +155,7 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
             inner = cfg["n_inner"] or 4 * e
             for name, k, n, gelu in (("c_attn", e, e + 2 * d, False), ("attn.c_proj", e, e, False),
                                      ("c_fc", e, inner, True), ("mlp.c_proj", inner, e, False)):
-                g = skinny_gemm.choose(b, k, n, sms)
+                g = skinny_gemm.choose(b, k, n, sms, gemm_smem or skinny_gemm.SMEM_BUDGET)
                 kps = -(-(-(-k // g.split)) // g.block_k) * g.block_k
                 vals = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32",
                             cnt_ptr="*i32", M=b, N=n, K=k, k_per_split=kps, SPLIT=-(-k // kps))
@@ -174,12 +175,13 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
 
 
 def survey(shapes: list[str], batches: list[int], sms: int, attn: dict | None = None,
-           gemms: bool = False) -> list[Static]:
+           gemms: bool = False, gemm_smem: int = 0) -> list[Static]:
     """Every distinct kernel configuration of ``shapes``' decode steps at ``batches``, compiled and read
     (``attn``, ``gemms``: ``decode_cases``')."""
     out, seen = [], set()
     for shape in shapes:
-        for kernel, case, values, consts, warps, stages, grid in decode_cases(shape, batches, sms, attn, gemms):
+        for kernel, case, values, consts, warps, stages, grid in decode_cases(shape, batches, sms, attn, gemms,
+                                                                                    gemm_smem):
             key = (kernel.__name__, tuple(sorted(consts.items())), tuple(sorted(values.items())), warps, stages)
             if key in seen:
                 continue
@@ -197,13 +199,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", default="1,16,32,64")
     ap.add_argument("--sms", type=int, default=132, help="SMs of the card (H100 SXM and H200: 132)")
     ap.add_argument("--gemms", action="store_true", help="also the split-K GEMMs of each projection")
+    ap.add_argument("--gemm-smem-kb", type=int, default=0, help="their tiles' shared-memory budget, KB (0: choose's)")
     for field in ("warps", "stages", "block_n", "splits"):
         ap.add_argument(f"--attn-{field.replace('_', '-')}", type=int, default=0,
                         help=f"the decode attention's {field} forced (a what-if; 0: decode_config's)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     attn = {f: getattr(args, "attn_" + f) for f in ("warps", "stages", "block_n", "splits") if getattr(args, "attn_" + f)}
-    rows = survey(args.shapes.split(","), [int(b) for b in args.batches.split(",")], args.sms, attn, args.gemms)
+    rows = survey(args.shapes.split(","), [int(b) for b in args.batches.split(",")], args.sms, attn, args.gemms,
+                  args.gemm_smem_kb * 1024)
     print(f"{'kernel':<18} {'case':<36} {'warps':>5} {'st':>2} {'regs':>4} {'smem':>6} {'spill':>5} {'ldgsts':>6} "
           f"{'ldg':>4} {'mma':>4} {'CTAs/SM':>7} {'grid':>5} {'warps/SM':>8} {'occ%':>5}")
     for r in rows:

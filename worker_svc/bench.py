@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
+    ap.add_argument("--splitk-smem-kb", type=int, default=0,
+                    help="with --splitk-rows: shared memory a split-K GEMM's CTA may stage, KB (skinny_gemm.choose's "
+                         "smem_budget; 0: its default, 200): fewer stages / smaller K blocks, more CTAs an SM")
     ap.add_argument("--splitk-only", default="",
                     help="with --splitk-rows: only these projections through the split-K GEMM, comma-separated from "
                          "c_attn, attn.c_proj, c_fc, mlp.c_proj (default: all); the others take torch's GEMM")
@@ -285,6 +288,10 @@ def main(argv: list[str] | None = None) -> None:
         model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
+    if args.splitk_smem_kb:
+        if model.mm is None:
+            ap.error("--splitk-smem-kb needs the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
+        model.mm.smem_budget = args.splitk_smem_kb * 1024
     elif args.prefetch_blocks != -1:
         ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
     batches = [int(b) for b in args.batches.split(",")]
@@ -453,7 +460,7 @@ def main(argv: list[str] | None = None) -> None:
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
                        "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
-                       "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
+                       "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "splitk_smem_kb": args.splitk_smem_kb, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 
