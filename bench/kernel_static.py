@@ -62,7 +62,8 @@ def ctas_per_sm(regs: int, smem: int, warps: int) -> int:
     """CTAs of ``warps`` warps, ``regs`` registers a thread and ``smem`` bytes of shared memory one SM holds
     (compute capability 9.0)."""
     reg_warp = math.ceil(regs * 32 / REG_UNIT) * REG_UNIT
-    by_regs = REGS_PER_SM // (reg_warp * warps) if regs else MAX_CTAS
+    # registers are allocated per SM sub-partition (4 of 16,384), whole warps in each (CUDA's occupancy calculator)
+    by_regs = (REGS_PER_SM // 4 // reg_warp) * 4 // warps if regs else MAX_CTAS
     by_smem = SMEM_PER_SM // (smem + SMEM_RESERVED)
     return max(0, min(by_regs, by_smem, MAX_WARPS // warps, MAX_CTAS))
 
@@ -97,7 +98,8 @@ def compile_sm90(kernel, values: dict, constexprs: dict, warps: int, stages: int
 
 
 def read_cubin(compiled) -> dict:
-    """Registers, shared and local memory, and SASS instruction counts of ``compiled`` (``cuobjdump``)."""
+    """Registers, shared and local memory, and SASS instruction counts of ``compiled`` (``cuobjdump``). Raises
+    subprocess.CalledProcessError when cuobjdump fails."""
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -110,7 +112,7 @@ def read_cubin(compiled) -> dict:
     usage = {k: int(v) for k, v in re.findall(r"\b(REG|SHARED|LOCAL):(\d+)", res)}
     ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
     count = lambda *names: sum(1 for op in ops if op in names)  # noqa: E731
-    return {"regs": usage.get("REG", 0), "smem": max(usage.get("SHARED", 0), compiled.metadata.shared),
+    return {"regs": usage.get("REG", 0), "smem": usage.get("SHARED", 0) + compiled.metadata.shared,  # static + dynamic
             "local": usage.get("LOCAL", 0), "ldgsts": count("LDGSTS"), "ldg": count("LDG"), "stg": count("STG"),
             "mma": count("HGMMA", "HMMA"), "bar": count("BAR")}
 

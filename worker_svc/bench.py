@@ -252,6 +252,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
+    if not 0 <= args.splitk_smem_kb <= 227 or 0 < args.splitk_smem_kb < 32:
+        ap.error(f"--splitk-smem-kb must be 0 or 32..227 (two stages of the smallest tiles; an sm_90 CTA's most), "
+                 f"got {args.splitk_smem_kb}")
+    if min(args.attn_l2_rows, args.l2_norm_ctas) < 0:
+        ap.error("--attn-l2-rows and --l2-norm-ctas must be >= 0")
     if min(args.attn_splits, args.attn_stages, args.attn_warps) < 0 or (args.attn_block_n and (args.attn_block_n < 16 or
                                                                                args.attn_block_n & (args.attn_block_n - 1))):
         ap.error("--attn-splits, --attn-stages and --attn-warps must be >= 0, --attn-block-n 0 or a power of two >= 16 "
@@ -276,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
         args.splitk_rows = auto_splitk_rows(cfg)
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
-    if args.l2_norm_ctas:  # decode batches only (up to the graphs' largest): prefill GEMMs are compute-bound
+    if args.l2_norm_ctas:  # batches of at most the graphs' largest bucket (decode; small extends too): not prefill
         model.l2_prefetch_ctas, model.l2_prefetch_rows = args.l2_norm_ctas, max(args.cuda_graph_max_batch, 1)
     if args.splitk_only:
         names = args.splitk_only.split(",")
@@ -286,14 +291,12 @@ def main(argv: list[str] | None = None) -> None:
         if model.mm is None or not set(names) <= set(lin):
             ap.error(f"--splitk-only needs --splitk-rows > 0 (CUDA, Triton) and names from {', '.join(lin)}")
         model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}
+    if model.mm is None and (args.prefetch_blocks != -1 or args.splitk_smem_kb):
+        ap.error("--prefetch-blocks and --splitk-smem-kb need the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
-    if args.splitk_smem_kb:
-        if model.mm is None:
-            ap.error("--splitk-smem-kb needs the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
-        model.mm.smem_budget = args.splitk_smem_kb * 1024
-    elif args.prefetch_blocks != -1:
-        ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
+        if args.splitk_smem_kb:
+            model.mm.smem_budget = args.splitk_smem_kb * 1024
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice

@@ -1,5 +1,5 @@
-"""The decode graphs' Triton kernels compiled for sm_90 on the CPU (``bench/kernel_static.py``): every configuration
-the 1B and tiny decode steps launch (and the split-K GEMMs of their projections) compiles, spills nothing to local memory, and the decode attention's K/V loads
+"""The decode graphs' Triton kernels compiled for sm_90 on the CPU (``bench/kernel_static.py``): every
+configuration the 1B and tiny decode steps launch (and the split-K GEMMs of their projections) compiles, spills nothing to local memory, and the decode attention's K/V loads
 are asynchronous copies (Triton's pipeliner took them). Also the occupancy arithmetic the survey reports.
 
 A kernel change that breaks the sm_90 compile or starts spilling fails here, before any device time is spent."""

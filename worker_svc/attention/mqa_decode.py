@@ -31,7 +31,8 @@ import torch
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """One launch shape: KV splits per request, KV rows per loop step, warps, pipeline stages."""
+    """One launch shape: KV splits per request, KV rows per loop step, warps, pipeline stages, and the rows of
+    L2-prefetch CTAs (``l2_rows``, an experiment: 0)."""
 
     splits: int
     block_n: int = 64
@@ -213,6 +214,8 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
     direct = cfg.splits == 1
     launch = {"launch_pdl": True} if pdl else {}
     o, lse = (out, out) if direct else (ws.o, ws.lse)
+    if cfg.l2_rows < 0:
+        raise ValueError(f"l2_rows must be >= 0 (got {cfg.l2_rows})")
     l2 = cfg.l2_rows if prefetch is not None else 0
     if l2 and (prefetch.element_size() != 2 or not prefetch.is_contiguous()):
         raise ValueError(f"prefetch must be a contiguous 2-byte tensor (got {prefetch.dtype})")

@@ -20,8 +20,8 @@ class TritonDecodeAttention(AttentionBackend):
     """Decode-only backend of one graph bucket of ``batch`` rows. ``kv_indptr`` (int32 [batch+1]) and
     ``kv_indices`` (int32 [N]) are the graphs' device buffers; ``pdl``: the kernels as programmatic dependent
     launches (``mqa_decode``; the model's ``pdl``); ``next_weights`` (per layer, or None): what the kernel reads
-    into L2 beside attention when its ``DecodeConfig.l2_rows`` > 0 (the projection after it). Raises RuntimeError for kv_heads != 1, a CPU device or a dtype
-    other than float16 / bfloat16."""
+    into L2 beside attention when its ``DecodeConfig.l2_rows`` > 0 (the projection after it). Raises RuntimeError
+    for kv_heads != 1, a CPU device or a dtype other than float16 / bfloat16."""
 
     name = "triton-decode"
 

@@ -92,6 +92,8 @@ def add_layer_norm(h: torch.Tensor, x: torch.Tensor, ln: nn.LayerNorm, pdl: bool
     rows, cols = h.shape
     s, y = torch.empty_like(h), torch.empty_like(h)
     block = next_pow2(cols)
+    if prefetch_ctas < 0:
+        raise ValueError(f"prefetch_ctas must be >= 0 (got {prefetch_ctas})")
     extra = prefetch_ctas if prefetch is not None else 0
     if extra and (prefetch.element_size() != 2 or not prefetch.is_contiguous()):
         raise ValueError(f"prefetch must be a contiguous 2-byte tensor (got {prefetch.dtype})")

@@ -207,7 +207,7 @@ class GPTBigCodeForCausalLM(nn.Module):
         mm = self._mm(h)
         a = block.attn.finish(o, mm)
         if self.fuse_norms:
-            ctas = self.l2_prefetch_ctas if h.shape[0] <= self.l2_prefetch_rows else 0
+            ctas = self.l2_prefetch_ctas if h.shape[0] <= self.l2_prefetch_rows and h.element_size() == 2 else 0
             nxt = t.h[i + 1].attn.c_attn.weight if i + 1 < len(t.h) else None
             h, y = fused.add_layer_norm(h, a, block.ln_2, pdl=self.pdl, prefetch=block.mlp.c_fc.weight,
                                         prefetch_ctas=ctas)
