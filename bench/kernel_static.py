@@ -15,7 +15,8 @@ Device time is scarce (bench/README.md, runs 22-24): this answers "how many regi
 CTAs fit, did the pipeliner make the loads asynchronous" before a run. It measures nothing about speed.
 
     python -m bench.kernel_static [--shapes starcoderbase-1b,tiny_starcoder_py] [--batches 1,16,32,64] [--sms 132]
-        [--gemms [--gemm-smem-kb N]] [--attn-warps N --attn-stages N --attn-block-n N --attn-splits N] [--json OUT]
+        [--gemms [--gemm-smem-kb N]] [--attn-warps N --attn-stages N --attn-block-n N --attn-splits N]
+        [--skeleton KERNEL] [--json OUT]
 
 Needs Triton (its ptxas and cuobjdump compile and read sm_90 code on the CPU); no CUDA device.
 """
@@ -53,6 +54,7 @@ class Static:
     stg: int
     mma: int
     bar: int
+    skeleton: str
     ctas_per_sm: int
     grid_ctas: int
     warps_per_sm: float
@@ -97,6 +99,33 @@ def compile_sm90(kernel, values: dict, constexprs: dict, warps: int, stages: int
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
 
+SKELETON_OPS = ("LDG", "LDGSTS", "LDGDEPBAR", "DEPBAR", "STS", "LDS", "LDSM", "STG", "HMMA", "HGMMA", "BAR", "BRA",
+                "MUFU")
+
+
+def sass_ops(sass: str) -> list[str]:
+    """The opcodes (without modifiers or predicates) of ``cuobjdump -sass`` output, in program order; a
+    ``DEPBAR.LE SB0, n`` (wait until at most n groups of asynchronous copies are in flight) as ``DEPBAR<=n``."""
+    ops = []
+    for op, rest in re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)([^;]*);", sass):
+        wait = re.match(r"\.LE SB0, (0x[0-9a-f]+)", rest) if op == "DEPBAR" else None
+        ops.append(f"DEPBAR<={int(wait.group(1), 16)}" if wait else op)
+    return ops
+
+
+def skeleton(ops: list[str]) -> str:
+    """The memory, synchronization, tensor-core and branch opcodes of ``ops`` with runs counted (``24xLDG 8xSTS
+    BAR 14xHMMA ...``): where a loop issues its loads against its math and waits (``DEPBAR`` after ``LDGSTS``)."""
+    runs: list[list] = []
+    for op in ops:
+        if op.split("<")[0] in SKELETON_OPS:
+            if runs and runs[-1][0] == op:
+                runs[-1][1] += 1
+            else:
+                runs.append([op, 1])
+    return " ".join(op if n == 1 else f"{n}x{op}" for op, n in runs)
+
+
 def read_cubin(compiled) -> dict:
     """Registers, shared and local memory, and SASS instruction counts of ``compiled`` (``cuobjdump``). Raises
     subprocess.CalledProcessError when cuobjdump fails."""
@@ -110,11 +139,11 @@ def read_cubin(compiled) -> dict:
                              check=True).stdout
         sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True, check=True).stdout
     usage = {k: int(v) for k, v in re.findall(r"\b(REG|SHARED|LOCAL):(\d+)", res)}
-    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
+    ops = sass_ops(sass)
     count = lambda *names: sum(1 for op in ops if op in names)  # noqa: E731
     return {"regs": usage.get("REG", 0), "smem": usage.get("SHARED", 0) + compiled.metadata.shared,  # static + dynamic
             "local": usage.get("LOCAL", 0), "ldgsts": count("LDGSTS"), "ldg": count("LDG"), "stg": count("STG"),
-            "mma": count("HGMMA", "HMMA"), "bar": count("BAR")}
+            "mma": count("HGMMA", "HMMA"), "bar": count("BAR"), "skeleton": skeleton(ops)}
 
 
 def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = None, gemms: bool = False,
@@ -205,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     for field in ("warps", "stages", "block_n", "splits"):
         ap.add_argument(f"--attn-{field.replace('_', '-')}", type=int, default=0,
                         help=f"the decode attention's {field} forced (a what-if; 0: decode_config's)")
+    ap.add_argument("--skeleton", default="", help="print the SASS skeleton (loads, waits, math, branches in "
+                    "program order: ``skeleton``) of the kernels whose name contains this")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     attn = {f: getattr(args, "attn_" + f) for f in ("warps", "stages", "block_n", "splits") if getattr(args, "attn_" + f)}
@@ -216,6 +247,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r.kernel:<18} {r.case:<36} {r.warps:>5} {r.stages:>2} {r.regs:>4} {r.smem:>6} {r.local:>5} "
               f"{r.ldgsts:>6} {r.ldg:>4} {r.mma:>4} {r.ctas_per_sm:>7} {r.grid_ctas:>5} {r.warps_per_sm:>8} "
               f"{100 * r.warps_per_sm / MAX_WARPS:>5.1f}")
+    for r in rows:
+        if args.skeleton and args.skeleton in r.kernel:
+            print(f"\n{r.kernel} {r.case} (warps {r.warps}, stages {r.stages}):\n  {r.skeleton}")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
 
