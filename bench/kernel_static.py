@@ -16,7 +16,7 @@ CTAs fit, did the pipeliner make the loads asynchronous" before a run. It measur
 
     python -m bench.kernel_static [--shapes starcoderbase-1b,tiny_starcoder_py] [--batches 1,16,32,64] [--sms 132]
         [--gemms [--gemm-smem-kb N]] [--attn-warps N --attn-stages N --attn-block-n N --attn-splits N]
-        [--skeleton KERNEL] [--json OUT]
+        [--attn-early-tile] [--skeleton KERNEL] [--json OUT]
 
 Needs Triton (its ptxas and cuobjdump compile and read sm_90 code on the CPU); no CUDA device.
 """
@@ -150,7 +150,7 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
                  gemm_smem: int = 0):
     """(kernel, case name, values, constexprs, warps, stages, grid CTAs) of each kernel a decode step of ``shape``
     launches at each batch in ``batches`` (deduplicated by the caller). ``attn``: ``DecodeConfig`` fields forced
-    over ``decode_config``'s choice (a what-if: warps, stages, block_n, splits); ``gemms``: also the split-K GEMM
+    over ``decode_config``'s choice (a what-if: warps, stages, block_n, splits, early_tile); ``gemms``: also the split-K GEMM
     (``skinny_gemm.choose``'s configuration) of each projection, which the worker runs for models of n_embd <=
     1024 (``build.auto_splitk_rows``), with ``gemm_smem`` bytes of tiles (0: ``choose``'s default budget)."""
     from dataclasses import replace
@@ -175,7 +175,8 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
                       stride_qb=e + 2 * d, stride_qh=d, stride_kv=d, stride_ob=c.splits * bh * d,
                       stride_os=0 if direct else bh * d, stride_outb=e, stride_outh=d, H=heads, SPLITS=c.splits,
                       n_rows=b, pf_lines=e * e // 64, pf_ctas=c.splits)
-        consts = dict(D=d, BLOCK_H=bh, BLOCK_N=c.block_n, DIRECT=direct, PDL=True, L2_PREFETCH=False)
+        consts = dict(D=d, BLOCK_H=bh, BLOCK_N=c.block_n, DIRECT=direct, PDL=True, L2_PREFETCH=False,
+                      EARLY_TILE=c.early_tile)
         yield part, f"{shape} B={b} splits={c.splits}", values, consts, c.warps, c.stages, b * c.splits
         if not direct:
             mvals = dict(o_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16", stride_ob=c.splits * bh * d,
@@ -234,11 +235,13 @@ def main(argv: list[str] | None = None) -> None:
     for field in ("warps", "stages", "block_n", "splits"):
         ap.add_argument(f"--attn-{field.replace('_', '-')}", type=int, default=0,
                         help=f"the decode attention's {field} forced (a what-if; 0: decode_config's)")
+    ap.add_argument("--attn-early-tile", action="store_true", help="the decode attention with DecodeConfig.early_tile")
     ap.add_argument("--skeleton", default="", help="print the SASS skeleton (loads, waits, math, branches in "
                     "program order: ``skeleton``) of the kernels whose name contains this")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    attn = {f: getattr(args, "attn_" + f) for f in ("warps", "stages", "block_n", "splits") if getattr(args, "attn_" + f)}
+    attn = {f: getattr(args, "attn_" + f) for f in ("warps", "stages", "block_n", "splits", "early_tile")
+            if getattr(args, "attn_" + f)}
     rows = survey(args.shapes.split(","), [int(b) for b in args.batches.split(",")], args.sms, attn, args.gemms,
                   args.gemm_smem_kb * 1024)
     print(f"{'kernel':<18} {'case':<36} {'warps':>5} {'st':>2} {'regs':>4} {'smem':>6} {'spill':>5} {'ldgsts':>6} "

@@ -172,7 +172,7 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
 
 def force_decode_config(**fields) -> None:
     """Every Triton decode bucket built from now on takes ``fields`` (``mqa_decode.DecodeConfig``'s: splits,
-    block_n, stages, warps, l2_rows) over ``decode_config``'s choice, the rest of it kept:
+    block_n, stages, warps, early_tile, l2_rows) over ``decode_config``'s choice, the rest of it kept:
     the bench's in-graph sweep of what ``attn_bench`` sweeps alone."""
     from dataclasses import replace
 
@@ -198,6 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attn-block-n", type=int, default=0, help="... KV rows a loop step (0: decode_config's)")
     ap.add_argument("--attn-stages", type=int, default=0, help="... pipeline stages (0: decode_config's)")
     ap.add_argument("--attn-warps", type=int, default=0, help="... warps a CTA (0: decode_config's)")
+    ap.add_argument("--attn-early-tile", action=argparse.BooleanOptionalAction, default=None,
+                    help="... the span's first K/V tile read before the programmatic-launch wait (DecodeConfig."
+                         "early_tile; default: decode_config's)")
     ap.add_argument("--attn-l2-rows", type=int, default=0,
                     help="... this many extra rows of CTAs read the projection after attention into L2 "
                          "(DecodeConfig.l2_rows; 0: decode_config's)")
@@ -264,6 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
                                 ("stages", args.attn_stages), ("warps", args.attn_warps),
                                 ("l2_rows", args.attn_l2_rows)) if v}
+    if args.attn_early_tile is not None:
+        forced["early_tile"] = args.attn_early_tile
     if forced:
         force_decode_config(**forced)
     device = resolve_device(args.device)

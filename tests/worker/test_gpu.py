@@ -286,11 +286,14 @@ def test_triton_mqa_decode_matches_float32_reference(heads, dim, splits):
     assert (got.double().cpu() - want).abs().max().item() < 2e-2
 
 
-@pytest.mark.parametrize("splits,extra", [(1, {}), (9, {}), (4, {"l2_rows": 2}), (1, {"l2_rows": 3})])
+@pytest.mark.parametrize("splits,extra", [(1, {}), (9, {}), (4, {"l2_rows": 2}), (1, {"l2_rows": 3}),
+                                          (4, {"early_tile": True}), (1, {"early_tile": True}),
+                                          (9, {"early_tile": True})])
 def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits, extra):
     """With ``pdl`` both kernels launch early and wait for the kernel ahead: inside a captured graph, behind a
     PDL-launched K/V write (``fused.write_kv``, as the model runs it) of the very slots attention reads, the output
-    is bit-equal to plain launches (same kernels, same order of sums) and sees the K/V just written. With
+    is bit-equal to plain launches (same kernels, same order of sums) and sees the K/V just written (with
+    ``early_tile`` the first tile is read before the wait, the newest row after it: the row just written). With
     ``l2_rows`` the extra CTAs read a weight into L2 (they return before the wait): the output is the one without
     them."""
     from tests.worker.test_mqa_decode_interpreter import make

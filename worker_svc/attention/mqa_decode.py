@@ -31,13 +31,14 @@ import torch
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """One launch shape: KV splits per request, KV rows per loop step, warps, pipeline stages, and the rows of
-    L2-prefetch CTAs (``l2_rows``, an experiment: 0)."""
+    """One launch shape: KV splits per request, KV rows per loop step, warps, pipeline stages; two experiments,
+    off: the first K/V tile read before the wait (``early_tile``), rows of L2-prefetch CTAs (``l2_rows``)."""
 
     splits: int
     block_n: int = 64
     warps: int = 4
     stages: int = 3  # the winner of 7 of run 11's 10 swept cases (bench/results/h200-run11/call5)
+    early_tile: bool = False  # the span's first K/V tile read before the programmatic-launch wait (an experiment)
     l2_rows: int = 0  # with a tensor to prefetch (``mqa_decode``'s ``prefetch``: the projection after attention),
     # this many extra rows of ``splits`` CTAs read it into L2 while the others attend (0: none)
 
@@ -93,7 +94,7 @@ def _kernels():
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
                         stride_outh, H, SPLITS, n_rows, pf_ptr, pf_lines, pf_ctas,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
-                        PDL: tl.constexpr, L2_PREFETCH: tl.constexpr):
+                        PDL: tl.constexpr, L2_PREFETCH: tl.constexpr, EARLY_TILE: tl.constexpr):
         if PDL:  # launched before the kernel ahead (the K/V write) finished: let the next kernel launch (the merge,
             # or with one split the projection after attention), then wait for the one ahead
             tl.extra.cuda.gdc_launch_dependents()
@@ -103,7 +104,7 @@ def _kernels():
             if b >= n_rows:  # a prefetch CTA: its share of the next projection's 128-byte lines into L2, no wait
                 _prefetch_share((b - n_rows) * SPLITS + s, pf_ctas, pf_ptr, pf_lines)
                 return
-        if PDL:
+        if PDL and not EARLY_TILE:
             tl.extra.cuda.gdc_wait()
         start = tl.load(indptr_ptr + b)
         n = tl.load(indptr_ptr + b + 1) - start
@@ -113,12 +114,35 @@ def _kernels():
         offs_h = tl.arange(0, BLOCK_H)
         offs_d = tl.arange(0, D)
         mask_h = offs_h < H
-        q = tl.load(q_ptr + b * stride_qb + offs_h[:, None] * stride_qh + offs_d[None, :], mask=mask_h[:, None],
-                    other=0.0)  # [BLOCK_H, D]
         m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, D], tl.float32)
-        for off in range(lo, hi, BLOCK_N):
+        first = lo
+        if EARLY_TILE:  # the span's first tile read before the wait: the slot tables and every K/V row but each
+            # request's newest (the K/V write ahead writes it) are in place before this step's first kernel
+            offs_n = lo + tl.arange(0, BLOCK_N)
+            mask_n = offs_n < hi
+            newest = offs_n == start + n - 1
+            slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
+            kv_off = slot[:, None] * stride_kv + offs_d[None, :]
+            k = tl.load(k_ptr + kv_off, mask=(mask_n & (offs_n != start + n - 1))[:, None], other=0.0)
+            v = tl.load(v_ptr + kv_off, mask=(mask_n & (offs_n != start + n - 1))[:, None], other=0.0)
+            if PDL:
+                tl.extra.cuda.gdc_wait()
+            k = tl.where(newest[:, None], tl.load(k_ptr + kv_off, mask=newest[:, None], other=0.0), k)
+            v = tl.where(newest[:, None], tl.load(v_ptr + kv_off, mask=newest[:, None], other=0.0), v)
+        q = tl.load(q_ptr + b * stride_qb + offs_h[:, None] * stride_qh + offs_d[None, :], mask=mask_h[:, None],
+                    other=0.0)  # [BLOCK_H, D]
+        if EARLY_TILE:
+            for off in range(lo, tl.minimum(lo + BLOCK_N, hi), BLOCK_N):  # the first tile, when the span has one
+                qk = tl.dot(q, tl.trans(k)) * scale_log2
+                qk = tl.where(mask_n[None, :], qk, float("-inf"))
+                m_i = tl.max(qk, 1)  # finite: the tile has a valid row
+                p = tl.exp2(qk - m_i[:, None])
+                l_i = tl.sum(p, 1)
+                acc = tl.dot(p.to(v.dtype), v)
+            first = lo + BLOCK_N
+        for off in range(first, hi, BLOCK_N):
             offs_n = off + tl.arange(0, BLOCK_N)
             mask_n = offs_n < hi
             slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
@@ -224,8 +248,8 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
                           out.stride(0), out.stride(1), H, cfg.splits, B, prefetch if l2 else q, pf_lines,
                           max(1, l2 * cfg.splits), D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
-                          DIRECT=direct, PDL=pdl, L2_PREFETCH=l2 > 0, num_warps=cfg.warps,
-                          num_stages=cfg.stages, **launch)
+                          DIRECT=direct, PDL=pdl, L2_PREFETCH=l2 > 0, EARLY_TILE=cfg.early_tile,
+                          num_warps=cfg.warps, num_stages=cfg.stages, **launch)
     if direct:
         return out
     block_s = max(2, 1 << (cfg.splits - 1).bit_length())
