@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"--splitk-only needs --splitk-rows > 0 (CUDA, Triton) and names from {', '.join(lin)}")
         model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}
     if model.mm is None and (args.prefetch_blocks != -1 or args.splitk_smem_kb):
-        ap.error("--prefetch-blocks and --splitk-smem-kb need the split-K GEMMs (--splitk-rows > 0 on CUDA with Triton)")
+        ap.error("--prefetch-blocks and --splitk-smem-kb need the split-K GEMMs (--splitk-rows > 0, CUDA, Triton)")
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
         if args.splitk_smem_kb:
