@@ -182,6 +182,23 @@ def force_decode_config(**fields) -> None:
     triton_decode.decode_config = lambda batch, sms, head_dim: replace(chosen(batch, sms, head_dim), **fields)
 
 
+def run_overlap(graph, model, pool, cfg, args, device: torch.device, results: list) -> None:
+    """``--overlap-prefill``: the decode graph beside a captured prefill (``bench_overlap``); prints and records."""
+    from worker_svc.bench_overlap import capture, overlap, prefill_stand_in
+
+    n = args.overlap_prefill // args.overlap_seq_len
+    ids = torch.randint(1, cfg.vocab_size, (n, args.overlap_seq_len), generator=torch.Generator().manual_seed(1))
+    prefill = capture(prefill_stand_in(model, pool, ids.to(device)), device)
+    for k in (int(x) for x in args.overlap_decode_replays.split(",")):
+        r = overlap(graph, prefill, k, 1, device)
+        results.append({"case": "overlap", "prefill_tokens": args.overlap_prefill, "seq_len": args.overlap_seq_len, **r})
+        print(f"    overlap: {k} decode steps ({r['decode_alone_ms']:.2f} ms alone) beside a {args.overlap_prefill}-token "
+              f"prefill ({r['prefill_alone_ms']:.2f} ms alone): one after the other {r['serial']['makespan_ms']:.2f} ms; "
+              + "; ".join(f"{m} {r[m]['makespan_ms']:.2f} (decode done at {r[m]['decode_ms']:.2f}, prefill at "
+                          f"{r[m]['prefill_ms']:.2f})" for m in ("concurrent", "decode_priority"))
+              + f"; serial / best = {r['gain']:.3f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-path")
@@ -250,8 +267,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--splitk-only", default="",
                     help="with --splitk-rows: only these projections through the split-K GEMM, comma-separated from "
                          "c_attn, attn.c_proj, c_fc, mlp.c_proj (default: all); the others take torch's GEMM")
+    ap.add_argument("--overlap-prefill", type=int, default=0,
+                    help="after the largest decode batch's graph: that decode graph and a prefill of this many tokens "
+                         "(worker_svc/bench_overlap.py) on two CUDA streams at once against one after the other "
+                         "(0: off; CUDA graphs only)")
+    ap.add_argument("--overlap-seq-len", type=int, default=1024, help="... the prefill's prompt length")
+    ap.add_argument("--overlap-decode-replays", default="8,24,48",
+                    help="... decode steps (graph replays) beside one prefill, comma-separated")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
+    if args.overlap_prefill and (args.overlap_seq_len <= 0 or args.overlap_prefill % args.overlap_seq_len):
+        ap.error(f"--overlap-prefill ({args.overlap_prefill}) must be a multiple of --overlap-seq-len "
+                 f"({args.overlap_seq_len})")
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
@@ -307,7 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice
     multi_calls = max(3, args.iters // 2) + 2 + chained_calls if args.decode_steps > 1 else 0  # warm-up, timed, profile
     prefills = [int(n) for n in args.prefill.split(",") if n]
-    kv_tokens = max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix + max(prefills, default=0) + 16
+    kv_tokens = max(max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix
+                    + max(prefills, default=0), args.overlap_prefill) + 16
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
     for t in pool.k + pool.v:
         t.normal_()
@@ -390,6 +418,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"    graph replay alone (GPU time of a step): {rsecs * 1e3:8.2f} ms  "
                       f"{rec['replay_bandwidth_fraction'] * 100:5.1f}% of copy bandwidth; host/GPU = {msecs / rsecs:.2f}",
                       flush=True)
+                if args.overlap_prefill and b == max(batches):
+                    run_overlap(graph, model, pool, cfg, args, device, results)
                 if args.ncu and b == max(batches):
                     torch.cuda.cudart().cudaProfilerStart()
                     graph.replay()
