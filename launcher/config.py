@@ -48,7 +48,7 @@ HELP = {
     "cuda_graph_max_batch": "decode batches up to this size replay CUDA graphs (flashinfer on CUDA only; 0 = off)",
     "extend_graph_max_tokens": "other batches of up to this many tokens replay piecewise CUDA graphs, attention eager "
                                "between them (flashinfer on CUDA only; 0 = off)",
-    "splitk_rows": "CUDA: projections of batches up to this many rows through the split-K Triton GEMM (default: 64 "
+    "splitk_rows": "CUDA: projections of batches up to this many rows through the split-K Triton GEMM (default: 16 "
                    "for models of n_embd <= 1024, else 0; 0 = cuBLAS for all)",
     "extend_whole_graph": "extends of one request up to --extend-graph-max-tokens tokens replay one CUDA graph of "
                           "the whole forward (flashinfer on CUDA only): true or false (default true; false runs the worker "

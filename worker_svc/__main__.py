@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "--no-extend-behind: at its turn, for the A/B)")
     ap.add_argument("--splitk-rows", type=int, default=None,
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows through the split-K Triton GEMM "
-                         "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 64 for models of "
+                         "(worker_svc/model/skinny_gemm.py; 0 = cuBLAS for all; default: 16 for models of "
                          "n_embd <= 1024, else 0, as measured on the H200)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode CUDA graphs' attention: flashinfer's tensor-core decode, or the Triton multi-query "

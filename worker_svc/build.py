@@ -109,11 +109,14 @@ def free_bytes(device: torch.device) -> int:
 
 
 def auto_splitk_rows(cfg) -> int:
-    """Rows up to which the decode projections use the split-K GEMMs with PDL by default: 64 for models of
-    n_embd <= 1024, else 0. H200 run 9 (bench/results/h200-run9/call3, call4; GPU time of a decode step, graph
-    replay): tiny_starcoder_py (768) B = 1 / 64 / 256: 0.78 / 1.04 / 1.50 ms with cuBLAS, 0.64 / 0.98 / 1.49
-    with them; starcoderbase-1b (2048): 1.43 / 1.85 / 2.80 with cuBLAS, 1.57 / 1.94 / 4.33 with them."""
-    return 64 if cfg.n_embd <= 1024 else 0
+    """Rows up to which the decode projections use the split-K GEMMs with PDL by default: 16 for models of
+    n_embd <= 1024, else 0 (cuBLAS). H200 run 9 (bench/results/h200-run9/call3, call4; GPU time of a decode step,
+    graph replay): tiny_starcoder_py (768) B = 1 / 64 / 256: 0.78 / 1.04 / 1.50 ms with cuBLAS, 0.64 / 0.98 / 1.49
+    with them (then up to 64 rows); starcoderbase-1b (2048): 1.43 / 1.85 / 2.80 with cuBLAS, 1.57 / 1.94 / 4.33 with
+    them. H200 run 25 (bench/results/h200-run25/call6.txt, with the Triton attention and the fused kernels since):
+    tiny B = 1 / 16 / 64 split-K 0.62-0.63 / 0.71-0.72 / 0.89, cuBLAS 0.66 / 0.74 / 0.87-0.88; split-K up to 16 rows
+    B = 24 / 32 / 48 / 64: 0.79 / 0.79 / 0.86-0.87 / 0.87 against 0.79 / 0.80 / 0.87 / 0.89 up to 64."""
+    return 16 if cfg.n_embd <= 1024 else 0
 
 
 def triton_decode_max_batch(cfg, decode_attention: str, max_batch: int) -> int:

@@ -54,8 +54,8 @@ def test_a_shared_memory_budget_caps_the_stages_and_keeps_the_splits(budget_kb):
 
 
 def test_split_k_is_on_by_default_for_small_models_only():
-    assert auto_splitk_rows(shape_config("tiny_starcoder_py")) == 64
-    assert auto_splitk_rows(shape_config("default")) == 64
+    assert auto_splitk_rows(shape_config("tiny_starcoder_py")) == 16
+    assert auto_splitk_rows(shape_config("default")) == 16
     assert auto_splitk_rows(shape_config("starcoderbase-1b")) == 0
     assert auto_splitk_rows(shape_config("starcoder")) == 0
 
