@@ -15,8 +15,8 @@ Device time is scarce (bench/README.md, runs 22-24): this answers "how many regi
 CTAs fit, did the pipeliner make the loads asynchronous" before a run. It measures nothing about speed.
 
     python -m bench.kernel_static [--shapes starcoderbase-1b,tiny_starcoder_py] [--batches 1,16,32,64] [--sms 132]
-        [--gemms [--gemm-smem-kb N]] [--attn-warps N --attn-stages N --attn-block-n N --attn-splits N]
-        [--attn-early-tile] [--attn-l2-rows N] [--l2-norm-ctas N] [--skeleton KERNEL] [--json OUT]
+        [--gemms] [--attn-warps N --attn-stages N --attn-block-n N --attn-splits N] [--skeleton KERNEL]
+        [--json OUT]
 
 Needs Triton (its ptxas and cuobjdump compile and read sm_90 code on the CPU); no CUDA device.
 """
@@ -146,15 +146,12 @@ def read_cubin(compiled) -> dict:
             "mma": count("HGMMA", "HMMA"), "bar": count("BAR"), "skeleton": skeleton(ops)}
 
 
-def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = None, gemms: bool = False,
-                 gemm_smem: int = 0, norm_l2_ctas: int = 0):
+def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = None, gemms: bool = False):
     """(kernel, case name, values, constexprs, warps, stages, grid CTAs) of each kernel a decode step of ``shape``
     launches at each batch in ``batches`` (deduplicated by the caller). ``attn``: ``DecodeConfig`` fields forced
-    over ``decode_config``'s choice (a what-if: warps, stages, block_n, splits, early_tile, l2_rows); ``gemms``:
-    also the split-K GEMM (``skinny_gemm.choose``'s configuration) of each projection, which the worker runs for
-    models of n_embd <= 1024 (``build.auto_splitk_rows``), with ``gemm_smem`` bytes of tiles (0: ``choose``'s
-    default budget); ``norm_l2_ctas``: the fused norm with that many L2-prefetch CTAs (the model's
-    ``l2_prefetch_ctas``)."""
+    over ``decode_config``'s choice (a what-if: warps, stages, block_n, splits); ``gemms``: also the split-K GEMM
+    (``skinny_gemm.choose``'s configuration) of each projection, which the worker runs for models of n_embd <=
+    1024 (``build.auto_splitk_rows``)."""
     from dataclasses import replace
 
     from worker_svc.attention import mqa_decode
@@ -173,13 +170,11 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
         c = replace(mqa_decode.decode_config(b, sms, d), **(attn or {}))
         direct = c.splits == 1
         values = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", idx_ptr="*i32", indptr_ptr="*i32", o_ptr="*fp32",
-                      lse_ptr="*fp32", out_ptr="*bf16", pf_ptr="*bf16", scale_log2=0.1,
+                      lse_ptr="*fp32", out_ptr="*bf16", scale_log2=0.1,
                       stride_qb=e + 2 * d, stride_qh=d, stride_kv=d, stride_ob=c.splits * bh * d,
-                      stride_os=0 if direct else bh * d, stride_outb=e, stride_outh=d, H=heads, SPLITS=c.splits,
-                      n_rows=b, pf_lines=e * e // 64, pf_ctas=max(1, c.l2_rows * c.splits))
-        consts = dict(D=d, BLOCK_H=bh, BLOCK_N=c.block_n, DIRECT=direct, PDL=True, L2_PREFETCH=c.l2_rows > 0,
-                      EARLY_TILE=c.early_tile)
-        yield part, f"{shape} B={b} splits={c.splits}", values, consts, c.warps, c.stages, (b + c.l2_rows) * c.splits
+                      stride_os=0 if direct else bh * d, stride_outb=e, stride_outh=d, H=heads, SPLITS=c.splits)
+        consts = dict(D=d, BLOCK_H=bh, BLOCK_N=c.block_n, DIRECT=direct, PDL=True)
+        yield part, f"{shape} B={b} splits={c.splits}", values, consts, c.warps, c.stages, b * c.splits
         if not direct:
             mvals = dict(o_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16", stride_ob=c.splits * bh * d,
                          stride_os=bh * d, stride_outb=e, stride_outh=d, SPLITS=c.splits)
@@ -189,7 +184,7 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
             inner = cfg["n_inner"] or 4 * e
             for name, k, n, gelu in (("c_attn", e, e + 2 * d, False), ("attn.c_proj", e, e, False),
                                      ("c_fc", e, inner, True), ("mlp.c_proj", inner, e, False)):
-                g = skinny_gemm.choose(b, k, n, sms, gemm_smem or skinny_gemm.SMEM_BUDGET)
+                g = skinny_gemm.choose(b, k, n, sms)
                 kps = -(-(-(-k // g.split)) // g.block_k) * g.block_k
                 vals = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32",
                             cnt_ptr="*i32", M=b, N=n, K=k, k_per_split=kps, SPLIT=-(-k // kps))
@@ -200,23 +195,21 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
                     g.stages, grid
     block = next_pow2(e)
     vals = dict(h_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", sum_ptr="*bf16", y_ptr="*bf16",
-                pf_ptr="*bf16", n_cols=e, eps=1e-5, n_rows=max(batches), pf_lines=e * e // 64,
-                pf_ctas=max(1, norm_l2_ctas))
-    yield add_ln, f"{shape} n_embd={e}", vals, dict(BLOCK=block, PDL=True, L2_PREFETCH=norm_l2_ctas > 0), \
-        min(16, max(4, block // 512)), 1, max(batches) + norm_l2_ctas
+                n_cols=e, eps=1e-5)
+    yield add_ln, f"{shape} n_embd={e}", vals, dict(BLOCK=block, PDL=True), min(16, max(4, block // 512)), 1, \
+        max(batches)
     vals = dict(qkv_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", slot_ptr="*i64", stride_row=e + 2 * d, k_col=e,
                 width=d)
     yield write_kv, f"{shape} head_dim={d}", vals, dict(BLOCK=next_pow2(d), PDL=True), 1, 1, max(batches)
 
 
 def survey(shapes: list[str], batches: list[int], sms: int, attn: dict | None = None,
-           gemms: bool = False, gemm_smem: int = 0, norm_l2_ctas: int = 0) -> list[Static]:
+           gemms: bool = False) -> list[Static]:
     """Every distinct kernel configuration of ``shapes``' decode steps at ``batches``, compiled and read
-    (``attn``, ``gemms``, ``gemm_smem``, ``norm_l2_ctas``: ``decode_cases``')."""
+    (``attn``, ``gemms``: ``decode_cases``')."""
     out, seen = [], set()
     for shape in shapes:
-        for kernel, case, values, consts, warps, stages, grid in decode_cases(shape, batches, sms, attn, gemms,
-                                                                                    gemm_smem, norm_l2_ctas):
+        for kernel, case, values, consts, warps, stages, grid in decode_cases(shape, batches, sms, attn, gemms):
             key = (kernel.__name__, tuple(sorted(consts.items())), tuple(sorted(values.items())), warps, stages)
             if key in seen:
                 continue
@@ -234,20 +227,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", default="1,16,32,64")
     ap.add_argument("--sms", type=int, default=132, help="SMs of the card (H100 SXM and H200: 132)")
     ap.add_argument("--gemms", action="store_true", help="also the split-K GEMMs of each projection")
-    ap.add_argument("--gemm-smem-kb", type=int, default=0, help="their tiles' shared-memory budget, KB (0: choose's)")
-    for field in ("warps", "stages", "block_n", "splits", "l2_rows"):
+    for field in ("warps", "stages", "block_n", "splits"):
         ap.add_argument(f"--attn-{field.replace('_', '-')}", type=int, default=0,
                         help=f"the decode attention's {field} forced (a what-if; 0: decode_config's)")
-    ap.add_argument("--attn-early-tile", action="store_true", help="the decode attention with DecodeConfig.early_tile")
-    ap.add_argument("--l2-norm-ctas", type=int, default=0, help="the fused norm with this many L2-prefetch CTAs")
     ap.add_argument("--skeleton", default="", help="print the SASS skeleton (loads, waits, math, branches in "
                     "program order: ``skeleton``) of the kernels whose name contains this")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    attn = {f: getattr(args, "attn_" + f) for f in ("warps", "stages", "block_n", "splits", "l2_rows", "early_tile")
-            if getattr(args, "attn_" + f)}
-    rows = survey(args.shapes.split(","), [int(b) for b in args.batches.split(",")], args.sms, attn, args.gemms,
-                  args.gemm_smem_kb * 1024, args.l2_norm_ctas)
+    attn = {f: getattr(args, "attn_" + f) for f in ("warps", "stages", "block_n", "splits") if getattr(args, "attn_" + f)}
+    rows = survey(args.shapes.split(","), [int(b) for b in args.batches.split(",")], args.sms, attn, args.gemms)
     print(f"{'kernel':<18} {'case':<36} {'warps':>5} {'st':>2} {'regs':>4} {'smem':>6} {'spill':>5} {'ldgsts':>6} "
           f"{'ldg':>4} {'mma':>4} {'CTAs/SM':>7} {'grid':>5} {'warps/SM':>8} {'occ%':>5}")
     for r in rows:

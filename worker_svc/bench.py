@@ -172,7 +172,7 @@ def profile_forward(fn, device: torch.device, out_dir: str, batch: int | str) ->
 
 def force_decode_config(**fields) -> None:
     """Every Triton decode bucket built from now on takes ``fields`` (``mqa_decode.DecodeConfig``'s: splits,
-    block_n, stages, warps, early_tile, l2_rows) over ``decode_config``'s choice, the rest of it kept:
+    block_n, stages, warps) over ``decode_config``'s choice, the rest of it kept:
     the bench's in-graph sweep of what ``attn_bench`` sweeps alone."""
     from dataclasses import replace
 
@@ -215,15 +215,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attn-block-n", type=int, default=0, help="... KV rows a loop step (0: decode_config's)")
     ap.add_argument("--attn-stages", type=int, default=0, help="... pipeline stages (0: decode_config's)")
     ap.add_argument("--attn-warps", type=int, default=0, help="... warps a CTA (0: decode_config's)")
-    ap.add_argument("--attn-early-tile", action=argparse.BooleanOptionalAction, default=None,
-                    help="... the span's first K/V tile read before the programmatic-launch wait (DecodeConfig."
-                         "early_tile; default: decode_config's)")
-    ap.add_argument("--attn-l2-rows", type=int, default=0,
-                    help="... this many extra rows of CTAs read the projection after attention into L2 "
-                         "(DecodeConfig.l2_rows; 0: decode_config's)")
-    ap.add_argument("--l2-norm-ctas", type=int, default=0,
-                    help="decode batches: each fused norm runs this many extra CTAs that read the projection after "
-                         "it into L2 (the model's l2_prefetch_ctas; 0: none)")
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="the decode rows' sampling temperature (0: greedy; > 0: the draw with top_k 50, as a "
                          "sampling workload runs it)")
@@ -261,9 +252,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
-    ap.add_argument("--splitk-smem-kb", type=int, default=0,
-                    help="with --splitk-rows: shared memory a split-K GEMM's CTA may stage, KB (skinny_gemm.choose's "
-                         "smem_budget; 0: its default, 200): fewer stages / smaller K blocks, more CTAs an SM")
     ap.add_argument("--splitk-only", default="",
                     help="with --splitk-rows: only these projections through the split-K GEMM, comma-separated from "
                          "c_attn, attn.c_proj, c_fc, mlp.c_proj (default: all); the others take torch's GEMM")
@@ -282,20 +270,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
-    if not 0 <= args.splitk_smem_kb <= 227 or 0 < args.splitk_smem_kb < 32:
-        ap.error(f"--splitk-smem-kb must be 0 or 32..227 (two stages of the smallest tiles; an sm_90 CTA's most), "
-                 f"got {args.splitk_smem_kb}")
-    if min(args.attn_l2_rows, args.l2_norm_ctas) < 0:
-        ap.error("--attn-l2-rows and --l2-norm-ctas must be >= 0")
     if min(args.attn_splits, args.attn_stages, args.attn_warps) < 0 or (args.attn_block_n and (args.attn_block_n < 16 or
                                                                                args.attn_block_n & (args.attn_block_n - 1))):
         ap.error("--attn-splits, --attn-stages and --attn-warps must be >= 0, --attn-block-n 0 or a power of two >= 16 "
                  "(tl.dot)")
     forced = {k: v for k, v in (("splits", args.attn_splits), ("block_n", args.attn_block_n),
-                                ("stages", args.attn_stages), ("warps", args.attn_warps),
-                                ("l2_rows", args.attn_l2_rows)) if v}
-    if args.attn_early_tile is not None:
-        forced["early_tile"] = args.attn_early_tile
+                                ("stages", args.attn_stages), ("warps", args.attn_warps)) if v}
     if forced:
         force_decode_config(**forced)
     device = resolve_device(args.device)
@@ -313,8 +293,6 @@ def main(argv: list[str] | None = None) -> None:
         args.splitk_rows = auto_splitk_rows(cfg)
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
                             splitk_rows=args.splitk_rows, pdl=args.pdl)
-    if args.l2_norm_ctas:  # batches of at most the graphs' largest bucket (decode; small extends too): not prefill
-        model.l2_prefetch_ctas, model.l2_prefetch_rows = args.l2_norm_ctas, max(args.cuda_graph_max_batch, 1)
     if args.splitk_only:
         names = args.splitk_only.split(",")
         blk = model.transformer.h[0]
@@ -323,12 +301,10 @@ def main(argv: list[str] | None = None) -> None:
         if model.mm is None or not set(names) <= set(lin):
             ap.error(f"--splitk-only needs --splitk-rows > 0 (CUDA, Triton) and names from {', '.join(lin)}")
         model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}
-    if model.mm is None and (args.prefetch_blocks != -1 or args.splitk_smem_kb):
-        ap.error("--prefetch-blocks and --splitk-smem-kb need the split-K GEMMs (--splitk-rows > 0, CUDA, Triton)")
+    if model.mm is None and args.prefetch_blocks != -1:
+        ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0, CUDA, Triton)")
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
-        if args.splitk_smem_kb:
-            model.mm.smem_budget = args.splitk_smem_kb * 1024
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice
@@ -498,7 +474,7 @@ def main(argv: list[str] | None = None) -> None:
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
                        "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
-                       "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "splitk_smem_kb": args.splitk_smem_kb, "decode_attention": eng.attention_name(),
+                       "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 
 

@@ -51,20 +51,3 @@ def test_decode_kernels_compile_for_sm90_without_spills(tmp_path):
     for r in rows:
         if r.kernel == "mqa_decode_part":
             assert r.ldgsts > 0 and r.mma > 0, r  # K/V through cp.async into shared memory, QK and PV on tensor cores
-
-
-@needs_triton
-def test_the_experiments_compile_for_sm90_without_spills(tmp_path):
-    """The variants the next GPU run measures (off by default, so the survey above does not compile them): the
-    decode attention's first tile before the wait with L2-prefetch CTAs, and the fused norm with its own."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = tmp_path / "static.json"
-    subprocess.run([sys.executable, "-m", "bench.kernel_static", "--shapes", "starcoderbase-1b", "--batches", "1,64",
-                    "--attn-early-tile", "--attn-l2-rows", "8", "--l2-norm-ctas", "132", "--json", str(out)],
-                   env=env, check=True, capture_output=True, timeout=240, cwd=Path(__file__).parents[2])
-    rows = [Static(**r) for r in json.loads(out.read_text())]
-    parts = [r for r in rows if r.kernel in ("mqa_decode_part", "add_ln")]
-    assert len(parts) == 3  # attention at B = 1 and 64, the norm
-    for r in parts:
-        assert r.regs > 0 and r.local == 0, r
-    assert [r.grid_ctas for r in parts if r.kernel == "mqa_decode_part"][-1] == (64 + 8) * 4  # the prefetch rows

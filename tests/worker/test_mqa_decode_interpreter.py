@@ -63,9 +63,6 @@ def make(lens, heads, dim, slots=4096, seed=0, strided=False):
     ([1, 5, 64, 130], 16, 128, DecodeConfig(splits=3, block_n=32)),
     ([3, 200, 77], 12, 64, DecodeConfig(splits=8, block_n=16)),  # spans past the end of the 3-token request
     ([300], 48, 64, DecodeConfig(splits=5, block_n=64)),
-    ([1, 5, 64, 130], 16, 128, DecodeConfig(splits=3, block_n=32, early_tile=True)),  # the first tile peeled
-    ([3, 200, 77], 12, 64, DecodeConfig(splits=8, block_n=16, early_tile=True)),  # empty and one-row spans
-    ([3, 200, 77], 12, 64, DecodeConfig(splits=1, block_n=16, early_tile=True)),
 ])
 def test_matches_float64_reference(interpreted, lens, heads, dim, cfg):
     q, k, v, indices, indptr = make(lens, heads, dim, seed=len(lens) + heads + cfg.splits)

@@ -37,22 +37,6 @@ def test_one_wave_of_ctas_at_64_rows_for_the_1b_projections():
         assert 100 <= ctas <= 160, (k, n, c, ctas)
 
 
-@pytest.mark.parametrize("budget_kb", [48, 72, 100])
-def test_a_shared_memory_budget_caps_the_stages_and_keeps_the_splits(budget_kb):
-    """``smem_budget`` (the what-if of ``worker_svc.bench --splitk-smem-kb``): the stages fit in it (at least two),
-    the K blocks shrink only as needed, and the splits and tiles stay the default's, so the model's workspace
-    (sized from the splits) fits either way."""
-    for k, n in [(2048, 2304), (2048, 2048), (2048, 8192), (8192, 2048), (768, 896)]:
-        for m in (1, 16, 64, 256):
-            c, d = choose(m, k, n, 132, budget_kb * 1024), choose(m, k, n, 132)
-            assert (c.block_m + c.block_n) * c.block_k * 2 * c.stages <= budget_kb * 1024, (m, k, n, c)
-            assert c.stages >= 2 and c.block_k >= 64 and c.block_k <= d.block_k, (m, k, n, c)
-            assert (c.block_m, c.block_n, c.split) == (d.block_m, d.block_n, d.split), (m, k, n, c, d)
-    c = choose(64, 2048, 2304, 132, 72 * 1024)  # the 1B's c_attn at 64 rows: 3 stages of 128-wide K blocks
-    assert (c.block_k, c.stages) == (128, 3)
-    assert choose(64, 2048, 2304, 132) == choose(64, 2048, 2304, 132, 200 * 1024)  # the default budget
-
-
 def test_split_k_is_on_by_default_for_small_models_only():
     assert auto_splitk_rows(shape_config("tiny_starcoder_py")) == 16
     assert auto_splitk_rows(shape_config("default")) == 16

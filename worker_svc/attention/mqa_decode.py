@@ -31,16 +31,12 @@ import torch
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """One launch shape: KV splits per request, KV rows per loop step, warps, pipeline stages; two experiments,
-    off: the first K/V tile read before the wait (``early_tile``), rows of L2-prefetch CTAs (``l2_rows``)."""
+    """One launch shape: KV splits per request, KV rows per loop step, warps, pipeline stages."""
 
     splits: int
     block_n: int = 64
     warps: int = 4
     stages: int = 3  # the winner of 7 of run 11's 10 swept cases (bench/results/h200-run11/call5)
-    early_tile: bool = False  # the span's first K/V tile read before the programmatic-launch wait (an experiment)
-    l2_rows: int = 0  # with a tensor to prefetch (``mqa_decode``'s ``prefetch``: the projection after attention),
-    # this many extra rows of ``splits`` CTAs read it into L2 while the others attend (0: none)
 
 
 def splits_for(batch: int, sms: int, max_splits: int = 32) -> int:
@@ -75,37 +71,18 @@ def _kernels():
     import triton
     import triton.language as tl
 
-    global _prefetch_share  # a module global: Triton's interpreter resolves a kernel's callees there, not in closures
-
-    @triton.jit
-    def _prefetch_share(cta, ctas, ptr, lines):
-        """CTA ``cta`` of ``ctas`` issues ``prefetch.global.L2::evict_last`` for its contiguous share of the
-        ``lines`` 128-byte lines at ``ptr`` (a 2-byte tensor: 64 elements a line); nothing waits for them."""
-        per = tl.cdiv(lines, ctas)
-        first = cta * per
-        last = tl.minimum(first + per, lines)
-        for i in range(first, last, 512):
-            line = tl.minimum(i + tl.arange(0, 512), last - 1).to(tl.int64)
-            tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0;", "=r,l", [ptr + line * 64],
-                                      dtype=tl.int32, is_pure=False, pack=1)
-
     @triton.jit
     def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr,
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
-                        stride_outh, H, SPLITS, n_rows, pf_ptr, pf_lines, pf_ctas,
+                        stride_outh, H, SPLITS,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
-                        PDL: tl.constexpr, L2_PREFETCH: tl.constexpr, EARLY_TILE: tl.constexpr):
+                        PDL: tl.constexpr):
         if PDL:  # launched before the kernel ahead (the K/V write) finished: let the next kernel launch (the merge,
             # or with one split the projection after attention), then wait for the one ahead
             tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
         b = tl.program_id(0)
         s = tl.program_id(1)
-        if L2_PREFETCH:
-            if b >= n_rows:  # a prefetch CTA: its share of the next projection's 128-byte lines into L2, no wait
-                _prefetch_share((b - n_rows) * SPLITS + s, pf_ctas, pf_ptr, pf_lines)
-                return
-        if PDL and not EARLY_TILE:
-            tl.extra.cuda.gdc_wait()
         start = tl.load(indptr_ptr + b)
         n = tl.load(indptr_ptr + b + 1) - start
         per = tl.cdiv(n, SPLITS)
@@ -117,32 +94,9 @@ def _kernels():
         m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, D], tl.float32)
-        first = lo
-        if EARLY_TILE:  # the span's first tile read before the wait: the slot tables and every K/V row but each
-            # request's newest (the K/V write ahead writes it) are in place before this step's first kernel
-            offs_n = lo + tl.arange(0, BLOCK_N)
-            mask_n = offs_n < hi
-            newest = offs_n == start + n - 1
-            slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
-            kv_off = slot[:, None] * stride_kv + offs_d[None, :]
-            k = tl.load(k_ptr + kv_off, mask=(mask_n & (offs_n != start + n - 1))[:, None], other=0.0)
-            v = tl.load(v_ptr + kv_off, mask=(mask_n & (offs_n != start + n - 1))[:, None], other=0.0)
-            if PDL:
-                tl.extra.cuda.gdc_wait()
-            k = tl.where(newest[:, None], tl.load(k_ptr + kv_off, mask=newest[:, None], other=0.0), k)
-            v = tl.where(newest[:, None], tl.load(v_ptr + kv_off, mask=newest[:, None], other=0.0), v)
         q = tl.load(q_ptr + b * stride_qb + offs_h[:, None] * stride_qh + offs_d[None, :], mask=mask_h[:, None],
                     other=0.0)  # [BLOCK_H, D]
-        if EARLY_TILE:
-            for off in range(lo, tl.minimum(lo + BLOCK_N, hi), BLOCK_N):  # the first tile, when the span has one
-                qk = tl.dot(q, tl.trans(k)) * scale_log2
-                qk = tl.where(mask_n[None, :], qk, float("-inf"))
-                m_i = tl.max(qk, 1)  # finite: the tile has a valid row
-                p = tl.exp2(qk - m_i[:, None])
-                l_i = tl.sum(p, 1)
-                acc = tl.dot(p.to(v.dtype), v)
-            first = lo + BLOCK_N
-        for off in range(first, hi, BLOCK_N):
+        for off in range(lo, hi, BLOCK_N):
             offs_n = off + tl.arange(0, BLOCK_N)
             mask_n = offs_n < hi
             slot = tl.load(idx_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
@@ -208,18 +162,15 @@ class MQADecodeWorkspace:
 
 def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: torch.Tensor, kv_indptr: torch.Tensor,
                sm_scale: float, cfg: DecodeConfig, ws: MQADecodeWorkspace | None = None,
-               out: torch.Tensor | None = None, pdl: bool = False,
-               prefetch: torch.Tensor | None = None) -> torch.Tensor:
+               out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """Decode attention of ``q`` (``[B, n_head, head_dim]``, float16 / bfloat16, head_dim a power of two >= 16)
     over one K/V head: ``k``, ``v`` ``[slots, 1, head_dim]`` (the pool's layer, q's dtype), request b's KV the
     slots ``kv_indices[kv_indptr[b]:kv_indptr[b+1]]`` (int32, on q's device; every request has at least one).
     Returns ``out`` (``[B, n_head, head_dim]``, q's dtype; allocated when None). ``cfg.splits`` > 1 needs ``ws``
     (``MQADecodeWorkspace`` of at least B rows and exactly ``cfg.splits`` splits). ``pdl``: both kernels as
     programmatic dependent launches (sm90; each lets the next launch at once and waits for the one ahead before it
-    reads anything, so only the launch latency overlaps: the model's other Triton kernels do the same).
-    ``prefetch`` (a contiguous 2-byte tensor, e.g. the next projection's weight): with ``cfg.l2_rows`` > 0, that
-    many extra rows of CTAs read it into L2 (evict-last) while the others attend. Raises ValueError for a shape,
-    dtype or workspace that does not fit."""
+    reads anything, so only the launch latency overlaps: the model's other Triton kernels do the same). Raises
+    ValueError for a shape, dtype or workspace that does not fit."""
     B, H, D = q.shape
     if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must share float16 / bfloat16 (got {q.dtype}, {k.dtype}, {v.dtype})")
@@ -238,18 +189,10 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
     direct = cfg.splits == 1
     launch = {"launch_pdl": True} if pdl else {}
     o, lse = (out, out) if direct else (ws.o, ws.lse)
-    if cfg.l2_rows < 0:
-        raise ValueError(f"l2_rows must be >= 0 (got {cfg.l2_rows})")
-    l2 = cfg.l2_rows if prefetch is not None else 0
-    if l2 and (prefetch.element_size() != 2 or not prefetch.is_contiguous()):
-        raise ValueError(f"prefetch must be a contiguous 2-byte tensor (got {prefetch.dtype})")
-    pf_lines = prefetch.numel() // 64 if l2 else 0
-    part[(B + l2, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, sm_scale * math.log2(math.e),
+    part[(B, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, sm_scale * math.log2(math.e),
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
-                          out.stride(0), out.stride(1), H, cfg.splits, B, prefetch if l2 else q, pf_lines,
-                          max(1, l2 * cfg.splits), D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
-                          DIRECT=direct, PDL=pdl, L2_PREFETCH=l2 > 0, EARLY_TILE=cfg.early_tile,
-                          num_warps=cfg.warps, num_stages=cfg.stages, **launch)
+                          out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
+                          DIRECT=direct, PDL=pdl, num_warps=cfg.warps, num_stages=cfg.stages, **launch)
     if direct:
         return out
     block_s = max(2, 1 << (cfg.splits - 1).bit_length())

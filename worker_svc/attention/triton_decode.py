@@ -19,21 +19,19 @@ from worker_svc.attention.mqa_decode import MQADecodeWorkspace, decode_config, m
 class TritonDecodeAttention(AttentionBackend):
     """Decode-only backend of one graph bucket of ``batch`` rows. ``kv_indptr`` (int32 [batch+1]) and
     ``kv_indices`` (int32 [N]) are the graphs' device buffers; ``pdl``: the kernels as programmatic dependent
-    launches (``mqa_decode``; the model's ``pdl``); ``next_weights`` (per layer, or None): what the kernel reads
-    into L2 beside attention when its ``DecodeConfig.l2_rows`` > 0 (the projection after it). Raises RuntimeError
-    for kv_heads != 1, a CPU device or a dtype other than float16 / bfloat16."""
+    launches (``mqa_decode``; the model's ``pdl``). Raises RuntimeError for kv_heads != 1, a CPU device or a dtype
+    other than float16 / bfloat16."""
 
     name = "triton-decode"
 
     def __init__(self, n_head: int, kv_heads: int, head_dim: int, sm_scale: float, dtype: torch.dtype,
-                 kv_indptr: torch.Tensor, kv_indices: torch.Tensor, batch: int, pdl: bool = False,
-                 next_weights: list[torch.Tensor] | None = None):
+                 kv_indptr: torch.Tensor, kv_indices: torch.Tensor, batch: int, pdl: bool = False):
         super().__init__(n_head, kv_heads, head_dim, sm_scale)
         dev = kv_indptr.device
         if kv_heads != 1 or dev.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
             raise RuntimeError(f"the Triton decode attention takes one K/V head, CUDA, float16 / bfloat16 (got "
                                f"kv_heads={kv_heads}, {dev}, {dtype})")
-        self.kv_indptr, self.kv_indices, self.pdl, self.next_weights = kv_indptr, kv_indices, pdl, next_weights
+        self.kv_indptr, self.kv_indices, self.pdl = kv_indptr, kv_indices, pdl
         self.config = decode_config(batch, torch.cuda.get_device_properties(dev).multi_processor_count, head_dim)
         self.workspace = (MQADecodeWorkspace(batch, self.config.splits, n_head, head_dim, dev)
                           if self.config.splits > 1 else None)
@@ -54,5 +52,4 @@ class TritonDecodeAttention(AttentionBackend):
                new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """See ``AttentionBackend.attend``; reads the pool (``new_kv`` unused: decode only)."""
         return mqa_decode(q, kv_pool.k[layer], kv_pool.v[layer], self.kv_indices, self.kv_indptr, self.sm_scale,
-                          self.config, self.workspace, out, pdl=self.pdl,
-                          prefetch=self.next_weights[layer] if self.next_weights else None)
+                          self.config, self.workspace, out, pdl=self.pdl)

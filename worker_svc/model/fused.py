@@ -39,21 +39,9 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def add_ln(h_ptr, x_ptr, w_ptr, b_ptr, sum_ptr, y_ptr, n_cols, eps, n_rows, pf_ptr, pf_lines, pf_ctas,
-               BLOCK: tl.constexpr, PDL: tl.constexpr, L2_PREFETCH: tl.constexpr):
+    def add_ln(h_ptr, x_ptr, w_ptr, b_ptr, sum_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
         if PDL:  # launched before the kernel ahead finished: let the next one launch, then wait for that one
             tl.extra.cuda.gdc_launch_dependents()
-        if L2_PREFETCH:
-            if tl.program_id(0) >= n_rows:  # a prefetch CTA: its share of the next projection's lines into L2
-                cta = tl.program_id(0) - n_rows
-                per = tl.cdiv(pf_lines, pf_ctas)
-                last = tl.minimum(cta * per + per, pf_lines)
-                for i in range(cta * per, last, 512):
-                    line = tl.minimum(i + tl.arange(0, 512), last - 1).to(tl.int64)
-                    tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0;", "=r,l",
-                                              [pf_ptr + line * 64], dtype=tl.int32, is_pure=False, pack=1)
-                return
-        if PDL:
             tl.extra.cuda.gdc_wait()
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
@@ -74,14 +62,12 @@ def _kernel():
     return add_ln, triton.next_power_of_2
 
 
-def add_layer_norm(h: torch.Tensor, x: torch.Tensor, ln: nn.LayerNorm, pdl: bool = False,
-                   prefetch: torch.Tensor | None = None, prefetch_ctas: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def add_layer_norm(h: torch.Tensor, x: torch.Tensor, ln: nn.LayerNorm,
+                   pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """h, x [T, n_embd] (same dtype, contiguous) -> (h + x, ln(h + x)), both [T, n_embd] in that dtype.
 
     CUDA: one Triton kernel (``pdl``: as a programmatic dependent launch); elsewhere the torch definition.
-    ``prefetch`` (a contiguous 2-byte tensor: the projection after this norm) with ``prefetch_ctas`` > 0: that
-    many extra CTAs read it into L2 (evict-last) beside the norm, and nothing waits for them. Raises ValueError
-    for mismatched shapes."""
+    Raises ValueError for mismatched shapes."""
     if h.shape != x.shape or h.dim() != 2:
         raise ValueError(f"add_layer_norm needs two [T, n_embd] tensors, got {tuple(h.shape)} and {tuple(x.shape)}")
     if not h.is_cuda:
@@ -92,15 +78,8 @@ def add_layer_norm(h: torch.Tensor, x: torch.Tensor, ln: nn.LayerNorm, pdl: bool
     rows, cols = h.shape
     s, y = torch.empty_like(h), torch.empty_like(h)
     block = next_pow2(cols)
-    if prefetch_ctas < 0:
-        raise ValueError(f"prefetch_ctas must be >= 0 (got {prefetch_ctas})")
-    extra = prefetch_ctas if prefetch is not None else 0
-    if extra and (prefetch.element_size() != 2 or not prefetch.is_contiguous()):
-        raise ValueError(f"prefetch must be a contiguous 2-byte tensor (got {prefetch.dtype})")
-    kernel[(rows + extra,)](h, x, ln.weight, ln.bias, s, y, cols, ln.eps, rows, prefetch if extra else h,
-                            prefetch.numel() // 64 if extra else 0, max(1, extra), BLOCK=block, PDL=pdl,
-                            L2_PREFETCH=extra > 0, num_warps=min(16, max(4, block // 512)),
-                            **({"launch_pdl": True} if pdl else {}))
+    kernel[(rows,)](h, x, ln.weight, ln.bias, s, y, cols, ln.eps, BLOCK=block, PDL=pdl,
+                    num_warps=min(16, max(4, block // 512)), **({"launch_pdl": True} if pdl else {}))
     return s, y
 
 

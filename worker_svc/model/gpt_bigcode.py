@@ -150,9 +150,6 @@ class GPTBigCodeForCausalLM(nn.Module):
         self.fuse_kv = False
         self.pdl = False  # the fused kernels as programmatic dependent launches
         self.mm = None  # skinny_gemm.DecodeGemms: the projections of batches of few rows
-        # batches of at most l2_prefetch_rows rows: each fused norm's kernel runs this many extra CTAs that read
-        # the projection after it into L2 (0: none; worker_svc.bench --l2-norm-ctas, an experiment)
-        self.l2_prefetch_ctas, self.l2_prefetch_rows = 0, 0
         self.transformer = Transformer(cfg)
         # Only when the checkpoint unties the head (tie_word_embeddings: false); GPTBigCode ties it.
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -207,12 +204,8 @@ class GPTBigCodeForCausalLM(nn.Module):
         mm = self._mm(h)
         a = block.attn.finish(o, mm)
         if self.fuse_norms:
-            ctas = self.l2_prefetch_ctas if h.shape[0] <= self.l2_prefetch_rows and h.element_size() == 2 else 0
-            nxt = t.h[i + 1].attn.c_attn.weight if i + 1 < len(t.h) else None
-            h, y = fused.add_layer_norm(h, a, block.ln_2, pdl=self.pdl, prefetch=block.mlp.c_fc.weight,
-                                        prefetch_ctas=ctas)
-            return fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue, mm), after, pdl=self.pdl, prefetch=nxt,
-                                        prefetch_ctas=ctas)
+            h, y = fused.add_layer_norm(h, a, block.ln_2, pdl=self.pdl)
+            return fused.add_layer_norm(h, block.mlp(y, self.gelu_epilogue, mm), after, pdl=self.pdl)
         h = h + a
         h = h + block.mlp(block.ln_2(h), self.gelu_epilogue, mm)
         return h, after(h)

@@ -116,25 +116,19 @@ def _kernel():
     return skinny_mm
 
 
-SMEM_BUDGET = 200 * 1024  # bytes of x and W tiles a CTA may stage in shared memory (choose's default)
-
-
 @functools.cache
-def choose(m: int, k: int, n: int, sms: int, smem_budget: int = SMEM_BUDGET) -> GemmConfig:
+def choose(m: int, k: int, n: int, sms: int) -> GemmConfig:
     """A configuration for [m, k] x [k, n] on ``sms`` SMs: about one wave of CTAs (run 9's sweep at M = 64 on
     the H200, bench/results/h200-run9/call2: the best grids were 128 CTAs of 32- or 64-column tiles), with as
-    many pipeline stages (2-4) of x and W tiles as ``smem_budget`` bytes of shared memory hold, K blocks halved
-    (down to 64) until two stages fit. The default budget gives 192 KB at 64 rows: one CTA an SM, which leaves no
-    room for a programmatic dependent launch to overlap the kernel ahead (``bench/kernel_static.py --gemms``);
-    a smaller budget is the what-if of ``worker_svc.bench --splitk-smem-kb``."""
+    many pipeline stages (2-4) of x and W tiles as 200 KB of shared memory hold: 192 KB at 64 rows, one CTA an
+    SM, which leaves no room for a programmatic dependent launch to overlap the kernel ahead
+    (``bench/kernel_static.py --gemms``; smaller budgets, 72 and 100 KB, lost on the H100 in run 25)."""
     block_m = 16 if m <= 16 else 64
     block_n = 32 if n <= 4096 else 64
     tiles = -(-n // block_n) * -(-m // block_m)
     split = max(1, min(round(sms / tiles), k // 256))
     block_k = 256 if k // split >= 256 else 128
-    while block_k > 64 and 2 * (block_m + block_n) * block_k * 2 > smem_budget:
-        block_k //= 2
-    stages = max(2, min(4, smem_budget // ((block_m + block_n) * block_k * 2)))  # x and W tiles in shared memory
+    stages = max(2, min(4, 200 * 1024 // ((block_m + block_n) * block_k * 2)))  # x and W tiles in shared memory
     return GemmConfig(block_m, block_n, block_k, split, 4, stages)
 
 
@@ -202,7 +196,6 @@ class DecodeGemms:
     configuration per (rows, K, N) from ``choose``, one workspace sized for the largest of them.
 
     ``shapes``: the [N, K] weight shapes it will be called with. Call as ``mm(x, linear, gelu=False)``.
-    ``smem_budget``: ``choose``'s (it changes tiles and stages, never the splits the workspace is sized for).
     ``prefetch_blocks``: with ``pdl``, the K blocks of its weight slab each CTA prefetches into L2 before it waits
     for the kernel ahead (-1: the whole slab; ``splitk_linear``). ``only`` (None: all): a set of the [N, K] weight
     shapes (tuples) that take the split-K kernel (a shape names a projection where, as in GPTBigCode, the four
@@ -210,12 +203,11 @@ class DecodeGemms:
     ``worker_svc.bench --splitk-only``."""
 
     def __init__(self, shapes, max_rows: int, device: torch.device | str, pdl: bool = False,
-                 prefetch_blocks: int = -1, smem_budget: int = SMEM_BUDGET):
-        self.max_rows, self.pdl, self.prefetch_blocks, self.smem_budget = max_rows, pdl, prefetch_blocks, smem_budget
+                 prefetch_blocks: int = -1):
+        self.max_rows, self.pdl, self.prefetch_blocks = max_rows, pdl, prefetch_blocks
         self.only: set[tuple[int, int]] | None = None
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
-        sizes = [workspace_size(m, n, choose(m, k, n, self.sms, smem_budget)) for n, k in shapes
-                 for m in range(1, max_rows + 1)]
+        sizes = [workspace_size(m, n, choose(m, k, n, self.sms)) for n, k in shapes for m in range(1, max_rows + 1)]
         self.ws = SplitKWorkspace(max(f for f, _ in sizes), max(t for _, t in sizes), device)
 
     def __call__(self, x: torch.Tensor, linear, gelu: bool = False) -> torch.Tensor:
@@ -225,6 +217,5 @@ class DecodeGemms:
             from worker_svc.model import fused  # (fused imports nothing of this module's)
 
             return fused.mlp_up(x, linear) if gelu else torch.nn.functional.linear(x, w, linear.bias)
-        cfg = choose(x.shape[0], w.shape[1], w.shape[0], self.sms, self.smem_budget)
-        return splitk_linear(x, w, linear.bias, cfg, self.ws, gelu=gelu, pdl=self.pdl,
-                             prefetch_blocks=self.prefetch_blocks)
+        return splitk_linear(x, w, linear.bias, choose(x.shape[0], w.shape[1], w.shape[0], self.sms), self.ws,
+                             gelu=gelu, pdl=self.pdl, prefetch_blocks=self.prefetch_blocks)
