@@ -150,8 +150,8 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
     """(kernel, case name, values, constexprs, warps, stages, grid CTAs) of each kernel a decode step of ``shape``
     launches at each batch in ``batches`` (deduplicated by the caller). ``attn``: ``DecodeConfig`` fields forced
     over ``decode_config``'s choice (a what-if: warps, stages, block_n, splits); ``gemms``: also the split-K GEMM
-    (``skinny_gemm.choose``'s configuration) of each projection, which the worker runs for models of n_embd <=
-    1024 (``build.auto_splitk_rows``)."""
+    (``skinny_gemm.choose``'s configuration) of each projection at every batch, a survey: the worker runs it for
+    models of n_embd <= 1024 and batches up to ``build.auto_splitk_rows`` rows (16 since run 25)."""
     from dataclasses import replace
 
     from worker_svc.attention import mqa_decode

@@ -188,7 +188,8 @@ def run_overlap(graph, model, pool, cfg, args, device: torch.device, results: li
 
     n = args.overlap_prefill // args.overlap_seq_len
     ids = torch.randint(1, cfg.vocab_size, (n, args.overlap_seq_len), generator=torch.Generator().manual_seed(1))
-    prefill = capture(prefill_stand_in(model, pool, ids.to(device)), device)
+    prefill = capture(prefill_stand_in(model, pool, ids.to(device), first_slot=pool.pool_slots - args.overlap_prefill),
+                      device)
     for k in (int(x) for x in args.overlap_decode_replays.split(",")):
         r = overlap(graph, prefill, k, 1, device)
         results.append({"case": "overlap", "prefill_tokens": args.overlap_prefill, "seq_len": args.overlap_seq_len, **r})
@@ -264,9 +265,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="... decode steps (graph replays) beside one prefill, comma-separated")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
-    if args.overlap_prefill and (args.overlap_seq_len <= 0 or args.overlap_prefill % args.overlap_seq_len):
-        ap.error(f"--overlap-prefill ({args.overlap_prefill}) must be a multiple of --overlap-seq-len "
+    if args.overlap_prefill < 0 or (args.overlap_prefill and (
+            args.overlap_seq_len <= 0 or args.overlap_prefill % args.overlap_seq_len)):
+        ap.error(f"--overlap-prefill ({args.overlap_prefill}) must be 0 or a positive multiple of --overlap-seq-len "
                  f"({args.overlap_seq_len})")
+    if args.overlap_prefill and (args.decode_steps < 2 or max(int(b) for b in args.batches.split(","))
+                                 > args.cuda_graph_max_batch):
+        ap.error("--overlap-prefill runs beside the largest batch's decode graph: it needs --decode-steps > 1 and "
+                 "--batches within --cuda-graph-max-batch (CUDA)")
     if args.temperature < 0:
         ap.error(f"--temperature must be >= 0 (got {args.temperature})")
     sampling = SamplingParams(temperature=args.temperature, top_k=50) if args.temperature > 0 else SamplingParams()
@@ -310,8 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice
     multi_calls = max(3, args.iters // 2) + 2 + chained_calls if args.decode_steps > 1 else 0  # warm-up, timed, profile
     prefills = [int(n) for n in args.prefill.split(",") if n]
-    kv_tokens = max(max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix
-                    + max(prefills, default=0), args.overlap_prefill) + 16
+    # the overlap's prefill writes the pool's last slots, after every decode request's
+    kv_tokens = (max(batches) * (ctx + args.iters + 8 + multi_calls * args.decode_steps) + args.prefill_prefix
+                 + max(prefills, default=0) + args.overlap_prefill + 16)
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=kv_tokens), dtype, device)
     for t in pool.k + pool.v:
         t.normal_()
@@ -320,6 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     eng = Engine(cfg, model, pool, backend, epoch=uuid.uuid4().hex, ragged_prefill=args.ragged_prefill)
     eng.warmup()
     eng.graphs = make_graphs(args.cuda_graph_max_batch, cfg, model, pool, backend, args.decode_attention)
+    if args.overlap_prefill and eng.graphs is None:
+        ap.error("--overlap-prefill needs the decode graphs (CUDA)")
     eng.extend_graphs = make_extend_graphs(args.extend_graph_max_tokens, model, pool, backend)
     # on for the prefill cases' "whole" mode
     whole = make_whole_graphs(whole_tokens, cfg, model, pool, backend, args.extend_attention)

@@ -8,7 +8,8 @@ the decode graph the worker replays (one step, replayed ``n`` times) and a prefi
 the model's own pieces, with causal attention over equal-length sequences through torch's SDPA where the worker
 runs flashinfer's ragged prefill) captured as a graph; each alone, one after the other, and launched on two
 streams at once (equal priority, and the decode stream at high priority). The GPU time of each is read from CUDA
-events. `python -m worker_svc.bench ... --overlap-prefill 8192` runs it after the largest decode batch.
+events. `python -m worker_svc.bench --shape starcoderbase-1b --batches 64 --decode-steps 8 --overlap-prefill 8192` runs
+it after the largest decode batch (CUDA graphs; the prefill writes the pool's last slots, after the decode requests').
 """
 
 from __future__ import annotations
@@ -22,23 +23,27 @@ import torch.nn.functional as F
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 
 
-def prefill_stand_in(model: GPTBigCodeForCausalLM, kv_pool, ids: torch.Tensor) -> Callable[[], torch.Tensor]:
+def prefill_stand_in(model: GPTBigCodeForCausalLM, kv_pool, ids: torch.Tensor,
+                     first_slot: int = 1) -> Callable[[], torch.Tensor]:
     """A function running the extend of ``ids`` (int64 [n, seq_len]: n prompts of seq_len tokens each, no cached
     prefix, on the model's device) through the model's pieces (``GPTBigCodeForCausalLM.piece``: the same GEMMs,
-    fused norms and K/V writes into ``kv_pool`` at slots 1..n * seq_len) with causal attention by
-    ``F.scaled_dot_product_attention`` per prompt. The function returns hidden states after ln_f [n * seq_len,
-    n_embd] (model dtype); its inputs are fixed, so it can be captured in a CUDA graph. Raises ValueError if a
-    prompt exceeds n_positions or the pool has fewer than n * seq_len + 1 slots."""
+    fused norms and K/V writes into ``kv_pool`` at slots first_slot .. first_slot + n * seq_len - 1) with causal
+    attention by ``F.scaled_dot_product_attention`` per prompt. The function returns hidden states after ln_f
+    [n * seq_len, n_embd] (model dtype); its inputs are fixed, so it can be captured in a CUDA graph. Raises
+    ValueError if a prompt exceeds n_positions, or if those slots are not all in the pool (slot 0 excluded: the
+    padding rows' slot)."""
     cfg = model.cfg
     n, seq_len = ids.shape
     tokens = n * seq_len
-    if seq_len > cfg.n_positions or tokens + 1 > kv_pool.pool_slots:
-        raise ValueError(f"prefill stand-in: prompts of {seq_len} tokens (n_positions {cfg.n_positions}), "
-                         f"{tokens} tokens for {kv_pool.pool_slots} pool slots")
+    if seq_len > cfg.n_positions:
+        raise ValueError(f"prefill stand-in: prompts of {seq_len} tokens exceed n_positions {cfg.n_positions}")
+    if first_slot < 1 or first_slot + tokens > kv_pool.pool_slots:
+        raise ValueError(f"prefill stand-in: slots {first_slot}..{first_slot + tokens - 1} are not all in a pool "
+                         f"of {kv_pool.pool_slots} slots (slot 0 is the padding rows')")
     device = ids.device
     flat = ids.reshape(-1)
     pos = torch.arange(seq_len, device=device).repeat(n)
-    slots = torch.arange(1, tokens + 1, device=device)
+    slots = torch.arange(first_slot, first_slot + tokens, device=device)
     scale = 1.0 / cfg.head_dim ** 0.5 if cfg.scale_attn_weights else 1.0
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -61,7 +66,9 @@ def prefill_stand_in(model: GPTBigCodeForCausalLM, kv_pool, ids: torch.Tensor) -
 
 
 def capture(fn: Callable[[], object], device: torch.device) -> torch.cuda.CUDAGraph:
-    """``fn`` captured as a CUDA graph (after two eager warm-up calls on a side stream, as torch asks)."""
+    """``fn`` captured as a CUDA graph (after two eager warm-up calls on a side stream, as torch asks), on a capture
+    stream of its own: torch keys cuBLAS workspaces by stream, so a graph captured on torch's shared capture stream
+    (as the worker's decode graphs are) would share their workspace, which two graphs running at once must not."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -69,10 +76,13 @@ def capture(fn: Callable[[], object], device: torch.device) -> torch.cuda.CUDAGr
         fn()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream(device)):
         fn()
     torch.cuda.synchronize(device)
     return graph
+
+
+HOLD_CYCLES = 20_000_000  # GPU clock cycles (~10 ms at ~2 GHz): longer than queueing 50 graph replays
 
 
 def _timed(decode: torch.cuda.CUDAGraph, n_decode: int, prefill: torch.cuda.CUDAGraph, n_prefill: int,
@@ -85,6 +95,8 @@ def _timed(decode: torch.cuda.CUDAGraph, n_decode: int, prefill: torch.cuda.CUDA
     sd = torch.cuda.Stream(device, priority=-100 if mode == "decode_priority" else 0)
     sp = torch.cuda.Stream(device, priority=0)
     start, end_d, end_p = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    # the device waits (~10 ms) while the host queues every replay, so the clock starts with all work queued
+    torch.cuda._sleep(HOLD_CYCLES)
     start.record(cur)
     sd.wait_event(start)
     with torch.cuda.stream(sd):

@@ -1,6 +1,6 @@
 """The two-stream overlap experiment's prefill stand-in (worker_svc/bench_overlap.py) is the model's extend:
 its hidden states equal transformers' on the same prompts (CPU, fp32). The overlap timing itself needs CUDA
-streams and runs only in the worker bench on a GPU (`python -m worker_svc.bench --overlap-prefill 8192`)."""
+streams and runs only in the worker bench on a GPU (`python -m worker_svc.bench --decode-steps 8 --overlap-prefill 8192`)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,26 @@ def test_prefill_stand_in_gives_transformers_hidden_states(model_dir, hf_model):
 
 
 def test_prefill_stand_in_rejects_prompts_beyond_the_pool_or_the_positions(model_dir):
-    eng = make_engine(model_dir, kv_tokens=64)
-    with pytest.raises(ValueError, match="pool slots"):
+    eng = make_engine(model_dir, kv_tokens=64)  # 65 slots: 0 (padding) and 1..64
+    with pytest.raises(ValueError, match="not all in a pool"):
         prefill_stand_in(eng.model, eng.kv_pool, torch.ones(2, 40, dtype=torch.long))
-    with pytest.raises(ValueError, match="n_positions"):
-        prefill_stand_in(eng.model, eng.kv_pool, torch.ones(1, eng.cfg.n_positions + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="not all in a pool"):
+        prefill_stand_in(eng.model, eng.kv_pool, torch.ones(1, 10, dtype=torch.long), first_slot=60)
+    with pytest.raises(ValueError, match="not all in a pool"):
+        prefill_stand_in(eng.model, eng.kv_pool, torch.ones(1, 10, dtype=torch.long), first_slot=0)
+    prefill_stand_in(eng.model, eng.kv_pool, torch.ones(1, 10, dtype=torch.long), first_slot=55)  # 55..64 fit
+    n_pos = eng.cfg.n_positions
+    big = make_engine(model_dir, kv_tokens=n_pos + 64)
+    with pytest.raises(ValueError, match="exceed n_positions"):
+        prefill_stand_in(big.model, big.kv_pool, torch.ones(1, n_pos + 1, dtype=torch.long))
+
+
+def test_the_overlap_flag_needs_decode_graphs_and_steps():
+    from worker_svc import bench
+
+    for argv in (["--overlap-prefill", "2048"],  # --decode-steps 1
+                 ["--overlap-prefill", "2048", "--decode-steps", "8", "--batches", "64", "--cuda-graph-max-batch", "32"],
+                 ["--overlap-prefill", "1000", "--decode-steps", "8"],  # not a multiple of 1,024
+                 ["--overlap-prefill", "-1024", "--decode-steps", "8"]):
+        with pytest.raises(SystemExit):
+            bench.main(argv)
