@@ -71,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "probe's UNAVAILABLE) raced once with it in CI: not the default")
     parser.add_argument("--http", default="h11", choices=["h11", "httptools"],
                         help="the HTTP/1.1 parser (uvicorn's --http): h11 (pure Python) or httptools (C)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="gateway processes serving the one port (gateway/workers.py): at a wave of stream ends "
+                             "and new bodies one process takes them one after the other (default 1)")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     check_ranges(parser, args)
@@ -105,6 +108,8 @@ def check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     --max-n >= 1, the timeouts (seconds) finite and > 0, --probe-interval and --drain-seconds finite and >= 0."""
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in 0..65535 (got {args.port})")
+    if not 1 <= args.workers <= 64:
+        parser.error(f"--workers must be in 1..64 (got {args.workers})")
     for name in ("max_body_bytes", "max_n"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
@@ -121,8 +126,25 @@ def check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Loads the tokenizer and model facts, builds the app and serves it until SIGINT/SIGTERM."""
+    """Binds the port, then serves it until SIGINT/SIGTERM: in this process, or in ``--workers`` forked ones
+    (``gateway/workers.py``; the parent exits with their outcome)."""
     args = parse_args(argv)
+    from common.logs import configure
+
+    log = configure("gateway", args.log_level)
+    sock = bind(args.host, args.port)
+    if args.workers == 1:
+        serve(args, sock)
+        return
+    from gateway.workers import run_workers
+
+    code = run_workers(args.workers, lambda: serve(args, sock), log)
+    log.info("stopped", workers=args.workers, exit_code=code)
+    raise SystemExit(code)
+
+
+def serve(args: argparse.Namespace, sock: socket.socket) -> None:
+    """Loads the tokenizer and model facts, builds the app and serves ``sock`` until SIGINT/SIGTERM."""
     from common.logs import configure
     from gateway.app import create_app
     from gateway.replicas import ReplicaSet
@@ -157,7 +179,6 @@ def main(argv: list[str] | None = None) -> None:
     replicas = ReplicaSet.build(args.replicas, settings.retry_after_s, settings.probe_interval_s,
                                 settings.probe_timeout_s, settings.load_interval_s)
     app = create_app(replicas.replicas[0].client if replicas.single else replicas, tokenizer, settings)
-    sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False, loop=args.loop, http=args.http,
                             timeout_graceful_shutdown=args.drain_seconds)
@@ -167,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
              replicas=None if replicas.single else [f"{r.name}={r.spec.scheduler},{r.spec.cache},{r.spec.pool}"
                                                     for r in replicas.replicas],
              routing=None if replicas.single else settings.routing,
-             model=settings.model_name, auth=settings.api_key is not None)
+             model=settings.model_name, auth=settings.api_key is not None, pid=os.getpid())
     # uvicorn handles SIGINT/SIGTERM (graceful shutdown) and re-raises the signal to the handler that was
     # installed before it; a no-op one there makes a requested shutdown exit 0.
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+import os
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -86,7 +88,9 @@ class _LoadCollector:
 
 
 class GatewayMetrics:
-    """Owns one CollectorRegistry (so several apps can live in one process, e.g. in tests)."""
+    """Owns one CollectorRegistry (so several apps can live in one process, e.g. in tests). In a gateway of several
+    processes (``gateway/workers.py``: ``PROMETHEUS_MULTIPROC_DIR`` set) ``codeserve:request_errors`` is kept in
+    prometheus-client's multiprocess files and read back summed over every process."""
 
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
@@ -95,11 +99,14 @@ class GatewayMetrics:
         self.registry.register(self._load)
         self._replica_loads = ReplicaLoadCollector(model_name)
         self.registry.register(self._replica_loads)
+        shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))  # several gateway processes
         self.errors = Counter("codeserve:request_errors",
                               "HTTP requests the gateway answered with an error that no Generate call counts at "
                               "the scheduler (refused before any call: bad input, unknown model or path, the "
                               "scheduler known down or unreachable; gateway faults), by HTTP status and error type.",
-                              ["model_name", "status", "type"], registry=self.registry)
+                              ["model_name", "status", "type"], registry=None if shared else self.registry)
+        if shared:
+            multiprocess.MultiProcessCollector(self.registry)
 
     def count_error(self, status: int, err_type: str) -> None:
         """Counts one error answer (status: HTTP status code; err_type: the body's ``error.type``)."""

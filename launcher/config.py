@@ -238,6 +238,8 @@ CHAIN_ADMISSIONS = ("the overlapped chain goes on through admissions (docs/sched
 
 GATEWAY_IO = ("the gateway serves on asyncio and h11 (its defaults); uvloop and httptools only for bench/serve_bench's "
               "A/B (--gateway-flags, bench/README.md run 23)")
+GATEWAY_WORKERS = ("one gateway process until several are measured on the GPU (gateway/workers.py, session 25): "
+                   "bench/serve_bench --gateway-flags=--workers=N is the A/B")
 ARRIVAL_GATE = ("arrivals wait for a reply once two extends are queued at the worker (scheduler_svc/arrival_gate.py); "
                 "off only for bench/serve_bench's A/B (--scheduler-flags=--no-arrival-gate)")
 CHUNK_PIPELINE = ("chunked prefill pipelined stays on (the next extend sent while one runs: bench/README.md); "
@@ -313,6 +315,7 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--cache-probe-timeout": ROUTER_TUNING,
         "--loop": GATEWAY_IO,
         "--http": GATEWAY_IO,
+        "--workers": GATEWAY_WORKERS,
     },
 }
 

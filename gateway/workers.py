@@ -1,0 +1,94 @@
+"""Several gateway processes on one listening socket (``python -m gateway --workers N``).
+
+One gateway is one Python process: at a c64 wave boundary its event loop takes 64 stream ends and 64 new bodies one
+after the other (run 23's hop trace: client_sent -> http_in p50 30 ms there, bench/README.md), and the next wave's
+last arrival is on the phase's critical path. With ``--workers N`` the parent binds the socket, then forks N
+children before anything else is built (no gRPC channel, no thread exists yet: both must be created after a fork);
+each child builds its own app, its own gRPC channels to the scheduler, and serves the inherited socket, the kernel
+handing each new connection to one of them (as gunicorn's and uvicorn's workers do).
+
+The parent only supervises: SIGTERM / SIGINT are passed on to every child, each drains as a single gateway does
+(``--drain-seconds``), and the parent exits 0 when all exited 0. A child that exits on its own (a crash) is not
+replaced: the parent stops the others and exits 1, so whatever started the gateway (the launcher, an orchestrator)
+sees it fail. ``codeserve:request_errors``, the one count the gateway keeps itself, is kept in prometheus-client's
+multiprocess mode (a directory of the children's value files, ``PROMETHEUS_MULTIPROC_DIR``), so a scrape answered by
+any child reports the sum over all of them; everything else on /metrics is the scheduler's, read at the scrape.
+With several replicas each child routes on its own view (its own pending requests and load polls).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import traceback
+from typing import Callable
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def run_workers(n: int, serve: Callable[[], None], log) -> int:
+    """Forks ``n`` (>= 2) children that each call ``serve()`` (which returns when that child's server stopped) and
+    supervises them until all exited; returns the exit status for the parent: 0 when every child exited 0 after a
+    SIGTERM / SIGINT to the parent, 1 otherwise. Must be called before any thread or gRPC channel exists in this
+    process. ``log``: a structlog logger. Raises ValueError for n < 2."""
+    if n < 2:
+        raise ValueError(f"run_workers needs at least 2 workers (got {n})")
+    if "grpc" in sys.modules or "prometheus_client" in sys.modules:  # a channel must not cross a fork; the metrics'
+        raise RuntimeError("run_workers must fork before grpc or prometheus_client is imported")  # mode is set at import
+    metrics_dir = tempfile.mkdtemp(prefix="codeserve-gateway-metrics-")
+    os.environ[MULTIPROC_ENV] = metrics_dir  # read by prometheus-client when the children import it
+    stopping = False
+    children: dict[int, int] = {}  # pid -> worker index
+
+    def forward(signum, _frame) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in children:
+            _signal(pid, signum)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for i in range(n):
+            pid = os.fork()
+            if pid == 0:  # the child: its own handlers (uvicorn's), its own server
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+                try:
+                    serve()
+                except BaseException:  # the child ends here either way: its traceback, then a failed exit
+                    traceback.print_exc()
+                    sys.stderr.flush()
+                    os._exit(1)
+                os._exit(0)
+            children[pid] = i
+        log.info("workers_started", workers=n, pids=sorted(children))
+        failed = False
+        while children:
+            pid, status = os.waitpid(-1, 0)  # retried by Python after a signal handler ran (PEP 475)
+            index = children.pop(pid, None)
+            if index is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0 or not stopping:
+                failed = True
+                log.error("worker_exited", worker=index, pid=pid, exit_code=code, stopping=stopping)
+                if not stopping:  # a crash: stop the others, fail as a whole
+                    stopping = True
+                    for other in children:
+                        _signal(other, signal.SIGTERM)
+        return 1 if failed else 0
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _signal(pid: int, signum: int) -> None:
+    """Sends ``signum`` to ``pid``; a child that already exited is no error."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,120 @@
+"""``python -m gateway --workers 2`` as real processes in front of the fake scheduler (gateway/workers.py): both
+children serve the one port, the error count is the sum over both whichever child answers the scrape, SIGTERM
+drains both and the parent exits 0, and a child that dies makes the whole gateway exit 1 (not half a gateway)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tools.gen_protos import ROOT
+from worker_svc.model.default import ensure_default_model
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return ensure_default_model()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(model_dir, fake_server, tmp_path: pathlib.Path) -> tuple[subprocess.Popen, str, list[int], pathlib.Path]:
+    port = _free_port()
+    log_path, hops = tmp_path / "gateway.log", tmp_path / "hops"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), "--workers", "2",
+             "--scheduler", f"127.0.0.1:{fake_server[1].port}", "--model-path", str(model_dir),
+             "--model-name", "codeserve-default", "--drain-seconds", "2"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "CODESERVE_HOP_TRACE": str(hops)})
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log_path.read_text()
+        serving = [json.loads(line) for line in log_path.read_text().splitlines()
+                   if line.startswith("{") and '"serving"' in line]
+        if len(serving) == 2:
+            break
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.1)
+    pids = sorted(s["pid"] for s in serving)
+    assert len(set(pids)) == 2 and proc.pid not in pids and all(s["port"] == port for s in serving)
+    return proc, f"http://127.0.0.1:{port}", pids, hops
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def _one(url: str, i: int) -> int:
+    with httpx.Client() as client:  # a connection of its own: the kernel hands it to one child
+        if i % 4 == 0:  # refused at the gateway (no Generate call): counted in codeserve:request_errors
+            return client.post(f"{url}/generate", content=b"{not json").status_code
+        return client.post(f"{url}/generate", json={"text": f"def f{i}():", "sampling_params": {
+            "max_new_tokens": 2, "temperature": 0}}).status_code
+
+
+def _errors(url: str) -> float:
+    with httpx.Client() as client:
+        text = client.get(f"{url}/metrics").text
+    return sum(float(m.group(1)) for m in re.finditer(r'^codeserve:request_errors_total\{[^}]*status="400"[^}]*\} (\S+)$',
+                                                       text, re.M))
+
+
+def test_two_workers_serve_one_port_and_count_errors_together(model_dir, fake_server, fake, tmp_path):
+    proc, url, pids, hops = _start(model_dir, fake_server, tmp_path)
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            codes = list(pool.map(lambda i: _one(url, i), range(96)))
+        assert codes.count(400) == 24 and codes.count(200) == 72, codes
+        # both children took requests (their hop traces: one file each, named by pid)
+        served = {int(p.name.split(".")[1]) for p in hops.glob("gateway.*.tsv") if p.read_text().strip()}
+        assert served == set(pids), (served, pids)
+        # every scrape, whichever child answers it, reports the 24 of both
+        assert {_errors(url) for _ in range(8)} == {24.0}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert code == 0, (tmp_path / "gateway.log").read_text()
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_a_child_that_dies_stops_the_gateway_with_a_failure(model_dir, fake_server, fake, tmp_path):
+    proc, url, pids, _ = _start(model_dir, fake_server, tmp_path)
+    try:
+        os.kill(pids[0], signal.SIGKILL)
+        code = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 1, (tmp_path / "gateway.log").read_text()
+    assert not _alive(pids[1])
+    log = (tmp_path / "gateway.log").read_text()
+    assert '"worker_exited"' in log and f'"pid": {pids[0]}' in log
+
+
+def test_workers_out_of_range_is_a_usage_error(model_dir):
+    for value in ("0", "65"):
+        r = subprocess.run([sys.executable, "-m", "gateway", "--model-path", str(model_dir), "--workers", value],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and f"--workers must be in 1..64 (got {value})" in r.stderr, r.stderr
