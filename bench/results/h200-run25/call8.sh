@@ -3,8 +3,8 @@
 # eager extend profiled (where its 41 ms go: GEMMs, the single 8,192-token causal attention, host) — the prefill target
 # (>= 600 TFLOP/s) is 564 in run 25; (2) serve_bench c64 with --hop-trace: the second wave's arrival spread hop by
 # hop on this machine (run 25's H200 timeline: ~96 ms of idle between the waves, bench/README.md "Run 25");
-# (3) the GPU tests after run 25's changes (the tiny model's split-K limit of 16 rows: test_gpu_whole_graph's served
-# tokens cover it; the experiments' removal), in full.
+# (3) the gateway in 4 processes (--workers 4, gateway/workers.py) against 1 on c64, alternated twice (the wave
+# boundary's arrival spread). call9.sh: the GPU tests in full.
 mkdir -p /tmp/r
 TS=$(date +%s)
 ok() { [ $(( $(date +%s) - TS )) -lt $1 ]; }
@@ -22,7 +22,7 @@ kill_stack; grep -E "c64:" /tmp/r/hop.txt | cut -c1-200; rm -rf /tmp/r/hop/logs
 python3 -m bench.wave_report /tmp/r/hop/forwards.tsv /tmp/r/hops > /tmp/r/waves.txt 2>&1; head -40 /tmp/r/waves.txt
 python3 -m bench.hop_report /tmp/r/hops --last client_done > /tmp/r/hops.txt 2>&1; tar czf /tmp/r/hops.tgz -C /tmp/r hops; rm -rf /tmp/r/hops
 pack
-ok 330 && timeout 250 python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu.py \
-  tests/worker/test_gpu_whole_graph.py tests/worker/test_gpu_fused.py tests/worker/test_gpu_skinny_gemm.py \
-  > /tmp/r/tests.txt 2>&1; tail -3 /tmp/r/tests.txt
+S() { n=$1; shift; ok 480 || return; timeout 70 python3 -m bench.serve_bench --gpu --phases c64 --out /tmp/r/$n "$@" \
+  > /tmp/r/$n.txt 2>&1; kill_stack; rm -rf /tmp/r/$n/logs; echo "$n: $(grep -E 'c64:' /tmp/r/$n.txt | cut -c1-150)"; pack; }
+S w1a; S w4a --gateway-flags=--workers=4; S w1b; S w4b --gateway-flags=--workers=4
 pack; echo "done after $(( $(date +%s) - TS )) s"
