@@ -49,13 +49,18 @@ def run_workers(n: int, serve: Callable[[], None], log) -> int:
         for pid in children:
             _signal(pid, signum)
 
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    sigs = {signal.SIGTERM, signal.SIGINT}
+    old = {sig: signal.signal(sig, forward) for sig in sigs}
     try:
         for i in range(n):
+            # blocked across the fork: a signal in between reaches the parent's handler once the child is recorded,
+            # and never a child before it has its own handlers back (it would forward to its siblings)
+            signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
             pid = os.fork()
             if pid == 0:  # the child: its own handlers (uvicorn's), its own server
                 for sig, handler in old.items():
                     signal.signal(sig, handler)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
                 try:
                     serve()
                 except BaseException:  # the child ends here either way: its traceback, then a failed exit
@@ -64,7 +69,10 @@ def run_workers(n: int, serve: Callable[[], None], log) -> int:
                     os._exit(1)
                 os._exit(0)
             children[pid] = i
-        log.info("workers_started", workers=n, pids=sorted(children))
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)  # a pending SIGTERM runs forward() here
+            if stopping:  # stopped while forking: no more children
+                break
+        log.info("workers_started", workers=len(children), pids=sorted(children))
         failed = False
         while children:
             pid, status = os.waitpid(-1, 0)  # retried by Python after a signal handler ran (PEP 475)
@@ -72,7 +80,9 @@ def run_workers(n: int, serve: Callable[[], None], log) -> int:
             if index is None:
                 continue
             code = os.waitstatus_to_exitcode(status)
-            if code != 0 or not stopping:
+            # while stopping, a child the forwarded signal ended before its server had its handlers stopped cleanly
+            clean = code == 0 or (stopping and code in (-signal.SIGTERM, -signal.SIGINT))
+            if not clean or not stopping:
                 failed = True
                 log.error("worker_exited", worker=index, pid=pid, exit_code=code, stopping=stopping)
                 if not stopping:  # a crash: stop the others, fail as a whole

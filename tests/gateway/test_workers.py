@@ -118,3 +118,27 @@ def test_workers_out_of_range_is_a_usage_error(model_dir):
         r = subprocess.run([sys.executable, "-m", "gateway", "--model-path", str(model_dir), "--workers", value],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and f"--workers must be in 1..64 (got {value})" in r.stderr, r.stderr
+
+
+def test_sigterm_while_the_children_still_start_stops_all_cleanly(model_dir, fake_server, fake, tmp_path):
+    """SIGTERM right after the children were forked (they load the tokenizer, build their apps): all of them stop
+    and the parent exits 0, whether a child had its handlers yet or not."""
+    log_path = tmp_path / "gateway.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", "0", "--workers", "3",
+             "--scheduler", f"127.0.0.1:{fake_server[1].port}", "--model-path", str(model_dir)],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while '"workers_started"' not in log_path.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.01)
+        started = next(json.loads(line) for line in log_path.read_text().splitlines() if '"workers_started"' in line)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, log_path.read_text()
+    assert len(started["pids"]) == 3 and not any(_alive(pid) for pid in started["pids"])
