@@ -10,11 +10,12 @@ at once, as a multi-step decode Forward delivers them), so the load's shape is t
 gateway and the client does work.
 
     python -m bench.gateway_bench [--requests 128] [--concurrency 16] [--prompt 1024] [--output 256]
-        [--baseline-ref REF | --baseline-flags FLAGS] [--rounds 2] [--out bench/results/cpu-gateway]
+        [--flags FLAGS] [--baseline-ref REF | --baseline-flags FLAGS] [--rounds 2] [--out bench/results/cpu-gateway]
 
 ``--baseline-ref``: the gateway of that git revision (a worktree under /tmp) runs the same load in the same run,
 alternated with this checkout's ``--rounds`` times; the ratio of CPU per request is printed. ``--baseline-flags``:
-the baseline is this checkout's gateway with those extra flags (``--loop uvloop --http httptools``). Writes
+the baseline is this checkout's gateway with those extra flags (``--loop uvloop --http httptools``); ``--flags``: the
+extra flags of this checkout's arm (``--workers 2``: the CPU is summed over the forked children). Writes
 OUT/gateway_bench.json. Linux only (/proc).
 """
 
@@ -72,9 +73,12 @@ def serve_paced(tokenizer_path: str, tick_s: float, per_message: int, first_s: f
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc/PID/stat fields 14 and 15)."""
+    """User + system CPU seconds so far of a process and its children that are alive (a gateway of ``--workers``:
+    the parent and its forked children; /proc/PID/stat fields 14 and 15, /proc/PID/task/PID/children)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return own + sum(cpu_seconds(int(k)) for k in kids)
 
 
 def one_round(src: Path, flags: list[str], model: Path, sched_port: int, payloads: list[dict], concurrency: int,
@@ -128,6 +132,7 @@ def main() -> None:
     ap.add_argument("--baseline-flags", default=None,
                     help="the baseline arm: this checkout's gateway with these extra flags (e.g. '--loop uvloop "
                          "--http httptools'); excludes --baseline-ref")
+    ap.add_argument("--flags", default="", help="extra flags of this checkout's gateway (e.g. '--workers 2')")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/cpu-gateway")
     ap.add_argument("--serve-paced", nargs=4, metavar=("TOKENIZER", "TICK_S", "PER_MESSAGE", "FIRST_S"),
@@ -145,7 +150,7 @@ def main() -> None:
     sched = subprocess.Popen([sys.executable, "-m", "bench.gateway_bench", "--serve-paced", str(model / "tokenizer.json"),
                               str(args.tick_ms / 1e3), str(args.tokens_per_message), str(args.first_ms / 1e3)],
                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    arms = {"this": (ROOT, [])}
+    arms = {"this": (ROOT, shlex.split(args.flags))}
     if args.baseline_flags is not None:
         arms["baseline"] = (ROOT, shlex.split(args.baseline_flags))
     if args.baseline_ref:

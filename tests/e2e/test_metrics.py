@@ -150,6 +150,7 @@ def test_prefix_counters_agree_with_the_cached_tokens_answers_report(http, backe
     before = scrape(http)
     first = http.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 2,
                                                                                 "ignore_eos": True}}).json()
+    backend.wait_idle()  # its insert is deferred after its answer (docs/architecture.md, Finish): sent by now
     longer = ids + [rng.randrange(100, 1024) for _ in range(40)]
     second = http.post("/v1/completions", json={"prompt": longer, "max_tokens": 2, "ignore_eos": True}).json()
     after = scrape(http)

@@ -26,6 +26,7 @@ def test_p1_with_pages_equals_hf(paged, model_path, tokenizer) -> None:
     p2 = p0 + tokenizer("    path = os.getcwd()")["input_ids"]
     for i, prompt in enumerate([p0, p0, p1, p2, p1]):
         out = generate(paged.scheduler, input_ids=prompt, max_new_tokens=16, return_logprob=True)
+        paged.wait_idle()  # its insert, deferred after its answer (docs/architecture.md, Finish), sent before the next
         want, lps = hf.greedy(model_path, prompt, 16)
         assert out.token_ids == want, i
         assert out.logprobs == pytest.approx(lps, abs=1e-4)
