@@ -21,7 +21,9 @@ def configure(service: str, level: str = "INFO") -> structlog.stdlib.BoundLogger
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # one write() a line (PrintLogger's print() makes two: the text, then the newline): the processes of a
+        # gateway of --workers share stderr, and two lines must not interleave into one
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     return structlog.get_logger().bind(service=service)

@@ -10,7 +10,8 @@ handing each new connection to one of them (as gunicorn's and uvicorn's workers 
 The parent only supervises: SIGTERM / SIGINT are passed on to every child, each drains as a single gateway does
 (``--drain-seconds``), and the parent exits 0 when all exited 0. A child that exits on its own (a crash) is not
 replaced: the parent stops the others and exits 1, so whatever started the gateway (the launcher, an orchestrator)
-sees it fail. ``codeserve:request_errors``, the one count the gateway keeps itself, is kept in prometheus-client's
+sees it fail; a parent killed outright (SIGKILL) takes the children with it (``PR_SET_PDEATHSIG``: each gets
+SIGTERM and drains), so none is left holding the port. ``codeserve:request_errors``, the one count the gateway keeps itself, is kept in prometheus-client's
 multiprocess mode (a directory of the children's value files, ``PROMETHEUS_MULTIPROC_DIR``), so a scrape answered by
 any child reports the sum over all of them; everything else on /metrics is the scheduler's, read at the scrape.
 With several replicas each child routes on its own view (its own pending requests and load polls).
@@ -18,6 +19,7 @@ With several replicas each child routes on its own view (its own pending request
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -50,6 +52,7 @@ def run_workers(n: int, serve: Callable[[], None], log) -> int:
             _signal(pid, signum)
 
     sigs = {signal.SIGTERM, signal.SIGINT}
+    parent = os.getpid()
     old = {sig: signal.signal(sig, forward) for sig in sigs}
     try:
         for i in range(n):
@@ -60,6 +63,7 @@ def run_workers(n: int, serve: Callable[[], None], log) -> int:
             if pid == 0:  # the child: its own handlers (uvicorn's), its own server
                 for sig, handler in old.items():
                     signal.signal(sig, handler)
+                _stop_with(parent)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
                 try:
                     serve()
@@ -94,6 +98,19 @@ def run_workers(n: int, serve: Callable[[], None], log) -> int:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _stop_with(parent: int) -> None:
+    """In a child: SIGTERM when the parent dies (a SIGKILLed parent must not leave children holding the port; each
+    drains and exits), or exit at once if it already has. Raises OSError when prctl fails."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # it died before prctl took effect
+        os._exit(1)
 
 
 def _signal(pid: int, signum: int) -> None:

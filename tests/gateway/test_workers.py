@@ -142,3 +142,20 @@ def test_sigterm_while_the_children_still_start_stops_all_cleanly(model_dir, fak
             proc.kill()
     assert code == 0, log_path.read_text()
     assert len(started["pids"]) == 3 and not any(_alive(pid) for pid in started["pids"])
+
+
+def test_a_killed_parent_takes_its_children_and_frees_the_port(model_dir, fake_server, fake, tmp_path):
+    """SIGKILL of the parent (no chance to pass anything on): each child gets SIGTERM from the kernel, drains and
+    exits, and the port can be bound again, so a restarted gateway does not fail on its own orphans."""
+    import socket
+
+    proc, url, pids, _ = _start(model_dir, fake_server, tmp_path)
+    port = int(url.rsplit(":", 1)[1])
+    proc.kill()
+    proc.wait(10)
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, [p for p in pids if _alive(p)]
+        time.sleep(0.05)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free again: no child holds it
