@@ -83,8 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_replicas(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Sets ``args.replicas`` (ReplicaSpec list): the --replica values, or the one --scheduler (default
-    127.0.0.1:50053). A usage error (exit 2) for both flags together, a malformed --replica, or the same scheduler
-    or (cache, pool) twice."""
+    127.0.0.1:50053). A usage error (exit 2) for both flags together, a malformed --replica, the same scheduler
+    or (cache, pool) twice, or several replicas with --workers > 1."""
     from gateway.replica_spec import ReplicaSpec
 
     if args.replica and args.scheduler is not None:
@@ -101,6 +101,9 @@ def check_replicas(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         dup = next((k for k in keys if keys.count(k) > 1), None)
         if dup is not None:
             parser.error(f"--replica: two replicas have the same {what} {dup}")
+    if args.workers > 1 and len(args.replicas) > 1:
+        parser.error("--workers > 1 serves one replica only: the routing metrics are kept per process and each "
+                     "process would route on its own view of the replicas")
 
 
 def check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -132,13 +135,16 @@ def main(argv: list[str] | None = None) -> None:
     from common.logs import configure
 
     log = configure("gateway", args.log_level)
+    from gateway.workers import MULTIPROC_ENV, run_workers
+
+    # the gateway sets prometheus-client's multiprocess directory itself, for --workers > 1 only: one inherited from
+    # the environment would make a single gateway keep (or fail on) files of another run
+    os.environ.pop(MULTIPROC_ENV, None)
     sock = bind(args.host, args.port)
     if args.workers == 1:
         serve(args, sock)
         return
-    from gateway.workers import run_workers
-
-    code = run_workers(args.workers, lambda: serve(args, sock), log)
+    code = run_workers(args.workers, lambda: serve(args, sock), sock, log)
     log.info("stopped", workers=args.workers, exit_code=code)
     raise SystemExit(code)
 
@@ -189,10 +195,14 @@ def serve(args: argparse.Namespace, sock: socket.socket) -> None:
                                                     for r in replicas.replicas],
              routing=None if replicas.single else settings.routing,
              model=settings.model_name, auth=settings.api_key is not None, pid=os.getpid())
-    # uvicorn handles SIGINT/SIGTERM (graceful shutdown) and re-raises the signal to the handler that was
-    # installed before it; a no-op one there makes a requested shutdown exit 0.
+    # uvicorn handles SIGINT/SIGTERM (graceful shutdown) once it runs, and at its end re-raises the signal to the
+    # handler installed before it; this one makes a requested shutdown exit 0, and a signal that arrives before
+    # uvicorn takes them over is not lost: the server stops as soon as it has started.
+    def stop_early(*_) -> None:
+        server.should_exit = True
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: None)
+        signal.signal(sig, stop_early)
     server.run(sockets=[sock])
     log.info("stopped")
 

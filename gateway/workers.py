@@ -7,14 +7,16 @@ children before anything else is built (no gRPC channel, no thread exists yet: b
 each child builds its own app, its own gRPC channels to the scheduler, and serves the inherited socket, the kernel
 handing each new connection to one of them (as gunicorn's and uvicorn's workers do).
 
-The parent only supervises: SIGTERM / SIGINT are passed on to every child, each drains as a single gateway does
-(``--drain-seconds``), and the parent exits 0 when all exited 0. A child that exits on its own (a crash) is not
-replaced: the parent stops the others and exits 1, so whatever started the gateway (the launcher, an orchestrator)
-sees it fail; a parent killed outright (SIGKILL) takes the children with it (``PR_SET_PDEATHSIG``: each gets
-SIGTERM and drains), so none is left holding the port. ``codeserve:request_errors``, the one count the gateway keeps itself, is kept in prometheus-client's
-multiprocess mode (a directory of the children's value files, ``PROMETHEUS_MULTIPROC_DIR``), so a scrape answered by
-any child reports the sum over all of them; everything else on /metrics is the scheduler's, read at the scrape.
-With several replicas each child routes on its own view (its own pending requests and load polls).
+The parent only supervises: on SIGTERM / SIGINT it sends SIGTERM (and SIGCONT) to every child, each drains as a
+single gateway does (``--drain-seconds``), and the parent exits 0 when all exited 0. A child that exits on its own (a
+crash) is not replaced: the parent stops the others and exits 1, so whatever started the gateway (the launcher, an
+orchestrator) sees it fail; a parent killed outright (SIGKILL) takes the children with it (``PR_SET_PDEATHSIG``: each
+gets SIGTERM and drains), so none is left holding the port. ``codeserve:request_errors``, the one count the gateway
+keeps itself, is kept in prometheus-client's multiprocess mode (a directory of the children's value files,
+``PROMETHEUS_MULTIPROC_DIR``), so a scrape answered by any child reports the sum over all of them; everything else on
+/metrics is the scheduler's, read at the scrape.
+One replica only (a usage error otherwise): the routing metrics of several are kept per process, and each child
+would route on its own view of the replicas.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import traceback
@@ -31,11 +34,13 @@ from typing import Callable
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def run_workers(n: int, serve: Callable[[], None], log) -> int:
-    """Forks ``n`` (>= 2) children that each call ``serve()`` (which returns when that child's server stopped) and
-    supervises them until all exited; returns the exit status for the parent: 0 when every child exited 0 after a
-    SIGTERM / SIGINT to the parent, 1 otherwise. Must be called before any thread or gRPC channel exists in this
-    process. ``log``: a structlog logger. Raises ValueError for n < 2."""
+def run_workers(n: int, serve: Callable[[], None], sock: socket.socket, log) -> int:
+    """Forks ``n`` (>= 2) children that each call ``serve()`` (which serves ``sock``, the listening socket, and
+    returns when that child's server stopped) and supervises them until all exited; returns the exit status for the
+    parent: 0 when every child exited 0 after a SIGTERM / SIGINT to the parent, 1 otherwise. The parent closes its
+    copy of ``sock`` once the children have theirs (while they drain, a new connection is refused, not left in a
+    backlog nobody accepts). Must be called before any thread or gRPC channel exists in this process. ``log``: a
+    structlog logger. Raises ValueError for n < 2."""
     if n < 2:
         raise ValueError(f"run_workers needs at least 2 workers (got {n})")
     if "grpc" in sys.modules or "prometheus_client" in sys.modules:  # a channel must not cross a fork; the metrics'
@@ -45,11 +50,15 @@ def run_workers(n: int, serve: Callable[[], None], log) -> int:
     stopping = False
     children: dict[int, int] = {}  # pid -> worker index
 
-    def forward(signum, _frame) -> None:
+    def forward(_signum, _frame) -> None:
+        # SIGTERM whatever the parent got: a child may have inherited SIGINT ignored (a `cmd &` of a script), and a
+        # terminal's Ctrl-C reaches the children too, where a second SIGINT would make uvicorn skip the drain;
+        # SIGCONT so that a stopped child can act on it
         nonlocal stopping
         stopping = True
         for pid in children:
-            _signal(pid, signum)
+            _signal(pid, signal.SIGTERM)
+            _signal(pid, signal.SIGCONT)
 
     sigs = {signal.SIGTERM, signal.SIGINT}
     parent = os.getpid()
@@ -76,6 +85,7 @@ def run_workers(n: int, serve: Callable[[], None], log) -> int:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)  # a pending SIGTERM runs forward() here
             if stopping:  # stopped while forking: no more children
                 break
+        sock.close()
         log.info("workers_started", workers=len(children), pids=sorted(children))
         failed = False
         while children:

@@ -34,27 +34,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(model_dir, fake_server, tmp_path: pathlib.Path) -> tuple[subprocess.Popen, str, list[int], pathlib.Path]:
+def _start(model_dir, fake_server, tmp_path: pathlib.Path, *flags: str, workers: int = 2, preexec=None,
+           ) -> tuple[subprocess.Popen, str, list[int], pathlib.Path]:
+    """A gateway process of ``workers`` children, once each logged "serving": (process, url, child pids, hop dir).
+    The process is killed if it does not get there."""
     port = _free_port()
     log_path, hops = tmp_path / "gateway.log", tmp_path / "hops"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), "--workers", "2",
+            [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
              "--scheduler", f"127.0.0.1:{fake_server[1].port}", "--model-path", str(model_dir),
-             "--model-name", "codeserve-default", "--drain-seconds", "2"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+             "--model-name", "codeserve-default", "--drain-seconds", "2", *flags],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "CODESERVE_HOP_TRACE": str(hops)})
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log_path.read_text()
-        serving = [json.loads(line) for line in log_path.read_text().splitlines()
-                   if line.startswith("{") and '"serving"' in line]
-        if len(serving) == 2:
-            break
-        assert time.monotonic() < deadline, log_path.read_text()
-        time.sleep(0.1)
-    pids = sorted(s["pid"] for s in serving)
-    assert len(set(pids)) == 2 and proc.pid not in pids and all(s["port"] == port for s in serving)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            serving = [json.loads(line) for line in log_path.read_text().splitlines()
+                       if line.startswith("{") and '"serving"' in line]
+            if len(serving) == workers:
+                break
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.005)
+        pids = sorted(s["pid"] for s in serving)
+        assert len(set(pids)) == workers and all(s["port"] == port for s in serving)
+        assert workers == 1 or proc.pid not in pids
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
     return proc, f"http://127.0.0.1:{port}", pids, hops
 
 
@@ -113,11 +122,15 @@ def test_a_child_that_dies_stops_the_gateway_with_a_failure(model_dir, fake_serv
     assert '"worker_exited"' in log and f'"pid": {pids[0]}' in log
 
 
-def test_workers_out_of_range_is_a_usage_error(model_dir):
-    for value in ("0", "65"):
-        r = subprocess.run([sys.executable, "-m", "gateway", "--model-path", str(model_dir), "--workers", value],
+def test_workers_out_of_range_or_with_several_replicas_is_a_usage_error(model_dir):
+    for flags, message in ((["--workers", "0"], "--workers must be in 1..64 (got 0)"),
+                           (["--workers", "65"], "--workers must be in 1..64 (got 65)"),
+                           (["--workers", "2", "--replica", "scheduler=127.0.0.1:1,cache=127.0.0.1:3,pool=a",
+                             "--replica", "scheduler=127.0.0.1:2,cache=127.0.0.1:3,pool=b"],
+                            "--workers > 1 serves one replica only")):
+        r = subprocess.run([sys.executable, "-m", "gateway", "--model-path", str(model_dir), *flags],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2 and f"--workers must be in 1..64 (got {value})" in r.stderr, r.stderr
+        assert r.returncode == 2 and message in r.stderr, r.stderr
 
 
 def test_sigterm_while_the_children_still_start_stops_all_cleanly(model_dir, fake_server, fake, tmp_path):
@@ -159,3 +172,42 @@ def test_a_killed_parent_takes_its_children_and_frees_the_port(model_dir, fake_s
         time.sleep(0.05)
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # free again: no child holds it
+
+
+def _sockets(pid: int) -> int:
+    """Sockets among the open file descriptors of ``pid``."""
+    fds = pathlib.Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith("socket:"))
+
+
+def test_sigint_reaches_children_that_ignore_it_and_the_parent_holds_no_socket(model_dir, fake_server, fake,
+                                                                              tmp_path):
+    """A gateway started with SIGINT ignored (a script's `cmd &`): SIGINT to the parent still stops every child (the
+    parent passes SIGTERM on) and it exits 0. The parent keeps no copy of the listening socket once its children
+    have theirs, so a connection made while they drain is refused rather than left waiting in a backlog."""
+    proc, url, pids, _ = _start(model_dir, fake_server, tmp_path,
+                                preexec=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert _sockets(proc.pid) == 0
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, (tmp_path / "gateway.log").read_text()
+    assert not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_right_after_serving_is_not_lost(model_dir, fake_server, fake, tmp_path, workers):
+    """SIGTERM at once after the "serving" line, before uvicorn has taken the signals over: the gateway still stops
+    (exit 0) instead of serving on with the signal lost. Five times each."""
+    for _ in range(5):
+        proc, _, pids, _ = _start(model_dir, fake_server, tmp_path, workers=workers)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert code == 0, (tmp_path / "gateway.log").read_text()
