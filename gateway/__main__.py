@@ -142,22 +142,21 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.pop(MULTIPROC_ENV, None)
     sock = bind(args.host, args.port)
     if args.workers == 1:
-        serve(args, sock)
+        serve(args, sock, log)
         return
-    code = run_workers(args.workers, lambda: serve(args, sock), sock, log)
+    code = run_workers(args.workers, lambda: serve(args, sock, log), sock, log)
     log.info("stopped", workers=args.workers, exit_code=code)
     raise SystemExit(code)
 
 
-def serve(args: argparse.Namespace, sock: socket.socket) -> None:
-    """Loads the tokenizer and model facts, builds the app and serves ``sock`` until SIGINT/SIGTERM."""
-    from common.logs import configure
+def serve(args: argparse.Namespace, sock: socket.socket, log) -> None:
+    """Loads the tokenizer and model facts, builds the app and serves ``sock`` until SIGINT/SIGTERM; ``log``: the
+    gateway's structlog logger (``common.logs.configure``, inherited by a forked child)."""
     from gateway.app import create_app
     from gateway.replicas import ReplicaSet
     from gateway.settings import GatewaySettings, ModelFacts
     from gateway.tokenizer import GatewayTokenizer
 
-    log = configure("gateway", args.log_level)
     from common import switch_interval
     switch_s = switch_interval.configure()
     from common import hop_trace

@@ -14,9 +14,8 @@ invented value.
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import os
+from typing import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from codeserve.v1 import scheduler_pb2
 from gateway.replica_metrics import LoadOf, ReplicaLoadCollector
+from gateway.workers import MULTIPROC_ENV
 
 
 class _LoadCollector:
@@ -99,7 +99,7 @@ class GatewayMetrics:
         self.registry.register(self._load)
         self._replica_loads = ReplicaLoadCollector(model_name)
         self.registry.register(self._replica_loads)
-        shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))  # several gateway processes
+        shared = bool(os.environ.get(MULTIPROC_ENV))  # several gateway processes
         self.errors = Counter("codeserve:request_errors",
                               "HTTP requests the gateway answered with an error that no Generate call counts at "
                               "the scheduler (refused before any call: bad input, unknown model or path, the "

@@ -50,7 +50,7 @@ def run_workers(n: int, serve: Callable[[], None], sock: socket.socket, log) -> 
     stopping = False
     children: dict[int, int] = {}  # pid -> worker index
 
-    def forward(_signum, _frame) -> None:
+    def stop_all() -> None:
         # SIGTERM whatever the parent got: a child may have inherited SIGINT ignored (a `cmd &` of a script), and a
         # terminal's Ctrl-C reaches the children too, where a second SIGINT would make uvicorn skip the drain;
         # SIGCONT so that a stopped child can act on it
@@ -62,27 +62,17 @@ def run_workers(n: int, serve: Callable[[], None], sock: socket.socket, log) -> 
 
     sigs = {signal.SIGTERM, signal.SIGINT}
     parent = os.getpid()
-    old = {sig: signal.signal(sig, forward) for sig in sigs}
+    old = {sig: signal.signal(sig, lambda *_: stop_all()) for sig in sigs}
     try:
         for i in range(n):
             # blocked across the fork: a signal in between reaches the parent's handler once the child is recorded,
             # and never a child before it has its own handlers back (it would forward to its siblings)
             signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
             pid = os.fork()
-            if pid == 0:  # the child: its own handlers (uvicorn's), its own server
-                for sig, handler in old.items():
-                    signal.signal(sig, handler)
-                _stop_with(parent)
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
-                try:
-                    serve()
-                except BaseException:  # the child ends here either way: its traceback, then a failed exit
-                    traceback.print_exc()
-                    sys.stderr.flush()
-                    os._exit(1)
-                os._exit(0)
+            if pid == 0:
+                _child(old, sigs, parent, serve)  # never returns
             children[pid] = i
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)  # a pending SIGTERM runs forward() here
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)  # a pending SIGTERM runs stop_all() here
             if stopping:  # stopped while forking: no more children
                 break
         sock.close()
@@ -90,24 +80,35 @@ def run_workers(n: int, serve: Callable[[], None], sock: socket.socket, log) -> 
         failed = False
         while children:
             pid, status = os.waitpid(-1, 0)  # retried by Python after a signal handler ran (PEP 475)
-            index = children.pop(pid, None)
-            if index is None:
-                continue
+            index = children.pop(pid)
             code = os.waitstatus_to_exitcode(status)
             # while stopping, a child the forwarded signal ended before its server had its handlers stopped cleanly
-            clean = code == 0 or (stopping and code in (-signal.SIGTERM, -signal.SIGINT))
-            if not clean or not stopping:
+            if not stopping or code not in (0, -signal.SIGTERM, -signal.SIGINT):
                 failed = True
                 log.error("worker_exited", worker=index, pid=pid, exit_code=code, stopping=stopping)
                 if not stopping:  # a crash: stop the others, fail as a whole
-                    stopping = True
-                    for other in children:
-                        _signal(other, signal.SIGTERM)
+                    stop_all()
         return 1 if failed else 0
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _child(old: dict, sigs: set, parent: int, serve: Callable[[], None]) -> None:
+    """A forked child's whole life: the handlers it had before the parent's (uvicorn's replace them), SIGTERM when the
+    parent dies, then its server; it ends the process (``os._exit``) and never returns into the parent's code."""
+    try:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        _stop_with(parent)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+        serve()
+    except BaseException:  # not swallowed: unwinding on would run the parent's loop in this child, so the traceback
+        traceback.print_exc()  # is printed and the process exits with a failure the parent reports
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
