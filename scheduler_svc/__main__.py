@@ -106,7 +106,7 @@ def check_ranges(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from codeserve.v1 import scheduler_pb2_grpc
-    from common import grpc_server, logs
+    from common import aio_server, grpc_server, logs
     from scheduler_svc.cache_client import CacheClient
     from scheduler_svc.detokenizer import load_tokenizer
     from scheduler_svc.errors import DependencyUnavailable, PoolHeld
@@ -163,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()  # handlers before SERVING: a SIGTERM right after start-up drains, not kills
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    # Each Generate stream holds a server thread while it waits or runs: one per queued or running request.
-    server = grpc_server.start(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
-                               [SERVICE_NAME], args.listen, max_workers=args.max_queued_requests + args.max_running_requests + 16)
+    # Generate streams run on the server's event loop; the other RPCs (GetLoad, Abort, health, ...) on its threads
+    server = aio_server.start_aio(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
+                                  [SERVICE_NAME], args.listen, max_workers=32)
     names = ["", SERVICE_NAME]
     log.info("serving", switch_interval_s=switch_s, port=server.port, listen=args.listen, cache=args.cache,
              worker=args.worker,
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         if not loop.is_alive():
             log.error("loop_died", reason=sched.stopped_reason)
             server.set_serving(False, names)
-            server.server.stop(grace=1.0)
+            server.stop(grace=1.0, timeout=2.0)
             return 1
 
     log.info("draining", drain_seconds=args.drain_seconds)
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     loop.join(timeout=5.0)
     if not loop.is_alive() and not servicer.wait_calls_ended(1.0):  # streams ended before the probe is refused
         log.warning("streams_still_open", calls=servicer.open_calls())
-    server.server.stop(grace=1.0).wait(2.0)
+    server.stop(grace=1.0, timeout=2.0)
     lingering = grpc_server.lingering_threads(server, seconds=3.0)
     log.info("stopped")
     if lingering:  # the drain is over: log what still runs, and exit instead of waiting for it forever

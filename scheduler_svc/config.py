@@ -43,7 +43,7 @@ class SchedulerConfig:
     # chunked prefill pipelined: the next chunk of a long prompt is allocated and sent while the one before it runs
     # (scheduler_svc/chunk_ahead.py), so the worker does not idle between the chunks of one prompt
     chunk_pipeline: bool = True
-    # an arrival's admission Match is sent by the servicer thread that received it, while it waits for the loop
+    # an arrival's admission Match is sent by the Generate handler that received it, while it waits for the loop
     # (scheduler_svc/early_match.py; fcfs only)
     early_match: bool = True
     # the stream messages of a decode Forward applied by the chain are handed to their streams once the next Forward

@@ -1,4 +1,4 @@
-"""Early Match: an arrival's admission Match sent from the servicer thread that received it, before the loop takes it.
+"""Early Match: an arrival's admission Match sent by the Generate handler that received it, before the loop takes it.
 
 The loop admits a waiting request on the receipt of a locking Match (``Planner._admit``). Sent by the loop, that
 Match costs the loop a cache round trip (~1.5-2 ms on the H200 hosts, most of it two grpcio crossings) during which
@@ -131,7 +131,7 @@ class EarlyMatch:
         pending, req.early = req.early, None
         if pending is None:
             return None
-        pending.sent.wait()  # the servicer thread sends it right after queueing the request
+        pending.sent.wait()  # the Generate handler sends it right after queueing the request
         if pending.session_id != self.cache.pool_session:
             return None
         if pending.error is not None or pending.future is None:  # the loop resyncs, as for any failed cache call

@@ -72,8 +72,9 @@ class Req:
     (``scheduler_svc/requests.py``, which also resets ``kv_len`` and ``worker_knows`` on admission and requeue);
     after a Forward, ``kv_len`` and ``worker_knows`` are set in ``scheduler_svc/results.py`` only. The loop
     thread owns every mutable field except
-    ``abort_requested`` (set by any thread) and ``out`` (a thread-safe queue read by the servicer; a
-    SimpleQueue: put/get without the task accounting of queue.Queue, which nobody uses here).
+    ``abort_requested`` (set by any thread) and ``out`` (the stream's queue, put from any thread: the Generate
+    handler sets a ``stream_queue.LoopQueue`` read on the gRPC server's event loop; a SimpleQueue by default, read
+    by whoever drives the loop without a server, as tests do).
     """
 
     rid: str
@@ -102,7 +103,7 @@ class Req:
     sent_tokens: int = 0                 # output tokens already put on the stream
     stream: Any = None                   # scheduler_svc.output.OutputStream, set on submit
     early: Any = None                    # its early Match in flight or answered (``early_match.Pending``), until
-    # the loop takes its receipt; set by the servicer thread before the request is queued
+    # the loop takes its receipt; set by the Generate handler before the request is queued
     out: "queue.SimpleQueue[scheduler_pb2.GenerateResponse | StreamEnd]" = field(default_factory=queue.SimpleQueue)
 
     @property

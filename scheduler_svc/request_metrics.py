@@ -72,7 +72,7 @@ class RequestMetrics:
 
 class CallMetrics:
     """Observes one Generate call; the first of ``finished`` / ``failed`` / ``closed`` counts it, later ones do
-    nothing. Used by the servicer thread of that call only (the guard makes a stray second thread harmless)."""
+    nothing. Used by the Generate handler of that call only (the guard makes a stray second thread harmless)."""
 
     def __init__(self, metrics: RequestMetrics, counted: bool = True) -> None:
         """``counted`` False: a call kept out of the metrics (a health probe): every method does nothing."""

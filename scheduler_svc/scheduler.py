@@ -24,9 +24,8 @@ token waits for the rest of N, not for N+1's K steps. When N+1 is sent (``--over
 Chaining happens in steady decode (``chain.py``; waiting requests admitted first, extends ahead of the decode in
 flight applied first, ``_drain_extends``), else the loop drains. A request finishing in N but in a Forward still in
 flight streams its end at once, released after that one (FINISHING). Steps: ``step_budget.py``; docs/scheduler.md.
-Chunked prefill pipelined (``chunk_pipeline``, ``chunk_ahead.py``): an extend whose prefill continues (or with
-requests waiting) is not waited for; the next round sends the extend behind it, then applies it. Worker releases
-ride on the next ForwardRequest (``worker_releases.py``), or one Release RPC when idle.
+Chunked prefill pipelined (``chunk_ahead.py``): the extend behind one whose prefill continues (or with requests
+waiting) is sent next round, then the first applied. Worker releases ride on the next ForwardRequest, or a Release.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ import time
 import grpc
 
 from scheduler_svc.admission import NewTokenRatio
+from scheduler_svc import results
 from scheduler_svc.arrival_gate import ArrivalGate
 from scheduler_svc.batch import Batch, forward_items
 from scheduler_svc.cache_client import CacheClient
@@ -50,7 +50,6 @@ from scheduler_svc.outbox import Outbox
 from scheduler_svc.pipeline import Pipeline
 from scheduler_svc.chain import admits_first, can_chain, wait_reply_or_arrival
 from scheduler_svc.planner import Planner
-from scheduler_svc import results
 from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
 from scheduler_svc.requests import RequestTable
@@ -286,18 +285,19 @@ class Scheduler:
         return forward_items(batch, self.recovery.info.eos_token_id)
 
     def _apply(self, batch: Batch, reply, seq: int, t0: float, t1: float, t2: float) -> None:
-        """Applies ``reply`` (of Forward ``seq``, answered OK: the worker releases it carried are done) to the
-        table and releases what finished; a decode round's timing (``t0`` round start, ``t1`` .. ``t2`` waiting for
-        the reply) is recorded."""
-        self.table.releases.answered(seq)
-        finished = results.apply(batch, reply, self.table, self._stats)
-        self.table.finish(finished, self.pipeline.request_ids)
-        self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
-        self.table.publish()
-        if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
-            self.budget.measured(steps_run(batch.entries, reply.results), reply)
-            now = time.perf_counter()
-            self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
+        """Applies ``reply`` (of Forward ``seq``, answered OK: the worker releases it carried are done) to the table
+        and releases what finished, its stream messages sent together at its end (``Outbox.batched``); a decode
+        round's timing (``t0`` round start, ``t1`` .. ``t2`` waiting for the reply) is recorded."""
+        with self.outbox.batched():
+            self.table.releases.answered(seq)
+            finished = results.apply(batch, reply, self.table, self._stats)
+            self.table.finish(finished, self.pipeline.request_ids)
+            self._stats.add("prompts_cached_at_prefill", self.table.cache_prefilled())
+            self.table.publish()
+            if batch.kind == "decode":  # the share of a decode step spent outside the worker's forward
+                self.budget.measured(steps_run(batch.entries, reply.results), reply)
+                now = time.perf_counter()
+                self._stats.decode_applied(batch, reply.forward_seconds, wall=now - t0, rpc=t2 - t1, process=now - t2)
 
     def _drain(self) -> None:
         """Applies the in-flight Forwards in order."""
@@ -357,7 +357,7 @@ class Scheduler:
             ahead_of = 0  # queued: extends run ahead of N+1 when they reach the worker before it started
             if nxt is not None and queued:
                 self.pipeline.send(nxt, nxt_request)
-                self.outbox.release()  # the stream threads run while the worker does (a failure: run() releases)
+                self.outbox.release()  # the streams run while the worker does (a failure: run() releases)
                 self._stats.add("decode_chained")
                 ahead_of = nxt_request.seq
             extend_after = cur.seq if cur.batch.kind == "extend" else self._admit_until(  # waiting first, then arrivals

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -17,6 +18,7 @@ from scheduler_svc.request import SIBLING_FAILED, Finish, StreamEnd
 from scheduler_svc.request_metrics import RequestMetrics
 from scheduler_svc.intake import QueueFull, SchedulerStopped
 from scheduler_svc.scheduler import Scheduler
+from scheduler_svc.stream_queue import LoopQueue
 from scheduler_svc.validate import InvalidRequest, build_request
 
 SERVICE_NAME = "codeserve.v1.Scheduler"
@@ -30,8 +32,17 @@ def pool_counters(pool: cache_pb2.PoolStatus) -> scheduler_pb2.PoolCounters:
                                       evictable=c.evictable, protected=c.protected, owned=c.owned)
 
 
+class _Refused(Exception):
+    """A Generate call that cannot be queued: the status to end it with."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    """Generate streams from a request's queue, fed by the loop; a client that goes away aborts its request."""
+    """Generate streams from a request's queue, fed by the loop; a client that goes away aborts its request. For a
+    grpc.aio server (``common/aio_server.py``): Generate runs on its event loop, the other methods on its thread pool."""
 
     def __init__(self, scheduler: Scheduler, tokenizer: Tokenizer, log, max_queued_tokens: int = 0,
                  metrics: RequestMetrics | None = None) -> None:
@@ -59,80 +70,91 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         with self._open_changed:
             return self._open_changed.wait_for(lambda: self._open == 0, timeout_s)
 
-    def Generate(self, request, context):
+    async def Generate(self, request, context):
+        """Streams one request's messages. Runs on the gRPC server's event loop (``common/aio_server.py``), as every
+        open stream does: the loop's messages reach it through a ``LoopQueue`` (``stream_queue.py``). Its set-up
+        (validation, tokenizing, ``submit``) runs on that loop too, with no await: it never waits on a peer."""
         # counted exactly once however the call ends (scheduler_svc/request_metrics.py); a health probe not at all
         call = self.metrics.call(request.health_probe)
         with self._open_changed:
             self._open += 1
         try:
-            yield from self._generate(request, context, call)
+            try:
+                req, log = self._start(request, context, call, LoopQueue(asyncio.get_running_loop()))
+            except _Refused as refused:
+                await self._abort(context, call, refused.code, refused.message)
+            log.info("generate", prompt_tokens=len(req.prompt_ids), max_new_tokens=req.params.max_new_tokens)
+            while True:
+                item = await req.out.get()
+                if isinstance(item, StreamEnd):
+                    if item.code is not None:
+                        log.warning("generate_failed", code=item.code.name, error=item.message)
+                        await self._abort(context, call, item.code, item.message)
+                    return
+                call.on_message(item)
+                hop_trace.mark(req.rid, "first_yield")
+                if item.finish_reason:
+                    hop_trace.mark(req.rid, "last_yield")
+                yield item
         except Exception:  # _abort's own exception too (it counted its code: failed() is then a no-op)
             call.failed(grpc.StatusCode.UNKNOWN.name)  # a fault in this servicer: gRPC answers UNKNOWN
             context.set_trailing_metadata((COUNTED_MARK,))  # counted here: the gateway must not count it again
             raise
-        finally:
+        finally:  # a cancelled call (its client left) too: asyncio.CancelledError is no Exception
             call.closed()
             with self._open_changed:
                 self._open -= 1
                 self._open_changed.notify_all()
 
     @staticmethod
-    def _abort(context, call, code: grpc.StatusCode, message: str) -> None:
-        """Ends the call with ``code``, counted; the trailer tells the gateway not to count it again."""
+    async def _abort(context, call, code: grpc.StatusCode, message: str) -> None:
+        """Ends the call with ``code``, counted; the trailer tells the gateway not to count it again. Raises
+        (grpc.aio's AbortError) as ``context.abort`` does."""
         call.failed(code.name)
         context.set_trailing_metadata((COUNTED_MARK,))
-        context.abort(code, message)
+        await context.abort(code, message)
 
-    def _generate(self, request, context, call):
+    def _start(self, request, context, call, out: LoopQueue):
+        """Validates, builds and queues the request (``call``: its metrics), its messages to ``out``; returns (Req, bound logger). Raises
+        _Refused (the status to end the call with) when it cannot be queued."""
         hop_trace.mark(request.request_id, "generate")
         info = self.sched.info
         if self.draining.is_set():
-            self._abort(context, call, grpc.StatusCode.UNAVAILABLE, "scheduler is shutting down")
+            raise _Refused(grpc.StatusCode.UNAVAILABLE, "scheduler is shutting down")
         try:
             req = build_request(request, self.tok, info, self.sched.capacity)
         except InvalidRequest as exc:
-            self._abort(context, call, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+        req.out = out
         req.stream = OutputStream(req, self.tok, info.eos_token_id, outbox=self.sched.outbox)
         call.sibling_abort = lambda: req.abort_reason == SIBLING_FAILED  # read if the call ends as an abort
         log = self.log.bind(rid=req.rid)
         if req.params.max_new_tokens == 0 and not req.wants_prompt_logprobs:
             req.stream.finish_without_token(Finish.LENGTH)
             req.stream.close()
-        else:
-            self._check_queued_tokens(req, context, call)
-            try:
-                self.sched.submit(req)
-            except QueueFull as exc:
-                self._abort(context, call, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            except (SchedulerStopped, WorkerStalled) as exc:
-                self._abort(context, call, grpc.StatusCode.UNAVAILABLE, str(exc))
-            except ValueError as exc:
-                self._abort(context, call, grpc.StatusCode.ALREADY_EXISTS, str(exc))
-            if not context.add_callback(lambda: self.sched.abort(req.rid, "client disconnected")):
-                self.sched.abort(req.rid, "client disconnected")  # it left before the callback was in place
-        log.info("generate", prompt_tokens=len(req.prompt_ids), max_new_tokens=req.params.max_new_tokens)
-        while True:
-            item = req.out.get()
-            if isinstance(item, StreamEnd):
-                if item.code is not None:
-                    log.warning("generate_failed", code=item.code.name, error=item.message)
-                    self._abort(context, call, item.code, item.message)
-                return
-            call.on_message(item)
-            hop_trace.mark(req.rid, "first_yield")
-            if item.finish_reason:
-                hop_trace.mark(req.rid, "last_yield")
-            yield item
+            return req, log
+        self._check_queued_tokens(req)
+        try:
+            self.sched.submit(req)
+        except QueueFull as exc:
+            raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from exc
+        except (SchedulerStopped, WorkerStalled) as exc:
+            raise _Refused(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
+        except ValueError as exc:
+            raise _Refused(grpc.StatusCode.ALREADY_EXISTS, str(exc)) from exc
+        # at the call's end however it ends (its client left: the request is aborted; ended: a no-op)
+        context.add_done_callback(lambda _: self.sched.abort(req.rid, "client disconnected"))
+        return req, log
 
-    def _check_queued_tokens(self, req, context, call) -> None:
+    def _check_queued_tokens(self, req) -> None:
         if not self.max_queued_tokens:
             return
         _, waiting, tokens = self.sched.queue_lengths()
         if waiting and tokens + len(req.prompt_ids) > self.max_queued_tokens:
-            self._abort(context, call, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"waiting queue is full: {waiting} requests with {tokens} tokens wait, and this request's "
-                        f"{len(req.prompt_ids)} prompt tokens would pass the limit of {self.max_queued_tokens} "
-                        f"queued tokens")
+            raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"waiting queue is full: {waiting} requests with {tokens} tokens wait, and this request's "
+                           f"{len(req.prompt_ids)} prompt tokens would pass the limit of {self.max_queued_tokens} "
+                           f"queued tokens")
 
     def Abort(self, request, context):
         reason = SIBLING_FAILED if request.sibling_failed else "Abort RPC"

@@ -14,7 +14,7 @@ extends sent behind an extend in flight whose prefill continues (chunked prefill
 (``step_budget.py``); ``prompts_cached_at_prefill`` running requests whose written prompt was inserted in the
 tree when their prefill completed (``RequestTable.cache_prefilled``); ``admissions_allocated_by_match``
 admissions whose first chunk their Match allocated (one cache round trip); ``admissions_early_matched``
-admissions made on an early Match's receipt (``early_match.py``: sent by the servicer thread, not the loop).
+admissions made on an early Match's receipt (``early_match.py``: sent by the Generate handler, not the loop).
 
 Prometheus (``render_metrics``, served on the gateway's /metrics through GetLoad):
 ``codeserve:decode_forward_steps`` a histogram of the steps of each decode Forward planned (its longest entry),

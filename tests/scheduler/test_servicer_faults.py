@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from codeserve.v1 import scheduler_pb2, scheduler_pb2_grpc, worker_pb2
 from common.counted import counted_by_scheduler
-from common.grpc_server import channel, start
+from common.aio_server import start_aio
+from common.grpc_server import channel
 from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
 from tests.stack import request
 
@@ -20,6 +21,7 @@ class FaultyScheduler:
 
     info = worker_pb2.WorkerInfo(vocab_size=1000, n_positions=512, eos_token_id=0)
     capacity = 4096
+    outbox = None
 
     def queue_lengths(self) -> tuple[int, int, int]:
         return 0, 0, 0
@@ -33,7 +35,7 @@ class FaultyScheduler:
 
 def test_an_unexpected_servicer_error_is_counted_once_with_the_trailer(tokenizer):
     servicer = SchedulerServicer(FaultyScheduler(), tokenizer, structlog.get_logger())
-    running = start(lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, srv), [SERVICE_NAME])
+    running = start_aio(lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, srv), [SERVICE_NAME])
     chan = channel(f"127.0.0.1:{running.port}")
     try:
         stub = scheduler_pb2_grpc.SchedulerStub(chan)
@@ -45,7 +47,7 @@ def test_an_unexpected_servicer_error_is_counted_once_with_the_trailer(tokenizer
             assert counted_by_scheduler(err.trailing_metadata()), err.trailing_metadata()  # was: no trailer
     finally:
         chan.close()
-        running.server.stop(0)
+        running.stop(None)
     samples = {s.name + "".join(f"|{k}={v}" for k, v in s.labels.items()): s.value
                for f in text_string_to_metric_families(servicer.metrics.render()) for s in f.samples}
     assert samples["codeserve:generate_errors_total|code=UNKNOWN"] == 1

@@ -12,7 +12,8 @@ import grpc
 import structlog
 
 from codeserve.v1 import scheduler_pb2_grpc, worker_pb2
-from common.grpc_server import channel, start
+from common.aio_server import start_aio
+from common.grpc_server import channel
 from scheduler_svc.request import StreamEnd
 from scheduler_svc.service import SERVICE_NAME, SchedulerServicer
 from tests.stack import request
@@ -41,7 +42,7 @@ class HoldingScheduler:
 def test_wait_calls_ended_returns_once_every_stream_handed_its_end_to_grpc(tokenizer):
     sched = HoldingScheduler()
     servicer = SchedulerServicer(sched, tokenizer, structlog.get_logger())
-    running = start(lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, srv), [SERVICE_NAME])
+    running = start_aio(lambda srv: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, srv), [SERVICE_NAME])
     chan = channel(f"127.0.0.1:{running.port}")
     box: list = []
 
@@ -70,4 +71,4 @@ def test_wait_calls_ended_returns_once_every_stream_handed_its_end_to_grpc(token
         assert "shutting down" in err.details()
     finally:
         chan.close()
-        running.server.stop(0)
+        running.stop(None)
