@@ -9,8 +9,11 @@ wake-up and does every send itself (`python -m bench.stream_wave_bench`; bench/R
 loop"). Here every ``async def`` handler runs on that one loop; a plain (synchronous) handler of the same server
 runs on ``migration_thread_pool``, as on a threaded server (grpc.aio's own migration path).
 
-Health (grpc.health.v1, the synchronous servicer: its ``set`` is called from any thread) and reflection are
-registered as in ``grpc_server.start``.
+Health (grpc.health.v1) and reflection are registered as in ``grpc_server.start``, both their asyncio servicers, on
+the loop: a synchronous Watch ran on ``migration_thread_pool`` and held a thread for as long as its stream stayed
+open, and for good once its client left (grpc.aio never calls a synchronous handler's ``add_callback``, where the
+servicer ends the stream): 32 Watch streams, even closed ones, left no thread for any other synchronous handler.
+``set_serving`` sets the status on the loop from any other thread.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from grpc_reflection.v1alpha import reflection
 from common.grpc_server import MAX_MESSAGE_BYTES
 
 _SERVERS = itertools.count()
+SET_SERVING_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -40,14 +44,20 @@ class AioRunningServer:
     loop: asyncio.AbstractEventLoop
     thread: threading.Thread
     port: int
-    health: health.HealthServicer
+    health: health.aio.HealthServicer
     executor: futures.ThreadPoolExecutor
     thread_prefix: str
 
     def set_serving(self, serving: bool, service_names: Iterable[str] = ("",)) -> None:
+        """Sets the services' health status (and tells their watchers); returns once it is set. Call it from a
+        thread other than the loop's, while the loop runs. Raises TimeoutError when the loop did not set it within
+        SET_SERVING_TIMEOUT_S (a loop that stopped or hangs)."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in service_names:
-            self.health.set(name, status)
+
+        async def set_all() -> None:
+            for name in service_names:
+                await self.health.set(name, status)
+        asyncio.run_coroutine_threadsafe(set_all(), self.loop).result(SET_SERVING_TIMEOUT_S)
 
     def stop(self, grace: float | None, timeout: float | None = None) -> bool:
         """Stops the server (calls still open after ``grace`` seconds are cancelled; None: at once), then its loop;
@@ -79,7 +89,7 @@ def start_aio(
     loop = asyncio.new_event_loop()
     started: futures.Future = futures.Future()
     names = list(service_full_names)
-    health_servicer = health.HealthServicer()
+    health_servicer = health.aio.HealthServicer()  # Check and Watch on the loop (module docstring)
 
     async def serve() -> None:
         server = grpc.aio.server(migration_thread_pool=executor, options=[

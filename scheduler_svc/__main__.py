@@ -163,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()  # handlers before SERVING: a SIGTERM right after start-up drains, not kills
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    # Generate streams run on the server's event loop; the other RPCs (GetLoad, Abort, health, ...) on its threads
+    # Generate streams and health run on the server's event loop; GetLoad, Abort, FlushCache, ServerInfo on its
+    # threads (a GetLoad waits up to POOL_READ_TIMEOUT_S on a cache that does not answer: room for the gateways' polls)
     server = aio_server.start_aio(lambda s: scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, s),
-                                  [SERVICE_NAME], args.listen, max_workers=32)
+                                  [SERVICE_NAME], args.listen, max_workers=64)
     names = ["", SERVICE_NAME]
     log.info("serving", switch_interval_s=switch_s, port=server.port, listen=args.listen, cache=args.cache,
              worker=args.worker,

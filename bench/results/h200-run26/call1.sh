@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 rm -rf /tmp/base && mkdir /tmp/base && tar cf - --exclude=./.whl --exclude=./.jit --exclude=./.baseline --exclude=./bench/results . \
   | tar xf - -C /tmp/base && rm -rf /tmp/base/scheduler_svc /tmp/base/common && cp -r .baseline/scheduler_svc .baseline/common /tmp/base/
 NEW=$PWD
-S() { n=$1; dir=$2; shift 2; ok 530 || return; (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 75 python3 -m bench.serve_bench --gpu \
+S() { n=$1; dir=$2; shift 2; ok $(( ${LIMIT:-600} - 80 )) || return; (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 75 python3 -m bench.serve_bench --gpu \
   --phases c64 --out /tmp/r/$n "$@" > /tmp/r/$n.txt 2>&1); kill_stack; rm -rf /tmp/r/$n/logs
   echo "$n: $(grep -E 'c64:' /tmp/r/$n.txt | cut -c1-170)"; pack; }
 S aio1 $NEW; S thr1 /tmp/base; S aio2 $NEW; S thr2 /tmp/base
