@@ -13,6 +13,7 @@ find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00'
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 rm -rf /tmp/base && mkdir /tmp/base && tar cf - --exclude=./.whl --exclude=./.jit --exclude=./.baseline --exclude=./bench/results . \
   | tar xf - -C /tmp/base && rm -rf /tmp/base/scheduler_svc /tmp/base/common && cp -r .baseline/scheduler_svc .baseline/common /tmp/base/
+kill_stack  # a call that returned early may have left its stack running (run 26 call 2)
 NEW=$PWD
 S() { n=$1; dir=$2; shift 2; ok $(( ${LIMIT:-600} - 80 )) || return; (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 75 python3 -m bench.serve_bench --gpu \
   --phases c64 --out /tmp/r/$n "$@" > /tmp/r/$n.txt 2>&1); kill_stack; rm -rf /tmp/r/$n/logs
