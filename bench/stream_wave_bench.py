@@ -103,6 +103,10 @@ def run_arm(kind: str, streams: int, rounds: int, busy_s: float) -> list[dict]:
         put_at.append(time.monotonic())
         put()
         _busy(busy_s)
+    if not parent.poll(60):
+        proc.kill()
+        stop()
+        raise RuntimeError(f"{kind}: the client did not read every stream's {rounds} messages within 60 s")
     got = parent.recv()
     proc.join(30)
     stop()
