@@ -222,6 +222,31 @@ def drive(url: str, args: argparse.Namespace, seconds: float, tally: Tally, seed
     return sent[0], [t.name for t in threads if t.is_alive()]
 
 
+def peak(url: str, args: argparse.Namespace, seed: int) -> list[str]:
+    """The largest shapes the load can make, once, before the starting RSS is read: ``args.concurrency`` requests of
+    ``args.max_prompt`` distinct random tokens and ``args.max_new`` new tokens sent at once (full prefill chunks,
+    the widest decode batch). A random warm-up may miss them: session 26's CI run read its start after one that did
+    (worker 561 MiB) and its end after the load met them (754 MiB), where a run whose warm-up met them grew 756 ->
+    820. Returns what failed (a non-200 answer: the warm-up's own problem)."""
+    failed: list[str] = []
+
+    def send(i: int) -> None:
+        rng = random.Random(seed * 1000 + i)
+        ids = [rng.randrange(5, VOCAB - 1) for _ in range(args.max_prompt)]
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": args.max_new, "ignore_eos": True,
+                                                      "temperature": 0}}
+        r = httpx.post(f"{url}/generate", json=body, timeout=args.request_timeout)
+        if r.status_code != 200:
+            failed.append(f"peak request {i}: HTTP {r.status_code} {r.text[:200]}")
+
+    threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(args.concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(args.request_timeout + 30)
+    return failed + [f"peak request thread {t.name} still running" for t in threads if t.is_alive()]
+
+
 def run(args: argparse.Namespace) -> dict:
     """Starts the stack, runs the load, checks; returns the report (``report["problems"]`` empty = pass)."""
     log_dir = pathlib.Path(args.log_dir or tempfile.mkdtemp(prefix="soak-"))
@@ -237,9 +262,11 @@ def run(args: argparse.Namespace) -> dict:
         # Warm-up: the same load, so every process has met the largest shapes (the worker's allocator keeps
         # what one 1,000-token prefill needs); RSS is then read at idle before and after the measured load.
         warm = Tally()
+        problems: list[str] = []
         if args.warmup > 0:
             drive(url, args, args.warmup, warm, seed=args.seed + 7919)
-        problems = settle(stack) if args.warmup > 0 else []
+            problems += [f"warm-up: {p}" for p in peak(url, args, seed=args.seed + 7907)]
+            problems += settle(stack)
         rss0 = {n: rss_mib(stack.procs[n].pid) for n in SERVICES}
         tally = Tally()
         samples: list[dict] = []

@@ -7,7 +7,8 @@ from bench import soak
 
 
 def test_short_soak_leaks_nothing_and_fails_nothing_but_invalid_requests(tmp_path):
-    # A 10 s warm-up (the default is 5): the worker's allocator high-water after 5 s of this load sat within a few
+    # A 10 s warm-up (the default is 5), then the peak (soak.peak: the largest shapes at once; session 26: a CI run whose
+    # random warm-up missed them grew 192 MiB) before the start is read. Session 24: the high-water after 5 s sat within a few
     # MiB of the bound in one CI run (155 MiB growth against 150, session 24); a leak still grows through the 20 s.
     args = soak.parse(["--duration", "20", "--warmup", "10", "--concurrency", "32", "--max-prompt", "1000", "--max-new", "48",
                        "--kv-tokens", "16384", "--invalid-fraction", "0.08", "--log-dir", str(tmp_path)])
