@@ -11,8 +11,9 @@ their connection at a random moment (waiting or mid-stream); an ``invalid-fracti
 token id outside the vocabulary, prompt over the context limit, negative max_tokens, n too large, malformed
 JSON) and must get a 4xx. At the end, at idle: the cache's integrity check is empty, available + evictable ==
 capacity, after a flush available == capacity, every process is alive, its RSS (VmRSS) grew by at most
---max-rss-growth-mib between two idle points (after --warmup seconds of the same load, and at the end: a
-process's allocator keeps what the largest batch needed, so a cold start is no baseline), and a greedy probe prompt gives the same tokens as at the start. Prints counts and
+--max-rss-growth-mib between two idle points (after --warmup seconds of the same load and the peak, every client's
+largest request at once, and at the end: a process's allocator keeps what the largest batch needed, so a cold start
+is no baseline), and a greedy probe prompt gives the same tokens as at the start. Prints counts and
 p50/p99 latency (and TTFT for streams); exit code 1 when a check failed.
 """
 
