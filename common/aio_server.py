@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
-from common.grpc_server import MAX_MESSAGE_BYTES
+from common.grpc_server import SERVER_OPTIONS, add_health_reflection_and_port
 
 _SERVERS = itertools.count()
 SET_SERVING_TIMEOUT_S = 5.0
@@ -92,21 +91,9 @@ def start_aio(
     health_servicer = health.aio.HealthServicer()  # Check and Watch on the loop (module docstring)
 
     async def serve() -> None:
-        server = grpc.aio.server(migration_thread_pool=executor, options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
-        ])
+        server = grpc.aio.server(migration_thread_pool=executor, options=SERVER_OPTIONS)
         add_servicers(server)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server)
-        try:
-            port = server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise RuntimeError(f"cannot bind gRPC address {address}: {exc} (is another process holding it?)") from exc
-        if port == 0:
-            raise RuntimeError(f"cannot bind gRPC address {address} (is another process holding it?)")
+        port = add_health_reflection_and_port(server, health_servicer, names, address)
         await server.start()
         started.set_result((server, port))
 

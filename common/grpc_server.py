@@ -38,6 +38,29 @@ class RunningServer:
             self.health.set(name, status)
 
 
+SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+]
+
+
+def add_health_reflection_and_port(server, health_servicer, names: list[str], address: str) -> int:
+    """Registers ``health_servicer`` (grpc.health.v1) and server reflection for ``names`` (plus health and
+    reflection) on ``server`` (a grpc.Server or a grpc.aio.Server) and binds ``address``; returns the port. Raises
+    RuntimeError when the address cannot be bound (naming it)."""
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot bind gRPC address {address}: {exc} (is another process holding it?)") from exc
+    if port == 0:
+        raise RuntimeError(f"cannot bind gRPC address {address} (is another process holding it?)")
+    return port
+
+
 def start(
     add_servicers: Callable[[grpc.Server], None],
     service_full_names: Iterable[str],
@@ -52,27 +75,11 @@ def start(
     """
     prefix = f"grpc-server-{next(_SERVERS)}"
     executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=prefix)
-    server = grpc.server(
-        executor,
-        options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
+    server = grpc.server(executor, options=SERVER_OPTIONS)
     add_servicers(server)
     health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = list(service_full_names)
-    reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
-    )
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise RuntimeError(f"cannot bind gRPC address {address}: {exc} (is another process holding it?)") from exc
-    if port == 0:
-        raise RuntimeError(f"cannot bind gRPC address {address} (is another process holding it?)")
+    port = add_health_reflection_and_port(server, health_servicer, names, address)
     server.start()
     running = RunningServer(server=server, port=port, health=health_servicer, executor=executor, thread_prefix=prefix)
     running.set_serving(True, ["", *names])

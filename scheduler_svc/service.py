@@ -115,8 +115,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         await context.abort(code, message)
 
     def _start(self, request, context, call, out: LoopQueue):
-        """Validates, builds and queues the request (``call``: its metrics), its messages to ``out``; returns (Req, bound logger). Raises
-        _Refused (the status to end the call with) when it cannot be queued."""
+        """Validates, builds and queues the request (``call``: its metrics), its messages to ``out``; returns (Req,
+        bound logger). Raises _Refused (the status to end the call with) when it cannot be queued."""
         hop_trace.mark(request.request_id, "generate")
         info = self.sched.info
         if self.draining.is_set():
