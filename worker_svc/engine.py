@@ -44,7 +44,7 @@ import torch
 from worker_svc.attention import ragged
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
 from worker_svc.extend_ahead import PreparedExtend, prepare_extend
-from worker_svc.extend_behind import EnqueuedExtend, enqueue_extend
+from worker_svc.extend_behind import EnqueuedExtend, continuation_tables, enqueue_extend
 from worker_svc.forward_batch import BatchLayout, build_layout, layout_from_parts
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
@@ -89,8 +89,9 @@ class Engine:
         ``prepare_ahead``: a multi-step Forward that arrives while the one it follows (``after_seq``) is enqueued
         builds its step metadata then (``_prepare_ahead``), not after that one's commit. ``launch_behind``: such a
         Forward is also launched then, behind that one on the device (``_launch_behind``; needs ``prepare_ahead``).
-        ``extend_ahead``: an eager extend batch of items that bring their prefixes is validated and laid out, its
-        inputs copied, at arrival, outside the lock (``extend_ahead.prepare_extend``), not at its turn.
+        ``extend_ahead``: an eager extend batch of items that bring their prefixes or continue a prompt is
+        validated and laid out, its inputs copied, at arrival, outside the lock (``extend_ahead.prepare_extend``),
+        not at its turn.
         ``extend_behind``: such a batch that follows another one enqueued and not yet committed is launched
         behind it on the device (``_extend_behind``; needs ``extend_ahead``)."""
         self.prepare_ahead, self.launch_behind, self.extend_ahead = prepare_ahead, launch_behind, extend_ahead
@@ -192,7 +193,9 @@ class Engine:
                 self._seq = seq
                 stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
-                if extend is None:  # a prepared batch was validated at arrival, against no request state
+                if extend is not None and extend.continuing:  # its continuation rows' tables, as committed
+                    extend = extend.with_tables(continuation_tables(items, self.requests, ()))
+                if extend is None:  # a prepared batch was validated at arrival (continuation rows: by their length)
                     validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests,
                                    stored)
                 t0 = time.perf_counter()
@@ -271,8 +274,10 @@ class Engine:
         arrive later, or wait for its own turn first) and its attention plan is on the device, then, under the lock,
         marks it started (``ForwardOrder.start_early``) and enqueues it. It commits after that one
         (``_finish``, after ``ForwardOrder.wait_for``). Extends chain so at any depth: N+2 behind N+1 while N is still
-        pending. Returns (steps, clock), or None (it takes its turn) when the one ahead is not the last pending Forward,
-        a pending Forward is not a prepared extend, or the batch releases its own ids."""
+        pending. A continuation row's slot table is the one the pending extends' commits will leave
+        (``extend_behind.continuation_tables``). Returns (steps, clock), or None (it takes its turn) when the one ahead
+        is not the last pending Forward, a pending Forward is not a prepared extend, the batch releases its own ids, or
+        a continuation row's table would not be ``position_start`` long."""
         if not self.order.wait_launched(after_seq):  # it may still wait for its own turn, or not have arrived
             return None
         with self._lock:
@@ -283,7 +288,12 @@ class Engine:
         with self._lock:
             if not self._extends_only(after_seq) or self._pending[-1][1] is not first:
                 return None  # the one ahead committed meanwhile: the usual turn
-            if {it.request_id for it in extend.items}.intersection(release_ids) or not self.order.start_early(seq, after_seq):
+            if {it.request_id for it in extend.items}.intersection(release_ids):
+                return None
+            if extend.continuing:  # the tables the commits ahead will leave (a missing one: the usual turn)
+                extend = extend.with_tables(continuation_tables(extend.items, self.requests,
+                                                                [steps for _, steps in self._pending]))
+            if extend is None or not self.order.start_early(seq, after_seq):
                 return None
             if on_run is not None:
                 on_run()

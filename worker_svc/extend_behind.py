@@ -14,7 +14,9 @@ commits under the lock. While N is enqueued and not committed, a prepared extend
 (``after_seq``) is launched behind it (``Engine._extend_behind``): it waits, without the lock, for N's attention plan
 to have been copied to the device (``planned``: flashinfer plans into page-locked buffers that N+1's plan reuses),
 then plans and launches; its commit still comes after N's (``ForwardOrder``). Nothing N+1 reads depends on N's
-result: its items bring their prefixes, and on the device it follows N in stream order.
+result: its items bring their prefixes or continue a prompt whose table is known before N's commit (N's items and
+the committed table: ``continuation_tables``; the commit checks it still holds), and on the device it follows N in
+stream order (N's K/V of an earlier chunk is written before N+1 reads it).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 from worker_svc.extend_ahead import PreparedExtend
 from worker_svc.sampler import PendingSample, SampleRow, sample_async
 from worker_svc.step_feed import to_device
-from worker_svc.types import ForwardItem, ForwardOutput
+from worker_svc.types import ForwardItem, ForwardOutput, WorkerError
 
 
 class EnqueuedExtend:
@@ -56,9 +58,18 @@ class EnqueuedExtend:
             self.pending.wait()
 
     def finish(self, engine, requests: Mapping[str, object]) -> tuple[ForwardOutput, ...]:
-        """After ``wait()``, under the engine's lock: each item's state is created from its prefix and grows by
-        its new slots and tokens (``engine.commit``); returns the outputs in item order. ``requests`` is unused
-        (every item brings its prefix: nothing was validated against a state that may have changed)."""
+        """After ``wait()``, under the engine's lock: each item's state is created from its prefix (or, for a
+        continuation row, is the request's committed state) and grows by its new slots and tokens
+        (``engine.commit``); returns the outputs in item order. Raises WorkerError ABORTED, committing nothing, when
+        a continuation row's request in ``requests`` (the committed table) is gone or is not ``position_start``
+        long: the table it was launched against is not the one the Forwards ahead left (its K/V went to its own
+        new slots, which the scheduler owns)."""
+        for it in self.items:
+            state = None if it.has_prefix else requests.get(it.request_id)
+            if not it.has_prefix and (state is None or len(state.slots) != it.position_start):
+                raise WorkerError("ABORTED", f"request {it.request_id!r}: launched behind as a continuation at "
+                                             f"position {it.position_start}, but the worker holds "
+                                             f"{'no state' if state is None else len(state.slots)} for it at its commit")
         results = dict(zip(self.sampled, self.pending.results())) if self.pending is not None else {}
         outputs = []
         for b, it in enumerate(self.items):
@@ -70,6 +81,29 @@ class EnqueuedExtend:
                 prompt_logprobs=(), prompt_top_logprobs=(), next_token_ids=(), logprobs=(), skipped=False))
             engine.commit(it, it.slot_ids, self.inputs[b], res.token_id if sampled else None)
         return tuple(outputs)
+
+
+def continuation_tables(items: Sequence[ForwardItem], requests: Mapping[str, object],
+                        ahead: Sequence["EnqueuedExtend"]) -> dict[str, np.ndarray]:
+    """The slot tables (int32) that the requests of ``items``' continuation rows (no ``has_prefix``) will have once
+    the extends ``ahead`` (enqueued, not committed, in launch order) have committed on top of ``requests`` (the
+    committed table): an item of one of them that brings its prefix starts the request's table from that prefix,
+    any other appends its new slots. A request neither committed nor in ``ahead`` has no entry."""
+    want = {it.request_id for it in items if not it.has_prefix}
+    tables: dict[str, list] = {}
+    for rid in want:
+        state = requests.get(rid)
+        if state is not None:
+            tables[rid] = [state.slots.view()]
+    for extend in ahead:
+        for it in extend.items:
+            if it.request_id in want:
+                if it.has_prefix:
+                    tables[it.request_id] = [np.asarray(it.prefix_slot_ids, dtype=np.int32)]
+                elif it.request_id not in tables:
+                    continue  # appended to a table nobody holds: its own commit fails, and so does this one
+                tables[it.request_id].append(np.asarray(it.slot_ids, dtype=np.int32))
+    return {rid: np.concatenate(parts) if len(parts) > 1 else parts[0] for rid, parts in tables.items()}
 
 
 def sample_row(it: ForwardItem, inputs: Sequence[int]) -> SampleRow:

@@ -140,11 +140,11 @@ def test_a_prepared_extend_behind_a_forward_that_fails_is_aborted_and_commits_no
     assert "r2" not in eng.requests and "r3" not in eng.requests
 
 
-def test_only_batches_that_read_no_request_state_and_run_eagerly_are_prepared(model_dir, prompts):
+def test_only_batches_that_read_no_request_state_but_table_lengths_and_run_eagerly_are_prepared(model_dir, prompts):
     fresh = _fresh("a", prompts[0], 1)
     cont = ForwardItem("a", (5,), len(prompts[0]), (900,))
     assert eligible([fresh])
-    assert not eligible([fresh, cont])  # a continuation reads the table its turn has
+    assert eligible([fresh, cont])  # a continuation's table is read at its launch (test_extend_continuation.py)
     assert not eligible([ForwardItem("a", fresh.input_ids, 0, fresh.slot_ids, has_prefix=True,
                                      return_prompt_logprobs=True)])
     assert not eligible([])

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.worker.test_extend_behind import three_chained_while_the_first_is_held, three_sent_at_once
+from tests.worker.test_extend_continuation import chained_while_the_first_is_held
 from tests.worker.test_gpu import _gpu_engine
 
 pytestmark = [
@@ -37,6 +38,13 @@ def test_extends_launched_behind_one_another_on_cuda_give_the_outputs_of_extends
 
 def test_extends_sent_at_once_on_cuda_give_the_outputs_of_extends_run_one_by_one(model_dir, prompts):
     three_sent_at_once(_cuda(model_dir), prompts)
+
+
+def test_continuations_launched_behind_on_cuda_give_the_outputs_of_chunks_run_one_by_one(model_dir, prompts,
+                                                                                       monkeypatch):
+    """Prompts cut across chunk ends (tests/worker/test_extend_continuation.py): each continuation reads the K/V its
+    earlier chunk, still pending, writes ahead of it in stream order; its table comes from that chunk's items."""
+    chained_while_the_first_is_held(_cuda(model_dir), prompts, monkeypatch)
 
 
 def test_enqueueing_a_prepared_extend_does_not_wait_for_the_device(model_dir, prompts):
