@@ -233,5 +233,10 @@ class GPTBigCodeForCausalLM(nn.Module):
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, n_embd] -> float32 logits [N, vocab_size]."""
+        return self.raw_logits(hidden).float()
+
+    def raw_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, n_embd] -> logits [N, vocab_size] in hidden's dtype (``logits`` without the float32 cast, which
+        is exact: the decode graphs pick greedy tokens from these, ``greedy.GreedyArgmax``)."""
         w = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, w).float()
+        return F.linear(hidden, w)
