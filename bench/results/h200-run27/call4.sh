@@ -1,6 +1,6 @@
 #!/bin/bash
-# Run 27 call 4 (session 27; carry [".whl", ".jit", ".baseline"]): continuation rows in prepared extends launched
-# behind (this tree) against the worker of 4bbeb33 (.baseline = `git archive 4bbeb33 worker_svc` without the model
+# Run 27 call 4 (session 27; carry [".whl", ".jit", ".baseline"]): this session's worker (continuation rows in
+# prepared extends launched behind; the greedy pick inside the decode graphs) against the worker of 4bbeb33 (.baseline = `git archive 4bbeb33 worker_svc` without the model
 # assets, laid over a copy of this tree in /tmp/base): serve_bench c64,c256 (1B bf16, 1,024 in / 256 out), alternated
 # twice, new first; the Forward timelines' extend -> extend gaps are what it changes (run 25: c256 32 x 4-5 ms).
 mkdir -p /tmp/r; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
@@ -12,7 +12,7 @@ find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00'
 [ -d .jit ] && cat .jit/jit.part* | tar xzf - -C ~ && echo "jit cache restored"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 rm -rf /tmp/base && mkdir /tmp/base && tar cf - --exclude=./.whl --exclude=./.jit --exclude=./.baseline --exclude=./bench/results . \
-  | tar xf - -C /tmp/base && cp -r .baseline/worker_svc/. /tmp/base/worker_svc/
+  | tar xf - -C /tmp/base && rm -f /tmp/base/worker_svc/model/greedy.py && cp -r .baseline/worker_svc/. /tmp/base/worker_svc/
 diff -rq worker_svc /tmp/base/worker_svc | grep -v pycache
 NEW=$PWD
 S() { n=$1; dir=$2; shift 2; ok 490 || return; (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 100 python3 -m bench.serve_bench --gpu \
