@@ -2,7 +2,7 @@
 # Run 27 call 1 (session 27): run 24 call 2 again (every default against issue 15 targets, grpc.aio scheduler), after a kill of any stack left over.
 # default, on whatever card came (the log's first line names it): (1) serve_bench 1B hf,c64,c256,c1 with transformers'
 # compiled static generate in the same run; (2) worker bench 1B B = 1 / 64 / 256, prefill 1,024 and 8,192; tiny B = 1 /
-# 64, prefill 1,024; (3) tests/worker/test_gpu.py whole.
+# 64, prefill 1,024; (3) tests/worker/test_gpu.py whole, test_gpu_extend_behind.py (the continuations) and the greedy pick test.
 mkdir -p /tmp/r; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
 TS=$(date +%s)
 ok() { [ $(( $(date +%s) - TS )) -lt $1 ]; }
@@ -20,6 +20,6 @@ W() { n=$1; shift; ok $1 || return; shift; timeout 90 python3 -m worker_svc.benc
 W 1b 400 --shape starcoderbase-1b --context 1152 --batches 1,64,256 --prefill 1024,8192
 W tiny 450 --shape tiny_starcoder_py --context 1152 --batches 1,64 --prefill 1024
 pack; echo "worker after $(( $(date +%s) - TS )) s"
-ok 470 && timeout $(( 585 - $(date +%s) + TS )) python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu.py \
+ok 470 && timeout $(( 585 - $(date +%s) + TS )) python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu.py tests/worker/test_gpu_extend_behind.py "tests/worker/test_gpu_fused.py::test_greedy_pick_on_the_gpu_is_torchs_argmax" \
   > /tmp/r/tests.txt 2>&1; tail -5 /tmp/r/tests.txt
 pack; echo "done after $(( $(date +%s) - TS )) s"
