@@ -170,10 +170,11 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
         c = replace(mqa_decode.decode_config(b, sms, d), **(attn or {}))
         direct = c.splits == 1
         values = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", idx_ptr="*i32", indptr_ptr="*i32", o_ptr="*fp32",
-                      lse_ptr="*fp32", out_ptr="*bf16", scale_log2=0.1,
+                      lse_ptr="*fp32", out_ptr="*bf16", new_ptr="*bf16", scale_log2=0.1,
                       stride_qb=e + 2 * d, stride_qh=d, stride_kv=d, stride_ob=c.splits * bh * d,
-                      stride_os=0 if direct else bh * d, stride_outb=e, stride_outh=d, H=heads, SPLITS=c.splits)
-        consts = dict(D=d, BLOCK_H=bh, BLOCK_N=c.block_n, DIRECT=direct, PDL=True)
+                      stride_os=0 if direct else bh * d, stride_outb=e, stride_outh=d, stride_new=e + 2 * d, H=heads,
+                      SPLITS=c.splits)
+        consts = dict(D=d, BLOCK_H=bh, BLOCK_N=c.block_n, DIRECT=direct, PDL=True, WRITE=True)  # as served (fuse_kv)
         yield part, f"{shape} B={b} splits={c.splits}", values, consts, c.warps, c.stages, b * c.splits
         if not direct:
             mvals = dict(o_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16", stride_ob=c.splits * bh * d,

@@ -104,7 +104,7 @@ class DecodeGraphs:
             if size <= triton_max_batch:
                 backend = TritonDecodeAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype,
                                                 self.kv_indptr[: size + 1], self.kv_indices, size,
-                                                pdl=model.pdl)
+                                                pdl=model.pdl, write_kv=model.fuse_kv)
             else:
                 backend = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype, dev, workspace,
                                               graph_buffers=(self.kv_indptr[: size + 1], self.kv_indices,

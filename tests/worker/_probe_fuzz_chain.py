@@ -137,15 +137,26 @@ def test_pipelined_chain_equals_one_by_one(model_dir, prompts, monkeypatch, seed
     batches, want = build(ref, prompts, rng, 14, chunk)
     eng = make_engine(model_dir)
     held = HeldWait(monkeypatch)
+    from worker_svc.extend_behind import EnqueuedExtend
+    inner = EnqueuedExtend.wait
+
+    def slow(steps):
+        threading.Event().wait(0.05)  # every extend stays pending a while: followers get to launch behind it
+        return inner(steps)
+
+    monkeypatch.setattr(EnqueuedExtend, "wait", slow)
     threads = []
     t, out = _started(lambda: eng.forward(batches[0][0], "epoch-1", seq=1, release_ids=batches[0][1]))
     threads.append((t, out))
-    assert held.inside.wait(WAIT_S)
+    ev0 = threading.Event()
+    for _ in range(500):
+        if held.inside.is_set() or not t.is_alive():
+            break
+        ev0.wait(0.01)
     for k in range(1, len(batches)):
         b, rel = batches[k]
         t, out = _started(lambda b=b, rel=rel, k=k: eng.forward(b, "epoch-1", seq=k + 1, after_seq=k, release_ids=rel))
         threads.append((t, out))
-        _until(lambda k=k: (k + 1) in eng.order._launched or "error" in out) if False else None
         ev = threading.Event()
         for _ in range(30):
             if (k + 1) in eng.order._launched or not t.is_alive():
@@ -161,4 +172,4 @@ def test_pipelined_chain_equals_one_by_one(model_dir, prompts, monkeypatch, seed
     for k, (g, w) in enumerate(zip(got, want)):
         assert seen(g) == seen(w), (k, batches[k])
     assert tables(eng) == tables(ref)
-    print(f"seed={seed} chunk={chunk}: {len(batches)} batches, prepared={eng.extends_prepared} behind={behind}")
+    print(f"seed={seed} chunk={chunk}: {len(batches)} batches, prepared={eng.extends_prepared} behind={behind} final_behind={eng.extends_behind}")
