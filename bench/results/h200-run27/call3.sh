@@ -1,7 +1,8 @@
 #!/bin/bash
 # Run 27 call 3 (session 27; carry [".whl", ".jit", ".baseline"]): worker-bench A/Bs, 1B bf16, context 1,152, K = 8
 # (GPU time of a step = graph replay alone; K=8 = Forwards one at a time; chained = launched behind):
-# (1) this tree (the greedy pick inside the decode graphs, model/greedy.py) against the worker of 4bbeb33 (.baseline,
+# (1) this tree (the greedy pick inside the decode graphs, model/greedy.py; the new K/V written by the Triton
+#     attention kernel, no write_kv kernel) against the worker of 4bbeb33 (.baseline,
 #     laid over a copy of this tree in /tmp/base), B = 1 / 64 / 256, alternated twice; note the replay-alone figure
 #     now holds the argmax and no float32 cast (before: the cast, and the argmax outside);
 # (2) the Triton MQA attention for every decode bucket (--decode-attention triton: no host plan, launch behind) at
