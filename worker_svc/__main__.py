@@ -54,7 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "reaches that one's last step, before its commit (worker_svc/engine.py: _launch_behind; "
                          "Triton decode buckets on CUDA; needs --prepare-ahead; --no-launch-behind for the A/B)")
     ap.add_argument("--extend-ahead", action=argparse.BooleanOptionalAction, default=True,
-                    help="an eager extend whose items bring their prefixes (fresh prompts) is validated, laid out and "
+                    help="an eager extend whose items bring their prefixes (fresh prompts) or continue a prompt "
+                         "(launched behind only) is validated, laid out and "
                          "copied to the device when it arrives, while the Forward ahead of it runs, not at its turn "
                          "(worker_svc/extend_ahead.py; --no-extend-ahead: at its turn, for the A/B)")
     ap.add_argument("--extend-behind", action=argparse.BooleanOptionalAction, default=True,

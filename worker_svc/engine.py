@@ -193,9 +193,11 @@ class Engine:
                 self._seq = seq
                 stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
-                if extend is not None and extend.continuing:  # its continuation rows' tables, as committed
-                    extend = extend.with_tables(continuation_tables(items, self.requests, ()))
-                if extend is None:  # a prepared batch was validated at arrival (continuation rows: by their length)
+                if extend is not None and extend.continuing:
+                    # at its turn a batch with continuation rows runs in one part under the lock, as unprepared:
+                    # a Release of one of its requests then waits for its commit instead of aborting the whole batch
+                    extend = None
+                if extend is None:  # a prepared batch was validated at arrival, against no request state
                     validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests,
                                    stored)
                 t0 = time.perf_counter()
@@ -417,7 +419,7 @@ class Engine:
         turn (``_prepare_ahead``), used when still valid (``Prepared.valid_for``; ``prepared_ahead`` counts both ways);
         ``extend``: an eager batch prepared at arrival (``_prepare_extend``): enqueued (``extend_behind.enqueue_extend``),
         committed by ``_finish``."""
-        if extend is not None:  # its items bring their prefixes: none is skipped
+        if extend is not None:  # its items bring their prefixes (continuation rows only launched behind): none skipped
             return (None,) * len(items), enqueue_extend(self, extend, clock)
         skip = [it.input_from_last_sample and self.requests[it.request_id].stopped for it in items]
         run = [it for it, s in zip(items, skip) if not s]

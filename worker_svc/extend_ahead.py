@@ -13,9 +13,10 @@ own prefix (``has_prefix``: its slot table is in the item) or continues a prompt
 holds or runs (a *continuation row*: no prefix, no sampling with penalties), none asks for prompt logprobs, none is
 a multi-step decode. Such a batch's validation reads nothing of the request table but a continuation row's length,
 which is its ``position_start`` by construction: it is validated at arrival against that length, and the row's slot
-table (the request's table once every Forward ahead of it has committed) is read when the batch is launched
-(``with_tables``: behind the extend ahead from the tables its commit will leave, ``extend_behind.continuation_tables``;
-at its turn from the committed table). H200 run 25's c256 timeline: 9-row chunks that start with such a row (a
+table (the request's table once every Forward ahead of it has committed) is read when the batch is launched behind
+the extend ahead (``with_tables``, from the tables the pending commits will leave: ``extend_behind.continuation_tables``).
+At its turn such a batch runs unprepared, in one part under the lock, as before (a Release of one of its requests
+waits for its commit; launched behind, the commit finds the request gone and the batch is ABORTED). H200 run 25's c256 timeline: 9-row chunks that start with such a row (a
 prompt cut at the previous chunk's end) took their turn, 4-5 ms of idle device each, 32 times a phase. What stays at
 the turn is the attention plan (the backend is shared with the Forward running now) and the launch. A batch that
 validation rejects, or that a captured graph would run, is not prepared: its turn does everything, as before, and
@@ -41,7 +42,7 @@ from worker_svc.validation import validate_batch
 class PreparedExtend:
     """One eager extend batch, validated and laid out before its turn.
 
-    ``items``: the batch (identity: ``valid_for``); ``layout``: its ``BatchLayout`` (T new tokens); while
+    ``items``: the batch; ``layout``: its ``BatchLayout`` (T new tokens); while
     ``continuing`` is not empty its continuation rows' prefix tables are placeholders of the right length (their
     positions and output slots are right, their ``kv_indices`` are not): ``with_tables`` gives the layout to launch;
     ``inputs[b]``: item b's new token ids; ``input_ids``, ``positions``, ``out_slots``: int64 [T] on the engine's
@@ -69,11 +70,6 @@ class PreparedExtend:
         layout = layout_from_parts([prefix[b] if b in prefix else np.asarray(it.prefix_slot_ids, dtype=np.int32)
                                     for b, it in enumerate(self.items)], [it.slot_ids for it in self.items])
         return replace(self, layout=layout, continuing=())
-
-    def valid_for(self, items: Sequence[ForwardItem]) -> bool:
-        """True when ``items`` are the very item objects this was prepared from (nothing else is assumed: the
-        batch reads no request state)."""
-        return len(items) == len(self.items) and all(a is b for a, b in zip(items, self.items))
 
 
 def eligible(items: Sequence[ForwardItem]) -> bool:

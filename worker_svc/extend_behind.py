@@ -6,7 +6,8 @@ host, and N+1 could only start after that: the device idled for N's read-back, i
 plan and first launches (H100 run 19 call 2, 1B c64: 103 gaps between extends, p50 1.65 ms, ~230 ms of a 5.5 s
 phase with N+1 already waiting at the worker).
 
-An extend prepared at arrival (``extend_ahead``: every item brings its prefix, no prompt logprobs, eager) now runs
+An extend prepared at arrival (``extend_ahead``: every item brings its prefix or continues a prompt, no prompt
+logprobs, eager) now runs
 as a multi-step decode does (``multistep``): ``enqueue_extend`` plans, launches the layers, the sampling rows'
 ``lm_head`` and the draw (``sampler.sample_async``: the chosen tokens copied to page-locked memory without waiting),
 under the lock; the lock is free while the device runs it (``EnqueuedExtend.wait``); ``EnqueuedExtend.finish``
@@ -108,7 +109,9 @@ def continuation_tables(items: Sequence[ForwardItem], requests: Mapping[str, obj
 
 def sample_row(it: ForwardItem, inputs: Sequence[int]) -> SampleRow:
     """The sampling row of an item that brings its prefix: its history is the prefix and its new tokens, its
-    prompt length ``prompt_len`` when given (a chunk of a longer prompt), else all of them."""
+    prompt length ``prompt_len`` when given (a chunk of a longer prompt), else all of them. A continuation row gets
+    an empty history: the history is read for penalties only, and a continuation that samples with penalties is
+    not prepared (``extend_ahead.eligible``)."""
     new = len(inputs)
     prompt_len = it.prompt_len if it.prompt_len > 0 else it.position_start + new
     history = list(it.prefix_token_ids) + list(inputs) if it.sampling.has_penalties else []

@@ -96,13 +96,40 @@ def test_continuations_are_launched_behind_the_extends_that_hold_their_earlier_c
     chained_while_the_first_is_held(_cpu(model_dir), prompts, monkeypatch)
 
 
-def test_a_continuation_at_its_turn_reads_the_committed_table(model_dir, prompts):
+def test_continuations_at_their_turn_give_the_outputs_of_chunks_run_one_by_one(model_dir, prompts):
     batches, _ = _chunks(prompts)
     want, ref = _reference(_cpu(model_dir), batches)
     eng = make_engine(model_dir)
     got = [_seen(eng.forward(b, "epoch-1", seq=i + 1, after_seq=i)) for i, b in enumerate(batches)]
     assert got == want and eng.extends_prepared == 3 and eng.extends_behind == 0
     _same_tables(eng, ref)
+
+
+def test_a_release_during_a_continuation_at_its_turn_waits_for_its_commit(model_dir, prompts, monkeypatch):
+    """At its turn a batch with a continuation row runs in one part under the lock, as an unprepared one: a Release of
+    its request that comes while it runs waits for its commit, so the batch succeeds (r2 created) and the Release then
+    drops r0. Red when the turn enqueued the prepared batch and committed it in a second part (found by the review of
+    this change): a Release in between (here: sent when the batch waits for its tokens, ``EnqueuedExtend.wait``,
+    with the lock free) dropped r0, and the whole batch was ABORTED."""
+    batches, _ = _chunks(prompts)
+    eng = make_engine(model_dir)
+    eng.forward(batches[0], "epoch-1", seq=1)  # r0's first half and r1 committed; nothing pending
+    wait = EnqueuedExtend.wait
+    released = []
+
+    def release_meanwhile(steps):
+        t, out = _started(lambda: eng.release(["r0"]))
+        t.join(0.5)  # returns at once when the lock is free, else after the commit
+        released.append(out)
+        return wait(steps)
+
+    monkeypatch.setattr(EnqueuedExtend, "wait", release_meanwhile)
+    t, out = _started(lambda: eng.forward(batches[1], "epoch-1", seq=2, after_seq=1))
+    t.join(WAIT_S)
+    assert "error" not in out, out.get("error")
+    assert "r2" in eng.requests and len(eng.requests["r0"].slots) == len(prompts[0])
+    assert released == []  # at its turn nothing waited with the lock free
+    assert eng.release(["r0"]) == 1 and "r0" not in eng.requests
 
 
 def test_a_continuation_at_the_wrong_position_is_not_launched_behind_and_its_turn_answers_the_error(
