@@ -66,8 +66,10 @@ class EnqueuedExtend:
         long: the table it was launched against is not the one the Forwards ahead left (its K/V went to its own
         new slots, which the scheduler owns)."""
         for it in self.items:
-            state = None if it.has_prefix else requests.get(it.request_id)
-            if not it.has_prefix and (state is None or len(state.slots) != it.position_start):
+            if it.has_prefix:
+                continue
+            state = requests.get(it.request_id)
+            if state is None or len(state.slots) != it.position_start:
                 raise WorkerError("ABORTED", f"request {it.request_id!r}: launched behind as a continuation at "
                                              f"position {it.position_start}, but the worker holds "
                                              f"{'no state' if state is None else len(state.slots)} for it at its commit")

@@ -35,6 +35,7 @@ from worker_svc.forward_batch import DecodeSteps
 from worker_svc.sampler import argmax_rows, draw_non_greedy
 from worker_svc.step_feed import StepFeed, to_device
 from worker_svc.types import ForwardItem, ForwardOutput
+from worker_svc.validation import HeldState
 
 
 def sample_on_device(logits: torch.Tensor, items: Sequence[ForwardItem], positions: Sequence[int],
@@ -301,15 +302,6 @@ def behind_inputs(ahead: EnqueuedSteps, rows: Rows, device: torch.device) -> tor
     return source[to_device(np.asarray(index, dtype=np.int64), device)]
 
 
-class _Assumed(NamedTuple):
-    """A request's state as a pending Forward's commit will leave it when none of its rows stops: what
-    ``validation.validate_batch`` reads (``slots`` only for its length)."""
-
-    slots: range
-    last_token: int
-    stopped: bool = False
-
-
 def assumed_table(requests: Mapping[str, object], ahead: EnqueuedSteps) -> Mapping[str, object]:
     """``requests`` (the committed table) with every request that ``ahead`` runs (its validated state still there)
     as its commit will leave it when no row stops: ``k`` slots longer, a last token sampled, not stopped. What a
@@ -317,5 +309,5 @@ def assumed_table(requests: Mapping[str, object], ahead: EnqueuedSteps) -> Mappi
     table = dict(requests)
     for it, state in zip(ahead.items, ahead.states):
         if state is not None and requests.get(it.request_id) is state:
-            table[it.request_id] = _Assumed(range(len(state.slots) + it.decode_steps), 0)
+            table[it.request_id] = HeldState(range(len(state.slots) + it.decode_steps), 0)
     return table

@@ -6,12 +6,21 @@ a rejected batch changes nothing and the worker keeps serving.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from worker_svc.model.config import ModelConfig
 from worker_svc.types import ForwardItem, WorkerError
 
 RESERVED_SLOT = 0
+
+
+class HeldState(NamedTuple):
+    """A request state as ``validate_batch`` reads it, for a table not committed yet (what a pending Forward's commit
+    will leave, or a continuation row's length): ``slots`` only for its length."""
+
+    slots: range
+    last_token: int | None = None
+    stopped: bool = False
 
 
 def _bad(msg: str) -> WorkerError:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.worker.helpers import make_engine
-from tests.worker.test_extend_behind import HeldWait, _until
+from tests.worker.test_extend_behind import HeldWait, _cpu, _until
 from tests.worker.test_multistep_in_flight import WAIT_S, _started
 from worker_svc.extend_ahead import eligible
 from worker_svc.extend_behind import EnqueuedExtend, continuation_tables
@@ -82,14 +82,6 @@ def chained_while_the_first_is_held(make, prompts, monkeypatch):
     decode = [ForwardItem(f"r{i}", (), len(p), (at + i,), input_from_last_sample=True, return_logprob=True)
               for i, p in enumerate(prompts[:4])]
     assert _seen(eng.forward(decode, "epoch-1", seq=4, after_seq=3)) == _seen(ref.forward(decode, "epoch-1", seq=4))
-
-
-def _cpu(model_dir):
-    def make(ahead: bool):
-        eng = make_engine(model_dir)
-        eng.extend_ahead = ahead
-        return eng
-    return make
 
 
 def test_continuations_are_launched_behind_the_extends_that_hold_their_earlier_chunks(model_dir, prompts, monkeypatch):
