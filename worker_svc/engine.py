@@ -5,6 +5,7 @@ K/V this worker has written (or was told is cached, via ``has_prefix``). A forwa
 
 1. validates the whole batch (``validation.validate_batch``; nothing changes on error);
 2. lays the batch out flat (``forward_batch.build_layout``), plans the attention backend, runs the model
+   (``one_step.run_one_step``; a multi-step decode: ``multistep``; an extend prepared at arrival: ``extend_behind``)
    (each layer writes the new tokens' K/V at their slots): a decode batch replays a captured graph
    (``cuda_graph.DecodeGraphs``), an extend of one request of few tokens one graph of its whole forward
    (``extend_whole_graph``, when enabled), another batch of few tokens its pieces' graphs (``extend_graph``),
@@ -28,7 +29,7 @@ release riding on a Forward never overtakes a Forward queued before it. ``has_pr
 worker held for that id. Thread-safe: one forward at a time. A multi-step decode Forward runs in two parts
 (``multistep``): its steps are enqueued under the lock, then the lock is free while the device runs them (a
 Release RPC may drop a request meanwhile: its row is answered ``skipped``), and they are committed under it;
-every other Forward waits for that commit before it validates (``_wait_turn``).
+every other Forward waits for that commit before it validates (``pending.PendingForwards.wait_empty``).
 """
 
 from __future__ import annotations
@@ -38,23 +39,22 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from worker_svc.attention import ragged
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
 from worker_svc.extend_ahead import PreparedExtend, prepare_extend
 from worker_svc.extend_behind import EnqueuedExtend, continuation_tables, enqueue_extend
-from worker_svc.forward_batch import BatchLayout, build_layout, layout_from_parts
+from worker_svc.forward_batch import BatchLayout, build_layout
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.multistep import EnqueuedSteps, Prepared, assumed_table, enqueue_multistep, prepare_rows, row_tables
+from worker_svc.one_step import run_one_step
 from worker_svc.request_state import RequestState, SlotTable
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
-from worker_svc.prompt_logprobs import prompt_logprobs
-from worker_svc.sampler import SampleRow, sample
+from worker_svc.pending import PendingForwards
 from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
 
@@ -108,14 +108,11 @@ class Engine:
         self.requests: dict[str, RequestState] = {}
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._lock = threading.Lock()  # the request table (validation, launch, commit, release)
-        self._turn = threading.Condition(self._lock)  # notified when the pending multi-step Forward leaves
         self.order = ForwardOrder()
         self._seq = 0  # seq of the Forward running under the lock (``commit`` stamps the states it creates)
-        # (seq, steps) of the Forwards enqueued, not yet committed (multi-step decodes, prepared extends), in launch
-        # order (two when one was launched behind the other): every other Forward waits for their commits
-        # (``_wait_turn``)
-        self._pending: list[tuple[int, EnqueuedSteps | EnqueuedExtend]] = []
-        self.turn_timeout_s = 60.0  # seconds a Forward waits for that commit
+        # the Forwards enqueued, not yet committed (multi-step decodes, prepared extends): every other Forward waits
+        # for their commits (``PendingForwards.wait_empty``) unless it is launched behind them
+        self.pending = PendingForwards(self._lock)
         self.origin = None  # a forward_log.DeviceOrigin: each ForwardResult then carries its device span
 
     def info(self) -> EngineInfo:
@@ -186,7 +183,7 @@ class Engine:
                     device_span_ns=clock.span_ns(self.origin) if self.origin else None))
             clock = StepClock(self.device)
             with self._lock:
-                self._wait_turn(seq)
+                self.pending.wait_empty(seq)
                 if on_run is not None:
                     on_run()
                 self._drop_released(release_ids, seq)
@@ -203,7 +200,7 @@ class Engine:
                 t0 = time.perf_counter()
                 outputs, steps = self._launch(items, clock, ahead, extend)
                 if steps is not None:
-                    self._pending.append((seq, steps))
+                    self.pending.add(seq, steps)
                     if isinstance(steps, EnqueuedExtend):
                         self.order.launched(seq)  # an extend that follows it may now be launched behind it
             if steps is not None:
@@ -238,13 +235,13 @@ class Engine:
         a row's request was stopped, released, is not the state the one ahead runs or runs there with an explicit
         input, the batch releases its own requests, or on CUDA a step would plan flashinfer (``Prepared.no_host_plan``)."""
         with self._lock:
-            if len(self._pending) != 1 or self._pending[0][0] != after_seq:
+            first = self.pending.only(after_seq)
+            if first is None:
                 return None
-            first = self._pending[0][1]
         if first.near_end is not None:
             first.near_end.synchronize()  # the device is on its last step: what arrives later goes behind this one
         with self._lock:
-            if len(self._pending) != 1 or self._pending[0][1] is not first:
+            if self.pending.only(after_seq) is not first:
                 return None  # the one ahead committed meanwhile: the usual turn
             running = {it.request_id: st for it, st in zip(first.items, first.states)}
             ids = {it.request_id for it in items}
@@ -265,7 +262,7 @@ class Engine:
                 on_run()
             clock = StepClock(self.device)
             steps = enqueue_multistep(self, items, clock, ahead, behind=first)
-            self._pending.append((seq, steps))
+            self.pending.add(seq, steps)
             self.prepared_ahead["behind"] += 1
             return steps, clock
 
@@ -283,33 +280,34 @@ class Engine:
         if not self.order.wait_launched(after_seq):  # it may still wait for its own turn, or not have arrived
             return None
         with self._lock:
-            if not self._extends_only(after_seq):
+            first = self._extends_only(after_seq)
+            if first is None:
                 return None
-            first = self._pending[-1][1]
         first.wait_planned()  # the pinned buffers of its plan are free for this one's
         with self._lock:
-            if not self._extends_only(after_seq) or self._pending[-1][1] is not first:
+            if self._extends_only(after_seq) is not first:
                 return None  # the one ahead committed meanwhile: the usual turn
             if {it.request_id for it in extend.items}.intersection(release_ids):
                 return None
             if extend.continuing:  # the tables the commits ahead will leave (a missing one: the usual turn)
                 extend = extend.with_tables(continuation_tables(extend.items, self.requests,
-                                                                [steps for _, steps in self._pending]))
+                                                                self.pending.steps()))
             if extend is None or not self.order.start_early(seq, after_seq):
                 return None
             if on_run is not None:
                 on_run()
             clock = StepClock(self.device)
             steps = enqueue_extend(self, extend, clock)
-            self._pending.append((seq, steps))
+            self.pending.add(seq, steps)
             self.order.launched(seq)
             self.extends_behind += 1
             return steps, clock
 
-    def _extends_only(self, last_seq: int) -> bool:
-        """(Lock held.) True when Forwards are pending, all of them enqueued extends, the last one ``last_seq``."""
-        return (bool(self._pending) and self._pending[-1][0] == last_seq
-                and all(isinstance(steps, EnqueuedExtend) for _, steps in self._pending))
+    def _extends_only(self, last_seq: int) -> EnqueuedExtend | None:
+        """(Lock held.) The steps of ``last_seq`` when it is the last pending Forward and all pending Forwards are
+        enqueued extends, else None."""
+        last = self.pending.last(last_seq, EnqueuedExtend)
+        return last if last is not None and self.pending.all_of(EnqueuedExtend) else None
 
     def _abandon(self, steps: EnqueuedSteps | EnqueuedExtend, seq: int) -> None:
         """A Forward launched behind another gave up before its commit: its steps run out, then it leaves the
@@ -318,7 +316,7 @@ class Engine:
             steps.wait()
         finally:
             with self._lock:
-                self._leave(steps)
+                self.pending.leave(steps)
 
     def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int) -> Prepared | None:
         """The step metadata of multi-step batch ``items``, built now while Forward ``after_seq`` (enqueued, its
@@ -338,11 +336,10 @@ class Engine:
                or min(it.slot_ids) < 1 or max(it.slot_ids) >= top for it in items):
             return None  # validation answers it at its turn; nothing is built for a batch it may reject
         with self._lock:  # the tables are read under the lock, the metadata is built outside it
-            pending = self._pending[-1] if self._pending else None
-            if (pending is None or pending[0] != after_seq or not isinstance(pending[1], EnqueuedSteps)
-                    or any(it.request_id not in self.requests for it in items)):
+            ahead = self.pending.last(after_seq, EnqueuedSteps)
+            if ahead is None or any(it.request_id not in self.requests for it in items):
                 return None
-            rows = row_tables(self, items, pending[1])
+            rows = row_tables(self, items, ahead)
         if rows is None:
             return None
         return prepare_rows(self, items, rows)
@@ -358,21 +355,9 @@ class Engine:
         return prepared
 
     def _runs_eager(self, layout: BatchLayout) -> bool:
-        """True when no captured graph (decode, whole extend, extend pieces) takes ``layout``: ``_run`` runs it
-        eagerly."""
+        """True when no captured graph (decode, whole extend, extend pieces) takes ``layout``:
+        ``one_step.run_one_step`` runs it eagerly."""
         return not any(g is not None and g.fits(layout) for g in (self.graphs, self.whole_graphs, self.extend_graphs))
-
-    def _wait_turn(self, seq: int) -> None:
-        """With the lock held: blocks (the lock free meanwhile, so a Release RPC may run) until no multi-step
-        Forward is enqueued and not yet committed: Forward ``seq`` then validates against the committed table and
-        launches. Raises WorkerError ABORTED when that commit does not come within ``turn_timeout_s``."""
-        deadline = time.monotonic() + self.turn_timeout_s
-        while self._pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerError("ABORTED", f"Forward seq {seq} waited {self.turn_timeout_s:g} s for the commit of "
-                                             f"Forward seq {self._pending[0][0]}, launched before it")
-            self._turn.wait(left)
 
     def _finish(self, steps: EnqueuedSteps, outputs, seq: int, release_ids: Sequence[str] = ()) -> tuple[ForwardOutput, ...]:
         """The second part of a multi-step Forward: waits for its steps without the lock, then commits under the
@@ -383,7 +368,7 @@ class Engine:
             steps.wait()
         except BaseException:
             with self._lock:
-                self._leave(steps)
+                self.pending.leave(steps)
             raise
         with self._lock:  # the commit and the leaving in one hold: no Forward sees it committed and still pending
             try:
@@ -392,13 +377,7 @@ class Engine:
                 done = iter(steps.finish(self, self.requests))
                 return tuple(next(done) if o is None else o for o in outputs)
             finally:
-                self._leave(steps)
-
-    def _leave(self, steps: EnqueuedSteps) -> None:
-        """(Lock held.) The pending multi-step Forward of ``steps`` committed or failed (found by identity: a
-        malformed call may reuse a seq): once none is pending, the next Forward may take its turn."""
-        self._pending = [p for p in self._pending if p[1] is not steps]
-        self._turn.notify_all()
+                self.pending.leave(steps)
 
     def _drop_released(self, request_ids: Sequence[str], seq: int) -> None:
         """Drops the state of ``request_ids`` (lock held) for Forward ``seq``; unknown ids are ignored. With seq > 0
@@ -430,7 +409,7 @@ class Engine:
             steps = enqueue_multistep(self, run, clock, ahead)
             done = iter([None] * len(run))
         else:
-            done = iter(self._run(run, clock) if run else ())
+            done = iter(run_one_step(self, run, clock) if run else ())
         return tuple(ForwardOutput(request_id=it.request_id, sampled=False, skipped=True) if s else next(done)
                      for it, s in zip(items, skip)), steps
 
@@ -468,81 +447,9 @@ class Engine:
 
     # -- internals -------------------------------------------------------------------------------------
 
-    def _history(self, it: ForwardItem) -> list[int]:
-        """Token ids before this item's new tokens."""
-        return list(it.prefix_token_ids) if it.has_prefix else self.requests[it.request_id].tokens
-
-    def _run(self, items: Sequence[ForwardItem], clock: StepClock) -> tuple[ForwardOutput, ...]:
-        dev = self.device
-        prefixes = [np.asarray(it.prefix_slot_ids, dtype=np.int32) if it.has_prefix
-                    else self.requests[it.request_id].slots.view() for it in items]
-        layout = layout_from_parts(prefixes, [it.slot_ids for it in items])
-        inputs = [self.item_inputs(it) for it in items]
-        flat_ids = [t for ids in inputs for t in ids]
-        qo = layout.qo_indptr.tolist()
-        sample_items = [b for b, it in enumerate(items) if it.sample]
-        hidden = None  # [T, n_embd], all paths but the decode graphs
-        if self.graphs is not None and self.graphs.fits(layout) and not any(it.return_prompt_logprobs for it in items):
-            clock.start()  # the graph's plan is in it (run copies the layout in, then replays)
-            ids = torch.tensor(flat_ids, dtype=torch.long).to(dev)
-            all_logits = self.graphs.run(layout, ids)  # [B, vocab] float32, one row per item
-            row_logits = lambda rows: all_logits[rows]  # noqa: E731
-        elif self.whole_graphs is not None and self.whole_graphs.fits(layout):
-            clock.start()  # its plan is in it, as for the decode graphs
-            hidden, last_logits = self.whole_graphs.run(layout, flat_ids)  # [T, n_embd], [1, vocab] float32
-            row_logits = lambda rows: last_logits  # noqa: E731  (one item: the only row it samples is its last)
-        else:
-            input_ids = torch.tensor(flat_ids, dtype=torch.long).to(dev)
-            pieces = self.extend_graphs is not None and self.extend_graphs.fits(layout)
-            self.plan(layout, eager=not pieces)
-            clock.start()
-            if pieces:
-                hidden = self.extend_graphs.run(layout, input_ids, self.backend)  # [T, n_embd], until the next run
-            else:
-                hidden = self.model(input_ids, torch.from_numpy(layout.positions).to(dev), self.kv_pool, self.backend,
-                                    torch.from_numpy(layout.out_slots).to(dev))
-            row_logits = lambda rows: self.model.logits(hidden[rows])  # noqa: E731
-        clock.stop()  # the lm_head of the eager rows runs after it: a few us of one GEMM
-
-        # Sampling rows: the last new token of each item that samples.
-        results: dict[int, object] = {}
-        if sample_items:
-            logits = row_logits([qo[b + 1] - 1 for b in sample_items])  # [S, vocab] float32
-            rows = []
-            for b in sample_items:
-                it = items[b]
-                prev = self._prompt_len(it)
-                hist: list[int] = []
-                if it.sampling.has_penalties:
-                    hist = self._history(it) + list(inputs[b])
-                rows.append(SampleRow(params=it.sampling, history=hist, prompt_len=prev,
-                                      position=it.position_start + len(inputs[b]),
-                                      top_n=it.top_logprobs_num))
-            for b, res in zip(sample_items, sample(logits, rows, self.generator)):
-                results[b] = res
-
-        prompt = {b: prompt_logprobs(it, hidden[qo[b]:qo[b + 1]], self._prev_hidden(it), self.model.logits)
-                  for b, it in enumerate(items) if it.return_prompt_logprobs}
-
-        outputs = []
-        for b, it in enumerate(items):
-            res = results.get(b)
-            plp, ptop = prompt.get(b, ((), ()))
-            sampled = res is not None
-            outputs.append(ForwardOutput.make(
-                request_id=it.request_id, sampled=sampled, next_token_id=res.token_id if sampled else -1,
-                logprob=res.logprob if sampled and it.return_logprob else 0.0, top_logprobs=res.top if sampled else (),
-                prompt_logprobs=plp, prompt_top_logprobs=ptop, next_token_ids=(), logprobs=(), skipped=False))
-            # its table grows by the new slots and tokens; the sampled token is the input of a from-last item
-            self.commit(it, it.slot_ids, inputs[b], res.token_id if sampled else None,
-                        hidden[qo[b + 1] - 1].clone() if it.return_prompt_logprobs else None)
-        return tuple(outputs)
-
-    def _prev_hidden(self, it: ForwardItem) -> torch.Tensor | None:
-        """The last hidden row kept by the request's chunk before this one (None for a first chunk; validated kept)."""
-        return self.requests[it.request_id].last_hidden if it.position_start > 0 else None
-
-    def _prompt_len(self, it: ForwardItem) -> int:
+    def prompt_len(self, it: ForwardItem) -> int:
+        """The item's prompt length: ``prompt_len`` when given, else the request's, else (a first chunk that brings
+        its prefix) every token up to its last new one."""
         if it.prompt_len > 0:
             return it.prompt_len
         if not it.has_prefix:
@@ -558,7 +465,7 @@ class Engine:
         needs it for prompt logprobs. The one commit of every Forward path (one step and multi-step)."""
         if it.has_prefix:
             state = RequestState(slots=SlotTable(it.prefix_slot_ids), tokens=list(it.prefix_token_ids),
-                                 prompt_len=self._prompt_len(it), created_seq=self._seq)
+                                 prompt_len=self.prompt_len(it), created_seq=self._seq)
             self.requests[it.request_id] = state
         else:
             state = self.requests[it.request_id]

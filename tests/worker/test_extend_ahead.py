@@ -12,7 +12,7 @@ import pytest
 from tests.worker.helpers import make_engine
 from tests.worker.test_multistep_in_flight import WAIT_S, _started
 from worker_svc import engine as engine_mod
-from worker_svc import extend_behind
+from worker_svc import extend_behind, one_step
 from worker_svc.extend_ahead import eligible
 from worker_svc.types import ForwardItem, WorkerError
 
@@ -36,12 +36,12 @@ def _batches(prompts):
 
 class HeldSample:
     """Holds the first Forward inside its sampling (its model ran, its commit not done, the lock held) until released:
-    ``sample`` of a batch run at its turn, ``sample_async`` of a prepared one being enqueued (``extend_behind``)."""
+    ``sample`` of a batch run at its turn (``one_step``), ``sample_async`` of a prepared one being enqueued (``extend_behind``)."""
 
     def __init__(self, monkeypatch):
         self.release, self.inside = threading.Event(), threading.Event()
         self.first = True
-        for module, name in ((engine_mod, "sample"), (extend_behind, "sample_async")):
+        for module, name in ((one_step, "sample"), (extend_behind, "sample_async")):
             monkeypatch.setattr(module, name, self._held(getattr(module, name)))
 
     def _held(self, fn):

@@ -75,7 +75,7 @@ def test_an_extend_launched_behind_gives_the_tokens_and_tables_of_extends_run_on
         t.join(WAIT_S)
     assert "error" not in out1 and "error" not in out2, (out1.get("error"), out2.get("error"))
     assert [_tokens(out1["result"]), _tokens(out2["result"])] == want
-    assert out2["result"].device_seconds >= 0 and eng._pending == []
+    assert out2["result"].device_seconds >= 0 and eng.pending.entries == []
     for rid, state in ref.requests.items():
         got = eng.requests[rid]
         assert (list(got.slots), got.tokens, got.last_token) == (list(state.slots), state.tokens, state.last_token)
@@ -115,7 +115,7 @@ def test_when_the_extend_ahead_fails_the_one_behind_is_aborted_and_commits_nothi
         t.join(WAIT_S)
     assert isinstance(out1.get("error"), RuntimeError)
     assert isinstance(out2.get("error"), WorkerError) and out2["error"].code == "ABORTED"
-    assert eng.requests == {} and eng._pending == []
+    assert eng.requests == {} and eng.pending.entries == []
     monkeypatch.setattr(engine_mod.Engine, "commit", commit)
     want, _ = _reference(model_dir, (b2,))
     assert _tokens(eng.forward(b2, "epoch-1", seq=3)) == want[0]  # its slots were never committed: sent again

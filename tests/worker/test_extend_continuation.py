@@ -144,7 +144,7 @@ def test_a_continuation_at_the_wrong_position_is_not_launched_behind_and_its_tur
     err = out2.get("error")
     assert isinstance(err, WorkerError) and err.code == "INVALID_ARGUMENT" and "position_start" in err.message
     assert sorted(eng.requests) == ["r0", "r1"] and len(eng.requests["r0"].slots) == r0.position_start
-    assert "r2" not in eng.requests and eng._pending == []
+    assert "r2" not in eng.requests and eng.pending.entries == []
 
 
 def test_a_continuation_of_an_unknown_request_is_answered_not_found_at_its_turn(model_dir, prompts):

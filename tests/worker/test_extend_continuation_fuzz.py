@@ -149,4 +149,4 @@ def test_a_pipeline_of_cut_prompts_gives_the_outputs_and_tables_of_the_batches_r
     for k, ((_, out), w) in enumerate(zip(sent, want)):
         assert _seen(out["result"].outputs) == _seen(w), (k, batches[k])
     assert _tables(eng) == _tables(ref)
-    assert eng.extends_behind >= 1 and eng._pending == []
+    assert eng.extends_behind >= 1 and eng.pending.entries == []

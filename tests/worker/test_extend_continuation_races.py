@@ -38,7 +38,7 @@ def test_a_release_of_a_continued_request_while_its_continuation_is_behind_abort
         t.join(WAIT_S)
     assert "error" not in o1
     assert isinstance(o2.get("error"), WorkerError) and o2["error"].code == "ABORTED", o2
-    assert sorted(eng.requests) == ["r1"] and eng._pending == []
+    assert sorted(eng.requests) == ["r1"] and eng.pending.entries == []
     # the worker keeps serving: r0 re-admitted with its prefix, compare with a reference
     readmit = [ForwardItem("r0", tuple(p0[h:]), h, tuple(range(300, 300 + len(p0) - h)), has_prefix=True,
                            prefix_slot_ids=tuple(range(1, 1 + h)), prefix_token_ids=tuple(p0[:h]), return_logprob=True)]
@@ -76,7 +76,7 @@ def test_when_the_extend_ahead_fails_a_chain_of_continuations_is_aborted_and_the
         t.join(WAIT_S)
     assert o1["error"].code == "INTERNAL"
     assert o2["error"].code == "ABORTED" and o3["error"].code == "ABORTED", (o2, o3)
-    assert eng.requests == {} and eng._pending == []
+    assert eng.requests == {} and eng.pending.entries == []
     # serves on: the same chunks again (new seqs) give the one-by-one results
     ref = make_engine(model_dir)
     ref.extend_ahead = False

@@ -168,7 +168,7 @@ def test_when_the_forward_ahead_fails_it_is_aborted_with_nothing_committed(model
     assert isinstance(out1.get("error"), RuntimeError)
     err = out2.get("error")
     assert isinstance(err, WorkerError) and err.code == "ABORTED" and "seq 1" in err.message
-    assert {rid: len(s.slots) for rid, s in eng.requests.items()} == before and not eng._pending
+    assert {rid: len(s.slots) for rid, s in eng.requests.items()} == before and not eng.pending
     # the worker serves the next Forward (one step decodes of the committed tables)
     items = [ForwardItem(f"r{i}", (), len(p), (4000 + i,), input_from_last_sample=True) for i, p in enumerate(ps)]
     assert all(o.sampled for o in eng.forward(items, "epoch-1", seq=3).outputs)
@@ -190,7 +190,7 @@ def test_a_cancelled_forward_launched_behind_is_aborted_with_nothing_committed(m
         t.join(WAIT_S)
     lens = {rid: len(s.slots) for rid, s in eng.requests.items()}
     assert _tokens(out1) and out2["error"].code == "ABORTED"
-    assert lens == {f"r{i}": len(p) + K for i, p in enumerate(ps)} and not eng._pending
+    assert lens == {f"r{i}": len(p) + K for i, p in enumerate(ps)} and not eng.pending
 
 
 def test_with_launch_behind_off_nothing_is_launched_behind(model_dir, prompts, monkeypatch):
@@ -228,7 +228,7 @@ def test_a_forward_naming_itself_as_the_one_it_follows_leaves_the_pending_forwar
     with pytest.raises(WorkerError) as bad:
         eng.forward(_decode(ps, at, 1), "epoch-1", seq=1, after_seq=1)
     assert bad.value.code == "INVALID_ARGUMENT" and "after itself" in bad.value.message
-    assert [s for s, _ in eng._pending] == [1] and eng.prepared_ahead["behind"] == 0
+    assert [s for s, _ in eng.pending.entries] == [1] and eng.prepared_ahead["behind"] == 0
     one = [ForwardItem("r0", (), len(ps[0]) + K, (3900,), input_from_last_sample=True)]
     t3, out3 = _started(lambda: eng.forward(one, "epoch-1"))
     t3.join(0.5)

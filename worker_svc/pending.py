@@ -1,0 +1,71 @@
+"""The Forwards a worker has enqueued on the device and not yet committed, in launch order.
+
+A multi-step decode Forward and a prepared extend run in two parts (``multistep``, ``extend_behind``): enqueued under
+the engine's lock, committed under it after the device ran them. Between the two, the Forward is *pending*: every
+other Forward waits for the pending ones to leave before it validates against the request table (``wait_empty``),
+unless it is launched behind them (``Engine._launch_behind``, ``Engine._extend_behind``), in which case it is
+pending too, after them. Every method but the constructor is called with that lock held.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from worker_svc.types import WorkerError
+
+
+class PendingForwards:
+    """``entries``: (seq, steps) of each pending Forward, in launch order; ``steps`` is its
+    ``multistep.EnqueuedSteps`` or ``extend_behind.EnqueuedExtend``, found by identity (a malformed call may reuse
+    a seq). ``lock``: the engine's request-table lock, which the waits release while they block."""
+
+    def __init__(self, lock: threading.Lock, turn_timeout_s: float = 60.0):
+        self.entries: list[tuple[int, object]] = []
+        self._left = threading.Condition(lock)  # notified when a pending Forward leaves
+        self.turn_timeout_s = turn_timeout_s  # seconds a Forward waits for the pending ones to leave
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def add(self, seq: int, steps) -> None:
+        """Forward ``seq`` was enqueued (``steps``): it is pending, after those already there."""
+        self.entries.append((seq, steps))
+
+    def leave(self, steps) -> None:
+        """The pending Forward of ``steps`` committed or failed: it leaves, and the Forwards waiting for their turn
+        look again."""
+        self.entries = [p for p in self.entries if p[1] is not steps]
+        self._left.notify_all()
+
+    def wait_empty(self, seq: int) -> None:
+        """Blocks (the lock free meanwhile, so a Release RPC may run) until none is pending: Forward ``seq`` then
+        validates against the committed table. Raises WorkerError ABORTED when that does not happen within
+        ``turn_timeout_s``."""
+        deadline = time.monotonic() + self.turn_timeout_s
+        while self.entries:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError("ABORTED", f"Forward seq {seq} waited {self.turn_timeout_s:g} s for the commit of "
+                                             f"Forward seq {self.entries[0][0]}, launched before it")
+            self._left.wait(left)
+
+    def only(self, seq: int):
+        """The steps of Forward ``seq`` when it is the one pending Forward, else None."""
+        if len(self.entries) == 1 and self.entries[0][0] == seq:
+            return self.entries[0][1]
+        return None
+
+    def last(self, seq: int, kind: type):
+        """The steps of Forward ``seq`` when it is the last pending Forward and its steps are a ``kind``, else None."""
+        if self.entries and self.entries[-1][0] == seq and isinstance(self.entries[-1][1], kind):
+            return self.entries[-1][1]
+        return None
+
+    def all_of(self, kind: type) -> bool:
+        """True when every pending Forward's steps are a ``kind`` (vacuously when none is pending)."""
+        return all(isinstance(steps, kind) for _, steps in self.entries)
+
+    def steps(self) -> list:
+        """Every pending Forward's steps, in launch order."""
+        return [steps for _, steps in self.entries]
