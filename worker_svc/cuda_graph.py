@@ -8,9 +8,10 @@ slot 0 (token 0 at position 0, K/V length 1), which is what slot 0 is for.
 
 flashinfer's ``plan`` is not capturable: it runs before each replay and writes the batch's indptr and
 slot indices into the buffers the graph reads (``use_cuda_graph=True`` wrappers). Every host array goes to
-the device from pinned memory, so preparing a step never waits for the GPU; the one wait left is that a plan
-does not start before the previous plan's asynchronous copy out of flashinfer's page-locked buffer has run
-(an event), which lets the host prepare step j + 1 while the GPU runs step j. Buckets of up to
+the device from pinned memory, so preparing a step never waits for the GPU; each plan goes through one of
+``PLAN_DEPTH`` page-locked buffers in turn (``attention.plan_ring``), so the host may plan and enqueue that many
+steps ahead of the device (a whole multi-step Forward, and the next one launched behind it) before a plan waits
+for the copy out of its buffer. Buckets of up to
 ``triton_max_batch`` rows take the Triton multi-query kernel (``attention/triton_decode.py``) instead: it reads
 the buffers itself, and a step only copies its indptr and slots into them (no plan, no wait).
 """
@@ -22,12 +23,18 @@ import torch
 
 from worker_svc.attention.base import AttentionBackend, AttentionMeta
 from worker_svc.attention.flashinfer_backend import FlashInferAttention
+from worker_svc.attention.plan_ring import PlanRing
 from worker_svc.attention.triton_decode import TritonDecodeAttention
 from worker_svc.forward_batch import BatchLayout, build_layout
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.step_feed import StepFeed, pinned, to_device
+
+
+# page-locked plan buffers of the flashinfer buckets: a K = 8 Forward's steps and the first of the one launched behind
+# it are planned without waiting for the device (8 MiB each, flashinfer's int workspace: 72 MiB of pinned host memory)
+PLAN_DEPTH = 9
 
 
 def index_capacity(max_batch: int, n_positions: int) -> int:
@@ -119,7 +126,10 @@ class DecodeGraphs:
                 logits = model.logits(model(*args))  # [size, vocab] float32
             self.graphs[size] = (graph, backend, logits)
         torch.cuda.synchronize(dev)
-        self._planned: torch.cuda.Event | None = None
+        # the flashinfer buckets' page-locked plan buffers (one ring for all: one graph runs at a time)
+        flashinfer_backends = [b for _, b, _ in self.graphs.values() if isinstance(b, FlashInferAttention)]
+        self.plans = (PlanRing(PLAN_DEPTH, flashinfer_backends[0].int_workspace_bytes()) if flashinfer_backends
+                      else None)
 
     def fits(self, layout: BatchLayout) -> bool:
         return layout.is_decode and layout.batch_size <= self.max_batch
@@ -160,10 +170,7 @@ class DecodeGraphs:
             backend.load_step(kv_indptr_host, kv_indices)
             graph.replay()
             return logits[:b]
-        if self._planned is not None:  # flashinfer's page-locked plan buffer is free again once this ran
-            self._planned.synchronize()
-        backend.plan_decode(kv_indptr_host, kv_indices, kv_last_host)
-        self._planned = torch.cuda.Event()
-        self._planned.record()
+        backend.plan_decode(kv_indptr_host, kv_indices, kv_last_host, page_locked=self.plans.take())
+        self.plans.planned()
         graph.replay()
         return logits[:b]

@@ -233,7 +233,7 @@ class Engine:
         stops or cuts short are answered skipped at its own commit (``EnqueuedSteps.expect``). Returns (steps, clock),
         or None (nothing launched: the Forward takes its turn) when the one ahead is no longer the only pending one,
         a row's request was stopped, released, is not the state the one ahead runs or runs there with an explicit
-        input, the batch releases its own requests, or on CUDA a step would plan flashinfer (``Prepared.no_host_plan``)."""
+        input, the batch releases its own requests, or on CUDA a step would run eagerly (``Prepared.graphed``)."""
         with self._lock:
             first = self.pending.only(after_seq)
             if first is None:
@@ -249,7 +249,7 @@ class Engine:
                    or (it.request_id in running and (running[it.request_id] is not st or not it.input_from_last_sample))
                    for it, st in zip(ahead.rows.its, ahead.rows.states)):
                 return None  # (an explicit input for a request N runs: N may stop it, which its turn answers otherwise)
-            if ids.intersection(release_ids) or not ahead.no_host_plan(self.device, self.graphs):
+            if ids.intersection(release_ids) or not ahead.graphed(self.device):
                 return None
             try:
                 validate_batch(items, self.epoch, self.epoch, self.cfg, self.kv_pool.pool_slots,

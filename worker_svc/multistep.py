@@ -163,13 +163,12 @@ class Prepared:
         return True
 
 
-    def no_host_plan(self, device: torch.device, graphs) -> bool:
-        """On CUDA: every step replays a decode graph of a Triton bucket of ``graphs`` (no flashinfer plan on the
-        host, whose page-locked buffer a Forward still enqueued may use: what ``Engine._launch_behind`` needs).
-        Elsewhere (the CPU runs each step as it is enqueued): True."""
-        if device.type != "cuda":
-            return True
-        return self.feed is not None and all(size <= graphs.triton_max_batch for size in self.feed.size)
+    def graphed(self, device: torch.device) -> bool:
+        """On CUDA: every step replays a decode graph (what ``Engine._launch_behind`` needs: a Triton bucket plans
+        nothing, a flashinfer bucket plans through the graphs' ring of page-locked buffers, ``attention.plan_ring``;
+        an eager step would plan the eager backend, whose one page-locked buffer the Forward ahead may still be
+        copying from). Elsewhere (the CPU runs each step as it is enqueued): True."""
+        return device.type != "cuda" or self.feed is not None
 
 
 def _sorted_rows(items: Sequence[ForwardItem]):

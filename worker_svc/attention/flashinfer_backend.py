@@ -142,17 +142,26 @@ class FlashInferAttention(AttentionBackend):
         self._wrapper = self.ragged
 
     def plan_decode(self, kv_indptr_host: torch.Tensor, kv_indices: torch.Tensor,
-                    kv_last_page_len_host: torch.Tensor) -> None:
+                    kv_last_page_len_host: torch.Tensor, page_locked: torch.Tensor | None = None) -> None:
         """Plans a decode batch from a pinned host ``kv_indptr`` (int32 [B+1]), device ``kv_indices`` (int32)
         and a pinned host ``kv_last_page_len`` (int32 [B], ones). Nothing here waits for the GPU: flashinfer
-        copies the plan from its page-locked buffer asynchronously, so the caller must not plan this wrapper
-        again before that copy ran (``cuda_graph.DecodeGraphs`` waits on an event for it)."""
+        copies the plan from a page-locked buffer asynchronously, so that buffer must not be planned into again
+        before the copy ran. ``page_locked``: the buffer to plan into (uint8, pinned, as large as the wrapper's
+        device int workspace: ``int_workspace_bytes``; a ``plan_ring.PlanRing``'s, which tracks the copies), else
+        the wrapper's own one (the caller then waits for the last copy out of it)."""
+        if page_locked is not None:  # flashinfer 0.6.4 plans into this attribute of the wrapper (plan() only)
+            self.decode._pin_memory_int_workspace_buffer = page_locked
         self.decode.plan(
             kv_indptr_host, kv_indices, kv_last_page_len_host,
             self.n_head, self.kv_heads, self.head_dim, 1,
             q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
         )
         self._wrapper = self.decode
+
+    def int_workspace_bytes(self) -> int:
+        """Bytes of the decode wrapper's device int workspace (the size its page-locked plan buffer must have)."""
+        buf = self.decode._int_workspace_buffer
+        return buf.numel() * buf.element_size()
 
     def plan_prefill(self, qo_indptr_host: torch.Tensor, kv_indptr_host: torch.Tensor, kv_indices: torch.Tensor,
                      kv_last_page_len_host: torch.Tensor) -> None:
