@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--launch-behind", action=argparse.BooleanOptionalAction, default=True,
                     help="such a Forward is also launched behind the one it follows on the device, when the device "
                          "reaches that one's last step, before its commit (worker_svc/engine.py: _launch_behind; "
-                         "Triton decode buckets on CUDA; needs --prepare-ahead; --no-launch-behind for the A/B)")
+                         "on CUDA when every step replays a decode graph; needs --prepare-ahead; --no-launch-behind for the A/B)")
     ap.add_argument("--extend-ahead", action=argparse.BooleanOptionalAction, default=True,
                     help="an eager extend whose items bring their prefixes (fresh prompts) or continue a prompt "
                          "(launched behind only) is validated, laid out and "

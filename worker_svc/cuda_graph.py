@@ -9,9 +9,9 @@ slot 0 (token 0 at position 0, K/V length 1), which is what slot 0 is for.
 flashinfer's ``plan`` is not capturable: it runs before each replay and writes the batch's indptr and
 slot indices into the buffers the graph reads (``use_cuda_graph=True`` wrappers). Every host array goes to
 the device from pinned memory, so preparing a step never waits for the GPU; each plan goes through one of
-``PLAN_DEPTH`` page-locked buffers in turn (``attention.plan_ring``), so the host may plan and enqueue that many
-steps ahead of the device (a whole multi-step Forward, and the next one launched behind it) before a plan waits
-for the copy out of its buffer. Buckets of up to
+a ring of page-locked buffers in turn (``attention.plan_ring``, ``PLAN_DEPTH`` to start with, growing while the
+host is further ahead), so the host plans and enqueues a whole multi-step Forward, and the next one launched behind
+it, without waiting for the device. Buckets of up to
 ``triton_max_batch`` rows take the Triton multi-query kernel (``attention/triton_decode.py``) instead: it reads
 the buffers itself, and a step only copies its indptr and slots into them (no plan, no wait).
 """
@@ -32,8 +32,9 @@ from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
 from worker_svc.step_feed import StepFeed, pinned, to_device
 
 
-# page-locked plan buffers of the flashinfer buckets: a K = 8 Forward's steps and the first of the one launched behind
-# it are planned without waiting for the device (8 MiB each, flashinfer's int workspace: 72 MiB of pinned host memory)
+# page-locked plan buffers of the flashinfer buckets to start with: when a Forward is launched behind the one ahead,
+# only that one's last plan may still be in flight, so its 8 steps (K = 8) and that plan fit without growing the ring
+# (``attention.plan_ring``; 8 MiB each, flashinfer's int workspace: 72 MiB of pinned host memory)
 PLAN_DEPTH = 9
 
 
@@ -128,8 +129,8 @@ class DecodeGraphs:
         torch.cuda.synchronize(dev)
         # the flashinfer buckets' page-locked plan buffers (one ring for all: one graph runs at a time)
         flashinfer_backends = [b for _, b, _ in self.graphs.values() if isinstance(b, FlashInferAttention)]
-        self.plans = (PlanRing(PLAN_DEPTH, flashinfer_backends[0].int_workspace_bytes()) if flashinfer_backends
-                      else None)
+        self.plans = (PlanRing(PLAN_DEPTH, max(b.int_workspace_bytes() for b in flashinfer_backends))
+                      if flashinfer_backends else None)
 
     def fits(self, layout: BatchLayout) -> bool:
         return layout.is_decode and layout.batch_size <= self.max_batch

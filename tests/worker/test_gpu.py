@@ -333,6 +333,59 @@ def test_triton_mqa_decode_as_programmatic_dependent_launches_in_a_graph(splits)
     assert torch.equal(outs[0], outs[1])
 
 
+def _ring_layouts(n: int, rows: int = 5):
+    """``n`` decode layouts of ``rows`` rows: row r of layout i reads a prefix of 2 + (3 i + 5 r) % 11 slots from a
+    region no layout writes, then its own new slot (written once, by it alone)."""
+    out, new = [], 4000
+    for i in range(n):
+        prefix = [2 + (3 * i + 5 * r) % 11 for r in range(rows)]
+        tables = [list(range(100 + 20 * r, 100 + 20 * r + p)) + [new + i * rows + r] for r, p in enumerate(prefix)]
+        out.append(build_layout(prefix, [1] * rows, tables))
+    return out
+
+
+def test_flashinfer_graph_plans_go_through_the_ring_and_leave_the_wrappers_own_buffer_alone(model_dir):
+    """``DecodeGraphs`` plans a flashinfer bucket into the ring's page-locked buffer (``attention.plan_ring``): the
+    plan's bytes land there, the wrapper's own page-locked buffer is untouched and is its attribute again after."""
+    from worker_svc.build import make_graphs
+
+    eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
+    graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend, "flashinfer")
+    wrapper = graphs.graphs[8][1].decode
+    own = wrapper._pin_memory_int_workspace_buffer
+    ring_buf = graphs.plans.buffers[graphs.plans.next]
+    own.fill_(0xAB)
+    ring_buf.fill_(0xAB)
+    graphs.run(_ring_layouts(1)[0], torch.zeros(5, dtype=torch.long, device="cuda"))
+    torch.cuda.synchronize()
+    assert wrapper._pin_memory_int_workspace_buffer is own and bool((own == 0xAB).all())
+    assert bool((ring_buf[:65536] != 0xAB).any())  # the plan was written into the ring's buffer
+
+
+def test_flashinfer_graph_replays_planned_far_ahead_of_the_device_give_the_logits_of_replays_one_at_a_time(model_dir):
+    """Twelve decode replays of a flashinfer bucket, each with other KV lengths, enqueued behind ~0.2 s of device work
+    (the host plans them all while none has run: the ring grows past its 9 buffers) give bit-equal logits to the same
+    replays run one at a time: no plan overwrote one still to be copied."""
+    from worker_svc.build import make_graphs
+
+    eng = _gpu_engine(model_dir, torch.bfloat16, "flashinfer")
+    graphs = make_graphs(8, eng.cfg, eng.model, eng.kv_pool, eng.backend, "flashinfer")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for t in eng.kv_pool.k + eng.kv_pool.v:  # the prefixes' K/V: random, never written below
+        t.copy_(torch.randn(t.shape, generator=gen, device="cuda", dtype=torch.float32).to(t.dtype))
+    layouts = _ring_layouts(12)
+    ids = [torch.full((5,), 7 + i, dtype=torch.long, device="cuda") for i in range(12)]
+    one_by_one = []
+    for layout, x in zip(layouts, ids):
+        one_by_one.append(graphs.run(layout, x).clone())
+        torch.cuda.synchronize()
+    torch.cuda._sleep(400_000_000)
+    ahead = [graphs.run(layout, x).clone() for layout, x in zip(layouts, ids)]
+    torch.cuda.synchronize()
+    assert graphs.plans.grown >= 1  # the host was more than the ring's first 9 plans ahead
+    assert all(torch.equal(a, b) for a, b in zip(ahead, one_by_one))
+
+
 @pytest.mark.parametrize("decode_attention", ["flashinfer", "triton"])
 def test_chained_forwards_on_cuda_graphs_use_the_metadata_built_ahead(model_dir, prompts, decode_attention,
                                                                       monkeypatch):

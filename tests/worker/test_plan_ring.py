@@ -1,4 +1,5 @@
-"""attention/plan_ring.PlanRing: page-locked plan buffers taken in turn, each once the copy of ``depth`` plans ago ran."""
+"""attention/plan_ring.PlanRing: page-locked plan buffers taken in turn, each once the copy of its last plan ran; the ring
+grows while the host is ahead of the device (up to max_depth, then it waits)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import torch
 
 from worker_svc.attention.plan_ring import PlanRing
 
-
-def test_a_ring_without_buffers_is_refused():
-    with pytest.raises(ValueError, match="at least one buffer"):
-        PlanRing(0, 1024)
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="CUDA events and page-locked memory: needs a CUDA device")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA events and page-locked memory: needs a CUDA device")
-def test_a_buffer_is_taken_again_only_after_the_device_passed_its_last_plan():
-    ring = PlanRing(2, 4096)
+@pytest.mark.parametrize("depth,max_depth", [(0, 4), (5, 4)])
+def test_a_ring_outside_one_to_max_depth_buffers_is_refused(depth, max_depth):
+    with pytest.raises(ValueError, match="depth"):
+        PlanRing(depth, 1024, max_depth=max_depth)
+
+
+@CUDA
+def test_at_max_depth_a_buffer_is_taken_again_only_after_the_device_passed_its_last_plan():
+    ring = PlanRing(2, 4096, max_depth=2)
     a = ring.take()
     ring.planned()
     b = ring.take()
@@ -28,4 +33,20 @@ def test_a_buffer_is_taken_again_only_after_the_device_passed_its_last_plan():
     assert ring.take().data_ptr() == b.data_ptr() and ring.waits == 0  # b's event was recorded before the sleep
     ring.planned()
     assert ring.take().data_ptr() == a.data_ptr()  # a's copy is behind the sleep: the host waited for it
-    assert ring.waits == 1 and ring.events[0].query()
+    assert ring.waits == 1 and ring.grown == 0 and ring.events[0].query()
+
+
+@CUDA
+def test_below_max_depth_the_ring_grows_instead_of_waiting_and_never_hands_out_a_buffer_in_flight():
+    ring = PlanRing(2, 4096, max_depth=6)
+    torch.cuda._sleep(200_000_000)  # every event below is behind it
+    taken = []
+    for _ in range(6):
+        buf = ring.take()
+        assert all(buf.data_ptr() != t.data_ptr() for t in taken)  # none of the six is reused while in flight
+        taken.append(buf)
+        ring.planned()
+    assert len(ring.buffers) == 6 and ring.grown == 4 and ring.waits == 0
+    ring.take()  # the seventh: the ring is at max_depth, so it waits for the oldest copy
+    assert ring.waits == 1
+    torch.cuda.synchronize()

@@ -92,6 +92,10 @@ class FlashInferAttention(AttentionBackend):
             self.decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=True, paged_kv_indptr_buffer=indptr,
                 paged_kv_indices_buffer=indices, paged_kv_last_page_len_buffer=last)
+            for attr in ("_pin_memory_int_workspace_buffer", "_int_workspace_buffer"):  # plan_decode's page_locked
+                if not isinstance(getattr(self.decode, attr, None), torch.Tensor):
+                    raise RuntimeError(f"flashinfer {flashinfer.__version__}: the decode wrapper has no tensor {attr} "
+                                       f"(plan_decode's page-locked ring needs it; flashinfer 0.6.4 has it)")
             self.prefill = None
             return
         if prefill_graph_buffers is not None:
@@ -148,14 +152,20 @@ class FlashInferAttention(AttentionBackend):
         copies the plan from a page-locked buffer asynchronously, so that buffer must not be planned into again
         before the copy ran. ``page_locked``: the buffer to plan into (uint8, pinned, as large as the wrapper's
         device int workspace: ``int_workspace_bytes``; a ``plan_ring.PlanRing``'s, which tracks the copies), else
-        the wrapper's own one (the caller then waits for the last copy out of it)."""
-        if page_locked is not None:  # flashinfer 0.6.4 plans into this attribute of the wrapper (plan() only)
+        the wrapper's own one (the caller then waits for the last copy out of it). flashinfer 0.6.4 plans into the
+        wrapper's ``_pin_memory_int_workspace_buffer`` and reads it nowhere else (``run`` takes the device buffer and
+        the plan's offsets): it points at ``page_locked`` for this plan only (the constructor checks it exists)."""
+        own = self.decode._pin_memory_int_workspace_buffer
+        if page_locked is not None:
             self.decode._pin_memory_int_workspace_buffer = page_locked
-        self.decode.plan(
-            kv_indptr_host, kv_indices, kv_last_page_len_host,
-            self.n_head, self.kv_heads, self.head_dim, 1,
-            q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
-        )
+        try:
+            self.decode.plan(
+                kv_indptr_host, kv_indices, kv_last_page_len_host,
+                self.n_head, self.kv_heads, self.head_dim, 1,
+                q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.sm_scale,
+            )
+        finally:
+            self.decode._pin_memory_int_workspace_buffer = own
         self._wrapper = self.decode
 
     def int_workspace_bytes(self) -> int:

@@ -14,7 +14,7 @@ git apply bench/results/h200-run27/gpu_untested.patch && echo "patch applied" ||
 find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00' {} +
 [ -d .jit ] && cat .jit/jit.part* | tar xzf - -C ~ && echo "jit cache restored"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-timeout 110 python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu.py tests/worker/test_plan_ring.py -k "graph or multistep or mqa or chained or ring" \
+timeout 110 python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu.py tests/worker/test_plan_ring.py -k "graph or multistep or mqa or chained or ring or plan" \
   > /tmp/r/tests.txt 2>&1; tail -4 /tmp/r/tests.txt
 timeout 80 python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu_extend_behind.py \
   "tests/worker/test_gpu_fused.py::test_greedy_pick_on_the_gpu_is_torchs_argmax" \
