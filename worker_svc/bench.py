@@ -440,10 +440,13 @@ def main(argv: list[str] | None = None) -> None:
         toks = torch.randint(1, cfg.vocab_size, (pre + n,), generator=g).tolist()
         slots = tuple(range(1, pre + n + 1))
 
+        device_s: list[float] = []  # each extend's device span of its layers (ForwardResult.device_seconds)
+
         def prefill():
-            eng.forward([ForwardItem(request_id="p", input_ids=tuple(toks[pre:]), position_start=pre,
-                                     slot_ids=slots[pre:], has_prefix=True, prefix_slot_ids=slots[:pre],
-                                     prefix_token_ids=tuple(toks[:pre]))], eng.epoch)
+            res = eng.forward([ForwardItem(request_id="p", input_ids=tuple(toks[pre:]), position_start=pre,
+                                           slot_ids=slots[pre:], has_prefix=True, prefix_slot_ids=slots[:pre],
+                                           prefix_token_ids=tuple(toks[:pre]))], eng.epoch)
+            device_s.append(res.device_seconds)
             eng.release(["p"])
 
         # the same extend eager, through the piecewise graphs and through the whole graphs (where they fit), back
@@ -454,6 +457,7 @@ def main(argv: list[str] | None = None) -> None:
         timed = {}
         for mode, g_ext, g_whole in modes:
             eng.extend_graphs, eng.whole_graphs = g_ext, g_whole
+            device_s.clear()
             timed[mode] = secs = time_steps(prefill, device, warmup=1, iters=max(3, args.iters // 2))
             flops = 2 * (weight_bytes / pool.k[0].element_size()) * n
             # what the GPU computes: the layers' GEMMs (2 * non-embedding params * tokens; the lm_head runs on the
@@ -468,6 +472,12 @@ def main(argv: list[str] | None = None) -> None:
                   f"{n / secs:10.1f} tok/s  ~{flops / secs / 1e12:.1f} TFLOP/s (2 * params * tokens), "
                   f"{work / secs / 1e12:.1f} (layers' GEMMs + causal attention)"
                   + (f"  {timed['eager'] / secs:.2f}x eager" if mode != "eager" else ""), flush=True)
+            if mode == "eager" and device.type == "cuda":  # the layers' GPU span, host plan and read-back outside it
+                dsecs = statistics.median(device_s[1:])  # the timed runs (the first was the warm-up)
+                rec["device_ms"], rec["device_tflops_layers_and_attention"] = dsecs * 1e3, work / dsecs / 1e12
+                print(f"    device span of the layers (GPU time of the extend, StepClock): {dsecs * 1e3:8.2f} ms  "
+                      f"{work / dsecs / 1e12:.1f} TFLOP/s (layers' GEMMs + causal attention); host/GPU = "
+                      f"{secs / dsecs:.2f}", flush=True)
             if g_whole is not None:  # the last prefill's plan is in place: its lengths
                 rsecs = replay_seconds(g_whole.graphs[g_whole.bucket(n)], device)
                 rec["graph_replay_ms"] = rsecs * 1e3
