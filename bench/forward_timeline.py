@@ -66,6 +66,19 @@ def segments(fwds: list[Fwd], split_ns: int) -> list[list[Fwd]]:
     return out
 
 
+def head_tail(fwds: list[Fwd], requests: list[tuple[float, float]]) -> dict:
+    """Where a phase's wall time is outside its Forwards (ms): ``head_ms`` from the first request sent to the first
+    Forward's device start, ``tail_ms`` from the last Forward's device end to the last request answered. ``requests``:
+    (sent, done) of each answered request, ``time.monotonic()`` seconds (``bench.loadgen.Record``: the clock of the
+    Forwards' ``*_ns``, system-wide on Linux). Empty when either list is."""
+    if not fwds or not requests:
+        return {}
+    first_sent = min(s for s, _ in requests) * 1e9
+    last_done = max(d for _, d in requests) * 1e9
+    return {"head_ms": (min(f.start for f in fwds) - first_sent) / 1e6,
+            "tail_ms": (last_done - max(f.end for f in fwds)) / 1e6}
+
+
 def _p50(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2] if xs else 0.0
 

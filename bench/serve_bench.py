@@ -198,10 +198,13 @@ class Bench:
         fwds = forward_timeline.within(forward_timeline.read(str(self.forward_log)), t0, t1)
         if fwds:  # the device's busy share and the gaps between Forwards in this phase (bench/forward_timeline.py)
             summary["timeline"] = forward_timeline.summarize(fwds)
+            summary["timeline"].update(forward_timeline.head_tail(fwds, [(r.sent, r.done) for r in recs if not r.error]))
         self.results["phases"][name] = summary
         self.save()
+        tl = {k: round(v, 1) if k.endswith("_ms") else round(v, 3) for k, v in summary.get("timeline", {}).items()
+              if k in ("head_ms", "tail_ms", "wall_ms", "busy_share")}
         log(f"{name}: {json.dumps({k: summary.get(k) for k in ('ok', 'errors', 'output_tok_s', 'ttft_p50_ms', 'itl_p50_ms', 'tpot_p50_ms')})} "
-            f"scheduler {json.dumps(d)}")
+            f"timeline {json.dumps(tl)} scheduler {json.dumps(d)}")
         if summary.get("errors"):
             log(f"{name}: first error {summary.get('first_error')}")
         return summary

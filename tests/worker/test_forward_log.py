@@ -82,3 +82,12 @@ def test_the_report_splits_phases_and_divides_each_gap_into_late_and_worker_time
     assert s["gaps"]["extend->decode"] == {"n": 1, "ms": 4.0, "late_ms": 2.0, "worker_ms": 2.0, "p50_ms": 4.0}
     # decode -> decode: it was there before the device finished: all of the 1 ms is the worker's
     assert s["gaps"]["decode->decode"] == {"n": 1, "ms": 1.0, "late_ms": 0.0, "worker_ms": 1.0, "p50_ms": 1.0}
+
+
+def test_a_phases_head_and_tail_are_the_time_before_its_first_forward_and_after_its_last():
+    fwds = [_fwd(1, "extend", 0, 40, 50), _fwd(2, "decode", 51, 52, 90)]
+    # requests (sent, done) in time.monotonic seconds: the first sent at 10 ms, the last answered at 97 ms
+    reqs = [(0.030, 0.095), (0.010, 0.097), (0.020, 0.060)]
+    got = forward_timeline.head_tail(fwds, reqs)
+    assert got["head_ms"] == pytest.approx(30.0) and got["tail_ms"] == pytest.approx(7.0)
+    assert forward_timeline.head_tail(fwds, []) == {} and forward_timeline.head_tail([], reqs) == {}
