@@ -155,7 +155,7 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
     from dataclasses import replace
 
     from worker_svc.attention import mqa_decode
-    from worker_svc.model import fused, skinny_gemm
+    from worker_svc.model import fused, greedy, skinny_gemm
     from worker_svc.model.default import model_config
 
     cfg = model_config(shape)
@@ -170,10 +170,11 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
         c = replace(mqa_decode.decode_config(b, sms, d), **(attn or {}))
         direct = c.splits == 1
         values = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", idx_ptr="*i32", indptr_ptr="*i32", o_ptr="*fp32",
-                      lse_ptr="*fp32", out_ptr="*bf16", scale_log2=0.1,
+                      lse_ptr="*fp32", out_ptr="*bf16", new_ptr="*bf16", scale_log2=0.1,
                       stride_qb=e + 2 * d, stride_qh=d, stride_kv=d, stride_ob=c.splits * bh * d,
-                      stride_os=0 if direct else bh * d, stride_outb=e, stride_outh=d, H=heads, SPLITS=c.splits)
-        consts = dict(D=d, BLOCK_H=bh, BLOCK_N=c.block_n, DIRECT=direct, PDL=True)
+                      stride_os=0 if direct else bh * d, stride_outb=e, stride_outh=d, stride_new=e + 2 * d, H=heads,
+                      SPLITS=c.splits)
+        consts = dict(D=d, BLOCK_H=bh, BLOCK_N=c.block_n, DIRECT=direct, PDL=True, WRITE=True)  # as served (fuse_kv)
         yield part, f"{shape} B={b} splits={c.splits}", values, consts, c.warps, c.stages, b * c.splits
         if not direct:
             mvals = dict(o_ptr="*fp32", lse_ptr="*fp32", out_ptr="*bf16", stride_ob=c.splits * bh * d,
@@ -201,6 +202,15 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
     vals = dict(qkv_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", slot_ptr="*i64", stride_row=e + 2 * d, k_col=e,
                 width=d)
     yield write_kv, f"{shape} head_dim={d}", vals, dict(BLOCK=next_pow2(d), PDL=True), 1, 1, max(batches)
+    chunk_argmax, combine = greedy._kernels()  # the graphs' greedy pick (model/greedy.py), logits in bf16
+    chunks = -(-cfg["vocab_size"] // greedy.BLOCK)
+    vals = dict(x_ptr="*bf16", val_ptr="*fp32", idx_ptr="*i32", nan_ptr="*i32", V=cfg["vocab_size"],
+                stride_x=cfg["vocab_size"], CHUNKS=chunks)
+    yield chunk_argmax, f"{shape} vocab={cfg['vocab_size']}", vals, dict(BLOCK=greedy.BLOCK), 4, 1, \
+        max(batches) * chunks
+    vals = dict(val_ptr="*fp32", idx_ptr="*i32", nan_ptr="*i32", out_ptr="*i64", CHUNKS=chunks)
+    yield combine, f"{shape} chunks={chunks}", vals, dict(BLOCK_C=max(16, 1 << (chunks - 1).bit_length())), 1, 1, \
+        max(batches)
 
 
 def survey(shapes: list[str], batches: list[int], sms: int, attn: dict | None = None,

@@ -2,7 +2,8 @@
 
 Eager decode of a small batch is bound by Python and kernel-launch overhead (about 14 ms per step for the
 starcoderbase-1b shape on the H200 against 0.6 ms of memory traffic). This captures, per batch-size bucket
-(1, 2, 4, ..., max), one graph of ``model.forward + model.logits`` over static input buffers. A decode batch
+(1, 2, 4, ..., max), one graph of ``model.forward + model.raw_logits`` (the logits in the model's dtype) and the
+greedy pick of every row (``model/greedy.GreedyArgmax``) over static buffers. A decode batch
 of b requests runs in the smallest bucket B >= b; the B - b padding rows read and write only the reserved
 slot 0 (token 0 at position 0, K/V length 1), which is what slot 0 is for.
 
@@ -29,6 +30,7 @@ from worker_svc.forward_batch import BatchLayout, build_layout
 from worker_svc.kv_pool import KVPool
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
+from worker_svc.model.greedy import GreedyArgmax
 from worker_svc.step_feed import StepFeed, pinned, to_device
 
 
@@ -79,7 +81,8 @@ def pad_layout(layout: BatchLayout, size: int) -> BatchLayout:
 
 
 class DecodeGraphs:
-    """Captured decode graphs, one per bucket. ``run(layout, input_ids)`` -> float32 logits [b, vocab]."""
+    """Captured decode graphs, one per bucket. ``run(layout, input_ids)`` -> float32 logits [b, vocab];
+    ``run_step(feed, j, input_ids)`` -> (logits [b, vocab] in the model's dtype, greedy ids int64 [b])."""
 
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, sm_scale: float,
                  workspace: torch.Tensor, max_batch: int = 256, triton_max_batch: int = 0):
@@ -101,6 +104,7 @@ class DecodeGraphs:
         self.kv_indptr = torch.zeros(max_batch + 1, dtype=torch.int32, device=dev)
         self.kv_indices = torch.zeros(index_capacity(max_batch, cfg.n_positions), dtype=torch.int32, device=dev)
         self.kv_last = torch.ones(max_batch, dtype=torch.int32, device=dev)
+        self.greedy = GreedyArgmax(max_batch, cfg.vocab_size, dev)
         mempool = torch.cuda.graph_pool_handle()
         self.triton_max_batch = min(triton_max_batch, max_batch)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, AttentionBackend, torch.Tensor]] = {}
@@ -108,7 +112,7 @@ class DecodeGraphs:
             if size <= triton_max_batch:
                 backend = TritonDecodeAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype,
                                                 self.kv_indptr[: size + 1], self.kv_indices, size,
-                                                pdl=model.pdl)
+                                                pdl=model.pdl, write_kv=model.fuse_kv)
             else:
                 backend = FlashInferAttention(cfg.n_head, cfg.kv_heads, cfg.head_dim, sm_scale, dtype, dev, workspace,
                                               graph_buffers=(self.kv_indptr[: size + 1], self.kv_indices,
@@ -119,12 +123,13 @@ class DecodeGraphs:
             stream = torch.cuda.Stream(dev)
             stream.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.stream(stream):
-                for _ in range(2):  # warm up outside the graph (allocator, lazy init)
-                    model.logits(model(*args))
+                for _ in range(2):  # warm up outside the graph (allocator, lazy init, the Triton compile)
+                    self.greedy.pick(model.raw_logits(model(*args)))
             torch.cuda.current_stream(dev).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=mempool):
-                logits = model.logits(model(*args))  # [size, vocab] float32
+                logits = model.raw_logits(model(*args))  # [size, vocab] in the model's dtype
+                self.greedy.pick(logits)  # into self.greedy.out[:size]
             self.graphs[size] = (graph, backend, logits)
         torch.cuda.synchronize(dev)
         # the flashinfer buckets' page-locked plan buffers (one ring for all: one graph runs at a time)
@@ -151,13 +156,15 @@ class DecodeGraphs:
         dev = self.ids.device
         return self._replay(size, b, input_ids, pinned(padded.kv_indptr.astype(np.int32), dev),
                             to_device(padded.kv_indices.astype(np.int32), dev), to_device(padded.positions, dev),
-                            to_device(padded.out_slots, dev), pinned(np.ones(size, dtype=np.int32), dev))
+                            to_device(padded.out_slots, dev), pinned(np.ones(size, dtype=np.int32), dev)).float()
 
-    def run_step(self, feed: StepFeed, j: int, input_ids: torch.Tensor) -> torch.Tensor:
+    def run_step(self, feed: StepFeed, j: int, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Replays step j of a multi-step Forward for its active rows (``input_ids`` int64 [n] on the
-        device); ``feed`` was padded to this object's buckets (``StepFeed(..., bucket=self.bucket)``). Returns a
-        view of the logits [n, vocab] float32 (valid until the next replay)."""
-        return self._replay(feed.size[j], feed.active(j), input_ids, *feed.step(j))
+        device); ``feed`` was padded to this object's buckets (``StepFeed(..., bucket=self.bucket)``). Returns views
+        of the logits [n, vocab] in the model's dtype (``.float()`` is exact) and of each row's greedy token, int64
+        [n] (``logits.float().argmax(-1)``), both valid until the next replay."""
+        n = feed.active(j)
+        return self._replay(feed.size[j], n, input_ids, *feed.step(j)), self.greedy.out[:n]
 
     def _replay(self, size: int, b: int, input_ids: torch.Tensor, kv_indptr_host: torch.Tensor,
                 kv_indices: torch.Tensor, positions: torch.Tensor, out_slots: torch.Tensor,

@@ -254,8 +254,9 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
             near_end.record()
         n = active[j]
         ids = cur[:n]
+        picked = None  # the graph's greedy pick of every row (int64 [n]), when a graph ran the step
         if feed is not None:
-            logits = engine.graphs.run_step(feed, j, ids)  # [n, vocab] float32
+            logits, picked = engine.graphs.run_step(feed, j, ids)  # [n, vocab] in the model's dtype, [n]
         else:
             layout = eager.layout(j, n)
             if planned is not None:
@@ -268,11 +269,12 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
                                   to_device(layout.out_slots, dev))
             logits = engine.model.logits(hidden)
         if all_greedy:  # what sample_on_device gives when no row draws
-            nxt = argmax_rows(logits)
+            nxt = argmax_rows(logits) if picked is None else picked
         else:
+            logits = logits.float()
             nxt = sample_on_device(logits, its[:n], [it.position_start + j + 1 for it in its[:n]], engine.generator)
         if lps is not None:
-            lps[j, :n] = torch.log_softmax(logits, dim=-1).gather(1, nxt[:, None])[:, 0]
+            lps[j, :n] = torch.log_softmax(logits.float(), dim=-1).gather(1, nxt[:, None])[:, 0]
         toks[j, :n] = nxt
         cur = nxt  # rows past n never run again (k sorted, largest first)
     clock.stop()

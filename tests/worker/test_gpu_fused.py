@@ -147,3 +147,19 @@ def test_flashinfer_reads_a_strided_q_as_its_contiguous_copy(decode):
     got = backend.attend(0, q, Pool())
     want = backend.attend(0, q.contiguous(), Pool())
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("rows", [1, 64, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_greedy_pick_on_the_gpu_is_torchs_argmax(rows, dtype):
+    """``model/greedy.GreedyArgmax`` (the decode graphs' greedy pick) against ``torch.argmax`` of the float32 logits,
+    with equal maxima across chunks and a NaN row, at the 1B's vocabulary."""
+    from worker_svc.model.greedy import BLOCK, GreedyArgmax
+
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    x = (torch.randn(rows, 49152, generator=g, device="cuda") * 4).to(dtype)
+    x[0, 3 * BLOCK + 1] = x[0, 5 * BLOCK] = 1000.0  # equal maxima in two chunks: the first
+    if rows > 1:
+        x[rows - 1, 20000] = float("nan")
+    pick = GreedyArgmax(256, 49152, "cuda")
+    assert pick.pick(x).tolist() == torch.argmax(x.float(), dim=-1).tolist()

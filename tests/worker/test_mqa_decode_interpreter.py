@@ -85,6 +85,31 @@ def test_strided_q_and_given_out(interpreted):
     assert (out.double() - reference(q, k, v, indices, indptr, 0.125)).abs().max().item() < 2e-3
 
 
+@needs_triton
+@pytest.mark.parametrize("splits", [1, 3, 8])
+def test_the_newest_token_is_written_into_its_slot_and_read_from_it(interpreted, splits):
+    """``new_kv`` (the fused K/V write): each request's newest K and V, in the qkv rows after its q, land in the slot
+    its list names last, and the output is the reference's over the pool holding them; a span past the end of the
+    3-token request has no newest token to write. Before, a separate kernel wrote them ahead of the attention."""
+    lens, heads, dim = [3, 40, 17, 1], 12, 64
+    q, k, v, indices, indptr = make(lens, heads, dim, strided=True, seed=splits)
+    qkv = torch.as_strided(q, (len(lens), heads * dim + 2 * dim), (q.stride(0), 1))  # the rows q is a view of
+    new_k, new_v = qkv[:, heads * dim:heads * dim + dim].unsqueeze(1), qkv[:, heads * dim + dim:].unsqueeze(1)
+    last = indptr[1:].long() - 1
+    stale_k, stale_v = k.clone(), v.clone()
+    stale_k[indices[last].long()] = stale_v[indices[last].long()] = float("nan")  # what the slots held before
+    want_k, want_v = k.clone(), v.clone()
+    want_k[indices[last].long()], want_v[indices[last].long()] = new_k, new_v
+    ws = MQADecodeWorkspace(len(lens), splits, heads, dim, "cpu") if splits > 1 else None
+    got = mqa_decode.mqa_decode(q, stale_k, stale_v, indices, indptr, 0.125, DecodeConfig(splits=splits, block_n=16),
+                                ws, new_kv=(new_k, new_v))
+    assert torch.equal(stale_k, want_k) and torch.equal(stale_v, want_v)
+    assert (got.double() - reference(q, want_k, want_v, indices, indptr, 0.125)).abs().max().item() < 2e-3
+    with pytest.raises(ValueError, match="new_kv"):
+        mqa_decode.mqa_decode(q, k, v, indices, indptr, 0.125, DecodeConfig(splits=1),
+                              new_kv=(new_k, new_k.clone()))  # V is not K's row neighbour
+
+
 def test_rejects_what_does_not_fit():
     q, k, v, indices, indptr = make([4], 16, 128)
     with pytest.raises(ValueError, match="splits need a workspace"):

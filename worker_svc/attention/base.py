@@ -69,6 +69,8 @@ class AttentionBackend(abc.ABC):
 
     name: str = "base"
     ragged_prefill: bool = False  # has ``plan_ragged``
+    writes_new_kv: bool = False  # ``attend`` writes the new tokens' K/V (``new_kv``) into the pool itself: the
+    # model skips its K/V write for it (``Attention.start``'s ``write_kv``)
 
     def __init__(self, n_head: int, kv_heads: int, head_dim: int, sm_scale: float):
         self.n_head, self.kv_heads, self.head_dim, self.sm_scale = n_head, kv_heads, head_dim, sm_scale
@@ -89,4 +91,5 @@ class AttentionBackend(abc.ABC):
         """q [T, n_head, head_dim] -> output [T, n_head, head_dim] (q's dtype), reading ``kv_pool`` layer
         ``layer``; written into ``out`` (contiguous, that shape and dtype) and returned when it is given.
         ``new_kv``: (k, v) of the T new tokens, [T, kv_heads, head_dim] each (strided views allowed), already
-        written to the pool; read instead of the pool after ``plan_ragged``, ignored after ``plan``."""
+        written to the pool (unless ``writes_new_kv``: then this call writes them); read instead of the pool after
+        ``plan_ragged``, ignored after ``plan``."""

@@ -72,11 +72,11 @@ def _kernels():
     import triton.language as tl
 
     @triton.jit
-    def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr,
+    def mqa_decode_part(q_ptr, k_ptr, v_ptr, idx_ptr, indptr_ptr, o_ptr, lse_ptr, out_ptr, new_ptr,
                         scale_log2, stride_qb, stride_qh, stride_kv, stride_ob, stride_os, stride_outb,
-                        stride_outh, H, SPLITS,
+                        stride_outh, stride_new, H, SPLITS,
                         D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT: tl.constexpr,
-                        PDL: tl.constexpr):
+                        PDL: tl.constexpr, WRITE: tl.constexpr):
         if PDL:  # launched before the kernel ahead (the K/V write) finished: let the next kernel launch (the merge,
             # or with one split the projection after attention), then wait for the one ahead
             tl.extra.cuda.gdc_launch_dependents()
@@ -91,6 +91,15 @@ def _kernels():
         offs_h = tl.arange(0, BLOCK_H)
         offs_d = tl.arange(0, D)
         mask_h = offs_h < H
+        if WRITE:  # the newest token's K/V (a row of new_ptr: K, then V) into its slot, by the CTA whose span reads
+            # it, before that CTA's loop reads it back (the barrier: the CTA's stores before its loads)
+            last = start + n - 1
+            if (lo <= last) & (last < hi):
+                dst = tl.load(idx_ptr + last).to(tl.int64)
+                src = new_ptr + b.to(tl.int64) * stride_new + offs_d
+                tl.store(k_ptr + dst * stride_kv + offs_d, tl.load(src))
+                tl.store(v_ptr + dst * stride_kv + offs_d, tl.load(src + D))
+            tl.debug_barrier()
         m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_H], tl.float32)
         acc = tl.zeros([BLOCK_H, D], tl.float32)
@@ -162,15 +171,20 @@ class MQADecodeWorkspace:
 
 def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: torch.Tensor, kv_indptr: torch.Tensor,
                sm_scale: float, cfg: DecodeConfig, ws: MQADecodeWorkspace | None = None,
-               out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
+               out: torch.Tensor | None = None, pdl: bool = False,
+               new_kv: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Decode attention of ``q`` (``[B, n_head, head_dim]``, float16 / bfloat16, head_dim a power of two >= 16)
     over one K/V head: ``k``, ``v`` ``[slots, 1, head_dim]`` (the pool's layer, q's dtype), request b's KV the
     slots ``kv_indices[kv_indptr[b]:kv_indptr[b+1]]`` (int32, on q's device; every request has at least one).
     Returns ``out`` (``[B, n_head, head_dim]``, q's dtype; allocated when None). ``cfg.splits`` > 1 needs ``ws``
     (``MQADecodeWorkspace`` of at least B rows and exactly ``cfg.splits`` splits). ``pdl``: both kernels as
     programmatic dependent launches (sm90; each lets the next launch at once and waits for the one ahead before it
-    reads anything, so only the launch latency overlaps: the model's other Triton kernels do the same). Raises
-    ValueError for a shape, dtype or workspace that does not fit."""
+    reads anything, so only the launch latency overlaps: the model's other Triton kernels do the same).
+    ``new_kv``: (k, v) of each request's newest token, ``[B, 1, head_dim]`` views of one buffer whose rows hold K then
+    V (the ``c_attn`` output: v starts ``head_dim`` elements after k, same row stride), not yet in the pool: the
+    kernel writes them into the slot each request lists last (``kv_indices[kv_indptr[b+1] - 1]``) before reading it,
+    so no K/V-write kernel runs ahead of it (None: the pool holds them already). Raises ValueError for a shape,
+    dtype or workspace that does not fit."""
     B, H, D = q.shape
     if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must share float16 / bfloat16 (got {q.dtype}, {k.dtype}, {v.dtype})")
@@ -183,16 +197,24 @@ def mqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_indices: to
         raise ValueError(f"{cfg.splits} splits need a workspace of {cfg.splits} splits and >= {B} rows")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1):
         raise ValueError(f"out must be q's shape {tuple(q.shape)} and dtype with unit stride in head_dim")
+    if new_kv is not None:
+        nk, nv = new_kv
+        if (nk.shape != (B, 1, D) or nv.shape != nk.shape or nk.dtype != q.dtype or nk.stride(2) != 1
+                or nv.stride() != nk.stride() or nv.data_ptr() != nk.data_ptr() + D * nk.element_size()):
+            raise ValueError(f"new_kv must be [{B}, 1, {D}] views of one buffer, V {D} elements after K in each row")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
     part, merge = _kernels()
     bh = block_heads(H)
     direct = cfg.splits == 1
     launch = {"launch_pdl": True} if pdl else {}
     o, lse = (out, out) if direct else (ws.o, ws.lse)
-    part[(B, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, sm_scale * math.log2(math.e),
+    write = new_kv is not None
+    part[(B, cfg.splits)](q, k, v, kv_indices, kv_indptr, o, lse, out, new_kv[0] if write else q,
+                          sm_scale * math.log2(math.e),
                           q.stride(0), q.stride(1), k.stride(0), o.stride(0), 0 if direct else o.stride(1),
-                          out.stride(0), out.stride(1), H, cfg.splits, D=D, BLOCK_H=bh, BLOCK_N=cfg.block_n,
-                          DIRECT=direct, PDL=pdl, num_warps=cfg.warps, num_stages=cfg.stages, **launch)
+                          out.stride(0), out.stride(1), new_kv[0].stride(0) if write else 0, H, cfg.splits, D=D,
+                          BLOCK_H=bh, BLOCK_N=cfg.block_n, DIRECT=direct, PDL=pdl, WRITE=write, num_warps=cfg.warps,
+                          num_stages=cfg.stages, **launch)
     if direct:
         return out
     block_s = max(2, 1 << (cfg.splits - 1).bit_length())

@@ -67,21 +67,25 @@ class Attention(nn.Module):
         return q, k, v
 
     def start(self, x: torch.Tensor, kv_pool, out_slots: torch.Tensor, fuse_kv: bool = False,
-              mm=None, pdl: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+              mm=None, pdl: bool = False, write_kv: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """The part before attention: x [T, n_embd] (ln_1's output) -> (q [T, n_head, head_dim], (k, v)
         [T, kv_heads, head_dim] each: views of the c_attn output, what this layer writes into ``kv_pool`` at
         ``out_slots`` [T] (int64); the ragged prefill path reads them, ``attention.ragged``). ``fuse_kv``
         (multi-query, CUDA): K and V written by one kernel from the c_attn output, q a strided view of it
         (``fused.write_kv``); otherwise q is contiguous. ``mm`` (``skinny_gemm.DecodeGemms``) runs the projection
         when given, on the ``fuse_kv`` path only (the unfused path keeps ``c_attn``); ``pdl``:
-        the K/V write as a programmatic dependent launch."""
+        the K/V write as a programmatic dependent launch. ``write_kv`` False (``fuse_kv`` only, else RuntimeError):
+        nothing is written here, the attention backend writes the returned (k, v) (``writes_new_kv``)."""
         if fuse_kv:
             qkv = self.c_attn(x) if mm is None else mm(x, self.c_attn)  # [T, n_embd + 2 * head_dim]
-            fused.write_kv(qkv, kv_pool.k[self.layer], kv_pool.v[self.layer], out_slots, self.n_embd, self.head_dim,
-                           pdl=pdl)
+            if write_kv:
+                fused.write_kv(qkv, kv_pool.k[self.layer], kv_pool.v[self.layer], out_slots, self.n_embd,
+                               self.head_dim, pdl=pdl)
             e, d = self.n_embd, self.head_dim
             q = qkv[:, :e].unflatten(1, (self.n_head, d))  # strided: rows of n_embd + 2 hd
             return q, (qkv[:, e:e + d].unsqueeze(1), qkv[:, e + d:].unsqueeze(1))  # [T, 1, hd], the same rows
+        if not write_kv:
+            raise RuntimeError("an attention backend that writes the new K/V needs the model's fused K/V path")
         q, k, v = self.split_qkv(x)
         kv_pool.write(self.layer, out_slots, k, v)
         return q.contiguous(), (k, v)
@@ -163,15 +167,17 @@ class GPTBigCodeForCausalLM(nn.Module):
         for this batch (``backend.plan(meta)`` or ``backend.plan_ragged(meta)``). The pieces (``piece``) with
         attention between them, each layer's new K/V handed to it (``new_kv``: what the ragged path reads).
         """
-        h, x, kv = self.piece(0, kv_pool, out_slots, input_ids=input_ids, positions=positions)
+        write = not backend.writes_new_kv  # (else attend writes each layer's new K/V)
+        h, x, kv = self.piece(0, kv_pool, out_slots, input_ids=input_ids, positions=positions, write_kv=write)
         for i in range(self.cfg.n_layer):
-            h, x, kv = self.piece(i + 1, kv_pool, out_slots, h=h, o=backend.attend(i, x, kv_pool, new_kv=kv))
+            h, x, kv = self.piece(i + 1, kv_pool, out_slots, h=h, o=backend.attend(i, x, kv_pool, new_kv=kv),
+                                  write_kv=write)
         return x
 
     @torch.inference_mode()
     def piece(self, i: int, kv_pool, out_slots: torch.Tensor, *, input_ids: torch.Tensor | None = None,
               positions: torch.Tensor | None = None, h: torch.Tensor | None = None,
-              o: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+              o: torch.Tensor | None = None, write_kv: bool = True) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
         """Piece ``i`` of the forward, 0 <= i <= n_layer: everything between two attention calls.
 
         Piece 0 embeds ``input_ids`` / ``positions`` (int64 [T]) and starts layer 0; piece i (0 < i < n_layer)
@@ -180,7 +186,8 @@ class GPTBigCodeForCausalLM(nn.Module):
         ``out_slots``); piece n_layer finishes the last layer. Returns (residual h, layer i's query [T, n_head,
         head_dim], layer i's new (k, v) [T, kv_heads, head_dim] each, as ``Attention.start`` gives them), or (h,
         hidden states after ln_f [T, n_embd], None) for piece n_layer. ``extend_graph.ExtendGraphs`` captures each
-        piece as a graph and runs attention eagerly between them."""
+        piece as a graph and runs attention eagerly between them. ``write_kv`` False: the new K/V are not written
+        here (the attention backend writes them: ``AttentionBackend.writes_new_kv``)."""
         t = self.transformer
         if i == 0:
             h = t.wte(input_ids) + t.wpe(positions)  # [T, n_embd]
@@ -189,7 +196,7 @@ class GPTBigCodeForCausalLM(nn.Module):
             h, y = self._finish_layer(i - 1, h, o)
         if i == self.cfg.n_layer:
             return h, y, None
-        return h, *t.h[i].attn.start(y, kv_pool, out_slots, self.fuse_kv, self._mm(y), self.pdl)
+        return h, *t.h[i].attn.start(y, kv_pool, out_slots, self.fuse_kv, self._mm(y), self.pdl, write_kv)
 
     def _mm(self, x: torch.Tensor):
         """The GEMM runner for x's rows: ``self.mm`` when it takes them, else None (torch's modules)."""
@@ -233,5 +240,11 @@ class GPTBigCodeForCausalLM(nn.Module):
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, n_embd] -> float32 logits [N, vocab_size]."""
+        return self.raw_logits(hidden).float()
+
+    @torch.inference_mode()  # called on its own by the decode graphs: the weights are parameters (requires_grad)
+    def raw_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, n_embd] -> logits [N, vocab_size] in hidden's dtype (``logits`` without the float32 cast, which
+        is exact: the decode graphs pick greedy tokens from these, ``greedy.GreedyArgmax``)."""
         w = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, w).float()
+        return F.linear(hidden, w)
