@@ -5,10 +5,13 @@ Forward, its device span on the host's monotonic clock). The timeline is cut int
 idles longer than ``--split-s`` (the phases of a benchmark: c64, then c1, ...). For each segment:
 
 - wall (first launch to last step end), the device's busy time (the union of the Forwards' spans) and its share;
-- per kind (``decode``, ``extend``): Forwards, rows, tokens, device time;
+- per kind (``decode``, ``extend``): Forwards, rows, tokens, device time, how many were launched behind the one
+  ahead (``behind``; logs from session 28 on);
 - the gaps between consecutive Forwards, by the pair of kinds around them, each split in two: ``late``, the part
   before the next Forward reached the worker's servicer (the scheduler had not sent it yet, or it was in
-  transit), and ``worker``, the part after (the worker had it: its turn, validation, metadata, plan, launch).
+  transit), and ``worker``, the part after (the worker had it: its turn, validation, metadata, plan, launch);
+  ``prepared_late``: those whose next Forward's preparation at arrival ended only after the device went idle (it
+  reached the worker too late to be prepared and launched behind in time).
 
 ``bench/serve_bench.py`` turns the log on for its worker and adds ``summarize`` of each phase's window to the
 phase's results (``timeline``; the table's ``busy`` column).
@@ -37,6 +40,8 @@ class Fwd:
     in_ns: int
     start: int
     end: int
+    prepared_ns: int = -1  # when its preparation at arrival ended (-1: none, or a log from before session 28)
+    behind: bool = False  # launched behind the Forward ahead
 
 
 def read(path: str) -> list[Fwd]:
@@ -45,7 +50,8 @@ def read(path: str) -> list[Fwd]:
     with open(path, encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     out = [Fwd(int(r["seq"]), r["kind"], int(r["rows"]), int(r["tokens"]), int(r["steps"]), int(r["in_ns"]),
-               int(r["dev_start_ns"]), int(r["dev_end_ns"])) for r in rows if int(r["dev_start_ns"]) >= 0]
+               int(r["dev_start_ns"]), int(r["dev_end_ns"]), int(r.get("prepared_ns") or -1),
+               r.get("launch") == "behind") for r in rows if int(r["dev_start_ns"]) >= 0]
     return sorted(out, key=lambda f: f.start)
 
 
@@ -94,8 +100,9 @@ def summarize(seg: list[Fwd]) -> dict:
             cover_end = f.end
     kinds: dict[str, dict] = {}
     for f in seg:
-        k = kinds.setdefault(f.kind, {"forwards": 0, "rows": 0, "tokens": 0, "device_ms": 0.0})
+        k = kinds.setdefault(f.kind, {"forwards": 0, "rows": 0, "tokens": 0, "device_ms": 0.0, "behind": 0})
         k["forwards"] += 1
+        k["behind"] += f.behind
         k["rows"] += f.rows
         k["tokens"] += f.tokens
         k["device_ms"] += (f.end - f.start) / 1e6
@@ -107,8 +114,10 @@ def summarize(seg: list[Fwd]) -> dict:
         if gap <= 0:
             continue
         late = min(gap, max(0, nxt.in_ns - cover_end))
-        g = gaps.setdefault(f"{prev.kind}->{nxt.kind}", {"n": 0, "ms": 0.0, "late_ms": 0.0, "worker_ms": 0.0, "all": []})
+        g = gaps.setdefault(f"{prev.kind}->{nxt.kind}", {"n": 0, "ms": 0.0, "late_ms": 0.0, "worker_ms": 0.0, "all": [],
+                                                        "prepared_late": 0})
         g["n"] += 1
+        g["prepared_late"] += nxt.prepared_ns > cover_end  # arrived in time, but its preparation ended after
         g["ms"] += gap / 1e6
         g["late_ms"] += late / 1e6
         g["worker_ms"] += (gap - late) / 1e6
@@ -127,10 +136,11 @@ def table(summaries: list[dict]) -> str:
                      f"{s['busy_ms']:.1f} ms ({100 * s['busy_share']:.1f}%)")
         for k, v in sorted(s["kinds"].items()):
             lines.append(f"  {k:<8} {v['forwards']:>5} Forwards {v['rows']:>7} rows {v['tokens']:>8} tokens "
-                         f"{v['device_ms']:>9.1f} ms on the device")
+                         f"{v['device_ms']:>9.1f} ms on the device, {v.get('behind', 0)} launched behind")
         for k, g in sorted(s["gaps"].items(), key=lambda kv: -kv[1]["ms"]):
             lines.append(f"  gap {k:<16} {g['n']:>5} x  {g['ms']:>8.1f} ms (p50 {g['p50_ms']:.3f}): late "
-                         f"{g['late_ms']:.1f}, worker {g['worker_ms']:.1f}")
+                         f"{g['late_ms']:.1f}, worker {g['worker_ms']:.1f}; prepared after the device idled: "
+                         f"{g.get('prepared_late', 0)}")
     return "\n".join(lines)
 
 

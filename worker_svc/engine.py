@@ -66,12 +66,15 @@ class ForwardResult:
     """Outputs in item order, the seconds spent in the model and the sampler (host work included), and the
     device seconds of the model's steps alone (``step_clock.StepClock``; 0.0 when every item was skipped);
     ``device_span_ns``: those steps' (start, end) on ``time.monotonic_ns()``'s clock when the engine has an
-    ``origin`` (``forward_log.DeviceOrigin``: the Forward timeline is on), else None."""
+    ``origin`` (``forward_log.DeviceOrigin``: the Forward timeline is on), else None. ``prepared_ns`` and ``launch``
+    say when its preparation at arrival ended and whether it was launched behind (the timeline's last columns)."""
 
     outputs: tuple[ForwardOutput, ...]
     forward_seconds: float
     device_seconds: float = 0.0
     device_span_ns: tuple[int, int] | None = None
+    prepared_ns: int = -1  # time.monotonic_ns() once its metadata (or extend) was prepared at arrival; -1: not
+    launch: str = "turn"  # "behind": launched behind the Forward ahead on the device (_launch_behind, _extend_behind)
 
 
 class Engine:
@@ -164,9 +167,10 @@ class Engine:
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.insert_before(seq, before_seq, after_seq)
             ahead = self._prepare_ahead(items, after_seq)
+            extend = self._prepare_extend(items) if ahead is None else None
+            prepared_ns = time.monotonic_ns() if ahead is not None or extend is not None else -1
             if ahead is not None and self.launch_behind:
                 behind = self._launch_behind(items, seq, after_seq, ahead, release_ids, on_run)
-            extend = self._prepare_extend(items) if ahead is None else None
             if extend is not None and self.extend_behind and after_seq > 0:
                 behind = self._extend_behind(extend, seq, after_seq, release_ids, on_run)
             self.order.wait_for(after_seq, seq)
@@ -180,7 +184,8 @@ class Engine:
                 outputs = self._finish(steps, (None,) * len(items), seq, release_ids)
                 return self._done(seq, ForwardResult(
                     outputs=outputs, forward_seconds=time.perf_counter() - t0, device_seconds=clock.seconds(),
-                    device_span_ns=clock.span_ns(self.origin) if self.origin else None))
+                    device_span_ns=clock.span_ns(self.origin) if self.origin else None, prepared_ns=prepared_ns,
+                    launch="behind"))
             clock = StepClock(self.device)
             with self._lock:
                 self.pending.wait_empty(seq)
@@ -208,7 +213,8 @@ class Engine:
                 outputs = self._finish(steps, outputs, seq)
             result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
                                    device_seconds=clock.seconds() if clock.ran else 0.0,
-                                   device_span_ns=clock.span_ns(self.origin) if clock.ran and self.origin else None)
+                                   device_span_ns=clock.span_ns(self.origin) if clock.ran and self.origin else None,
+                                   prepared_ns=prepared_ns)
         except BaseException as e:  # recorded for the Forwards that follow this one, then raised
             try:
                 if behind is not None and not finishing:

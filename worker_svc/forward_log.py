@@ -10,7 +10,11 @@ PATH (``FIELDS``, in that order):
 - ``in_ns``, ``out_ns``: ``time.monotonic_ns()`` when the servicer took the call and when its reply was built;
 - ``dev_start_ns``, ``dev_end_ns``: the device's first step launch and last step end on the same clock
   (``step_clock.StepClock.span_ns`` against one ``DeviceOrigin``), or ``-1`` when nothing ran (every item skipped,
-  or a rejected Forward, which is logged with kind ``rejected``).
+  or a rejected Forward, which is logged with kind ``rejected``);
+- ``prepared_ns``: when its preparation at arrival ended (a multi-step decode's step metadata, ``Engine._prepare_ahead``;
+  an eager extend, ``extend_ahead``), ``-1`` when it was not prepared ahead; ``launch``: ``behind`` when it was launched
+  behind the Forward ahead on the device, else ``turn``. A decode that arrived early but was not launched behind shows
+  here whether its preparation ended before the Forward ahead did.
 
 The device span starts where the engine's ``StepClock`` starts (after the extend's plan, before the decode graphs'
 metadata copy), so the host work before it shows as a gap between two Forwards' spans. ``bench/forward_timeline.py``
@@ -30,7 +34,8 @@ import torch
 from worker_svc.types import ForwardItem
 
 ENV = "CODESERVE_FORWARD_LOG"
-FIELDS = ("seq", "after_seq", "kind", "rows", "tokens", "steps", "in_ns", "out_ns", "dev_start_ns", "dev_end_ns")
+FIELDS = ("seq", "after_seq", "kind", "rows", "tokens", "steps", "in_ns", "out_ns", "dev_start_ns", "dev_end_ns",
+          "prepared_ns", "launch")
 
 
 class DeviceOrigin:
@@ -70,14 +75,16 @@ class ForwardLog:
             self._out.write("\t".join(FIELDS) + "\n")
 
     def record(self, seq: int, after_seq: int, items: Sequence[ForwardItem], in_ns: int, out_ns: int,
-               span_ns: tuple[int, int] | None, rejected: bool = False) -> None:
+               span_ns: tuple[int, int] | None, rejected: bool = False, prepared_ns: int = -1,
+               launch: str = "turn") -> None:
         """One Forward: its items, when the servicer took and answered it (monotonic ns), its device span (None:
-        nothing ran)."""
+        nothing ran), when its preparation at arrival ended (-1: none) and how it was launched (``behind`` / ``turn``)."""
         kind = "rejected" if rejected else kind_of(items)
         tokens = sum(len(it.slot_ids) for it in items)
         steps = max((it.decode_steps for it in items), default=0)
         start, end = span_ns if span_ns is not None else (-1, -1)
-        line = "\t".join(str(v) for v in (seq, after_seq, kind, len(items), tokens, steps, in_ns, out_ns, start, end))
+        line = "\t".join(str(v) for v in (seq, after_seq, kind, len(items), tokens, steps, in_ns, out_ns, start, end,
+                                          prepared_ns, launch))
         with self._lock:
             self._out.write(line + "\n")
 

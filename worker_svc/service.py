@@ -137,7 +137,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             hop_trace.mark(rid, "forward_out")
         reply = response_to_proto(res.outputs, res.forward_seconds, res.device_seconds)
         if self.forward_log is not None:
-            self.forward_log.record(request.seq, request.after_seq, items, in_ns, time.monotonic_ns(), res.device_span_ns)
+            self.forward_log.record(request.seq, request.after_seq, items, in_ns, time.monotonic_ns(), res.device_span_ns,
+                                    prepared_ns=res.prepared_ns, launch=res.launch)
         return reply
 
     def Release(self, request, context):

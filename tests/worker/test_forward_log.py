@@ -54,6 +54,10 @@ def test_each_forward_is_one_line_with_its_kind_sizes_and_device_span(logged):
         assert t0 <= t_in <= s <= e <= t_out <= t1
     assert int(rows[1]["dev_start_ns"]) >= int(rows[0]["dev_end_ns"])
     assert (rows[2]["dev_start_ns"], rows[2]["dev_end_ns"]) == ("-1", "-1")
+    # the extend was prepared at arrival (extend_ahead), before its device span; the decode (it arrived after the
+    # extend had answered) and the rejected Forward were not; none was launched behind
+    assert int(rows[0]["in_ns"]) <= int(rows[0]["prepared_ns"]) <= int(rows[0]["dev_start_ns"])
+    assert [r["prepared_ns"] for r in rows[1:]] == ["-1", "-1"] and [r["launch"] for r in rows] == ["turn"] * 3
 
     (seg,) = forward_timeline.segments(forward_timeline.read(log.path), split_ns=10**9)
     s = forward_timeline.summarize(seg)
@@ -79,9 +83,11 @@ def test_the_report_splits_phases_and_divides_each_gap_into_late_and_worker_time
     s = forward_timeline.summarize(a)
     assert s["wall_ms"] == 29 and s["busy_ms"] == 9 + 6 + 9 and s["busy_share"] == pytest.approx(24 / 29)
     # extend -> decode: the decode reached the worker 2 ms after the extend ended, ran 2 ms after that
-    assert s["gaps"]["extend->decode"] == {"n": 1, "ms": 4.0, "late_ms": 2.0, "worker_ms": 2.0, "p50_ms": 4.0}
+    assert s["gaps"]["extend->decode"] == {"n": 1, "ms": 4.0, "late_ms": 2.0, "worker_ms": 2.0, "p50_ms": 4.0,
+                                           "prepared_late": 0}
     # decode -> decode: it was there before the device finished: all of the 1 ms is the worker's
-    assert s["gaps"]["decode->decode"] == {"n": 1, "ms": 1.0, "late_ms": 0.0, "worker_ms": 1.0, "p50_ms": 1.0}
+    assert s["gaps"]["decode->decode"] == {"n": 1, "ms": 1.0, "late_ms": 0.0, "worker_ms": 1.0, "p50_ms": 1.0,
+                                           "prepared_late": 0}
 
 
 def test_a_phases_head_and_tail_are_the_time_before_its_first_forward_and_after_its_last():
@@ -91,3 +97,15 @@ def test_a_phases_head_and_tail_are_the_time_before_its_first_forward_and_after_
     got = forward_timeline.head_tail(fwds, reqs)
     assert got["head_ms"] == pytest.approx(30.0) and got["tail_ms"] == pytest.approx(7.0)
     assert forward_timeline.head_tail(fwds, []) == {} and forward_timeline.head_tail([], reqs) == {}
+
+
+def test_the_report_counts_forwards_launched_behind_and_gaps_whose_next_forward_was_prepared_too_late():
+    ms = 10**6
+    fwds = [forward_timeline.Fwd(1, "decode", 8, 8, 8, 0, 0, 10 * ms),
+            forward_timeline.Fwd(2, "decode", 8, 8, 8, 2 * ms, 10 * ms, 20 * ms, 5 * ms, True),  # prepared, behind
+            forward_timeline.Fwd(3, "decode", 8, 8, 8, 15 * ms, 24 * ms, 30 * ms, 22 * ms),  # prepared after 20
+            forward_timeline.Fwd(4, "decode", 8, 8, 8, 25 * ms, 31 * ms, 40 * ms, 29 * ms)]  # prepared before 30
+    s = forward_timeline.summarize(fwds)
+    assert s["kinds"]["decode"]["behind"] == 1
+    g = s["gaps"]["decode->decode"]
+    assert g["n"] == 2 and g["prepared_late"] == 1 and g["ms"] == pytest.approx(5.0)

@@ -70,6 +70,9 @@ def test_a_forward_launched_behind_gives_the_tokens_and_tables_of_forwards_run_o
         assert (list(got.slots), got.tokens, got.last_token) == (list(state.slots), state.tokens, state.last_token)
     assert eng.prepared_ahead == {"used": 0, "built_at_launch": 1, "behind": 1}
     assert out2["result"].device_seconds > 0
+    # what the Forward timeline logs of them: Forward 2 prepared at arrival and launched behind, Forward 1 neither
+    assert (out1["result"].launch, out1["result"].prepared_ns) == ("turn", -1)
+    assert out2["result"].launch == "behind" and out2["result"].prepared_ns > 0
     # the worker serves the next chained Forward (after 2) as usual
     (o,) = [eng.forward(_decode(ps, at, 2), "epoch-1", seq=3, after_seq=2)]
     assert all(len(x.next_token_ids) == K for x in o.outputs)
@@ -136,6 +139,7 @@ def test_an_extend_inserted_ahead_before_the_launch_runs_first(model_dir, prompt
         t.join(WAIT_S)
     assert [_tokens(out1), _tokens(out3), _tokens(out2)] == want
     assert eng.prepared_ahead["behind"] == 0
+    assert out2["result"].launch == "turn" and out2["result"].prepared_ns > 0  # prepared ahead, run at its turn
 
 
 def test_when_the_forward_ahead_fails_it_is_aborted_with_nothing_committed(model_dir, prompts, monkeypatch):
