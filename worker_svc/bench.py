@@ -441,7 +441,6 @@ def main(argv: list[str] | None = None) -> None:
         slots = tuple(range(1, pre + n + 1))
 
         device_s: list[float] = []  # each extend's device span of its layers (ForwardResult.device_seconds)
-
         def prefill():
             res = eng.forward([ForwardItem(request_id="p", input_ids=tuple(toks[pre:]), position_start=pre,
                                            slot_ids=slots[pre:], has_prefix=True, prefix_slot_ids=slots[:pre],

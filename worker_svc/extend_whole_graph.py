@@ -123,7 +123,8 @@ class WholeExtendGraphs:
     def _plan(self, size: int, rows: int, kv_indices: np.ndarray) -> None:
         """Plans the bucket's backend for one request of ``rows`` query rows over the slots ``kv_indices`` (int32:
         its cached ones, then its new ones). Graphs: waits first for the previous plan's copy out of flashinfer's
-        page-locked buffer (``plan_decode``), then ``plan_prefill``; uncaptured: ``plan`` of the same lengths."""
+        page-locked buffer (``FlashInferAttention.plan_prefill``), then plans; uncaptured: ``plan`` of the same
+        lengths."""
         dev = self.feed.device
         ptr = np.array([0, rows, 0, len(kv_indices)], dtype=np.int32)
         if not self.capture:

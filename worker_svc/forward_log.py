@@ -11,9 +11,9 @@ PATH (``FIELDS``, in that order):
 - ``dev_start_ns``, ``dev_end_ns``: the device's first step launch and last step end on the same clock
   (``step_clock.StepClock.span_ns`` against one ``DeviceOrigin``), or ``-1`` when nothing ran (every item skipped,
   or a rejected Forward, which is logged with kind ``rejected``);
-- ``prepared_ns``: when its preparation at arrival ended (a multi-step decode's step metadata, ``Engine._prepare_ahead``;
-  an eager extend, ``extend_ahead``), ``-1`` when it was not prepared ahead; ``launch``: ``behind`` when it was launched
-  behind the Forward ahead on the device, else ``turn``. A decode that arrived early but was not launched behind shows
+- ``prepared_ns``: when its preparation at arrival ended (a multi-step decode's step metadata,
+  ``Engine._prepare_ahead``; an eager extend, ``extend_ahead``), ``-1`` when it was not prepared ahead; ``launch``:
+  ``behind`` when it was launched behind the Forward ahead on the device, else ``turn``. A decode that arrived early but was not launched behind shows
   here whether its preparation ended before the Forward ahead did.
 
 The device span starts where the engine's ``StepClock`` starts (after the extend's plan, before the decode graphs'
@@ -78,7 +78,8 @@ class ForwardLog:
                span_ns: tuple[int, int] | None, rejected: bool = False, prepared_ns: int = -1,
                launch: str = "turn") -> None:
         """One Forward: its items, when the servicer took and answered it (monotonic ns), its device span (None:
-        nothing ran), when its preparation at arrival ended (-1: none) and how it was launched (``behind`` / ``turn``)."""
+        nothing ran), when its preparation at arrival ended (-1: none) and how it was launched (``behind`` /
+        ``turn``)."""
         kind = "rejected" if rejected else kind_of(items)
         tokens = sum(len(it.slot_ids) for it in items)
         steps = max((it.decode_steps for it in items), default=0)

@@ -162,7 +162,6 @@ class Prepared:
                 return False
         return True
 
-
     def graphed(self, device: torch.device) -> bool:
         """On CUDA: every step replays a decode graph (what ``Engine._launch_behind`` needs: a Triton bucket plans
         nothing, a flashinfer bucket plans through the graphs' ring of page-locked buffers, ``attention.plan_ring``;

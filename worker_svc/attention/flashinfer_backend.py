@@ -146,18 +146,16 @@ class FlashInferAttention(AttentionBackend):
         self._wrapper = self.ragged
 
     def plan_decode(self, kv_indptr_host: torch.Tensor, kv_indices: torch.Tensor,
-                    kv_last_page_len_host: torch.Tensor, page_locked: torch.Tensor | None = None) -> None:
+                    kv_last_page_len_host: torch.Tensor, page_locked: torch.Tensor) -> None:
         """Plans a decode batch from a pinned host ``kv_indptr`` (int32 [B+1]), device ``kv_indices`` (int32)
-        and a pinned host ``kv_last_page_len`` (int32 [B], ones). Nothing here waits for the GPU: flashinfer
-        copies the plan from a page-locked buffer asynchronously, so that buffer must not be planned into again
-        before the copy ran. ``page_locked``: the buffer to plan into (uint8, pinned, as large as the wrapper's
-        device int workspace: ``int_workspace_bytes``; a ``plan_ring.PlanRing``'s, which tracks the copies), else
-        the wrapper's own one (the caller then waits for the last copy out of it). flashinfer 0.6.4 plans into the
-        wrapper's ``_pin_memory_int_workspace_buffer`` and reads it nowhere else (``run`` takes the device buffer and
-        the plan's offsets): it points at ``page_locked`` for this plan only (the constructor checks it exists)."""
+        and a pinned host ``kv_last_page_len`` (int32 [B], ones) into ``page_locked`` (uint8, pinned, as large as the
+        wrapper's device int workspace: ``int_workspace_bytes``; a ``plan_ring.PlanRing``'s buffer, which tracks when
+        the copy out of it ran). Nothing here waits for the GPU: flashinfer copies the plan from that buffer
+        asynchronously. flashinfer 0.6.4 plans into the wrapper's ``_pin_memory_int_workspace_buffer`` and reads it
+        nowhere else (``run`` takes the device buffer and the plan's offsets): it points at ``page_locked`` for this
+        plan only (the constructor checks it exists)."""
         own = self.decode._pin_memory_int_workspace_buffer
-        if page_locked is not None:
-            self.decode._pin_memory_int_workspace_buffer = page_locked
+        self.decode._pin_memory_int_workspace_buffer = page_locked
         try:
             self.decode.plan(
                 kv_indptr_host, kv_indices, kv_last_page_len_host,
@@ -178,8 +176,9 @@ class FlashInferAttention(AttentionBackend):
         """Plans causal prefill from pinned host ``qo_indptr`` / ``kv_indptr`` (int32 [B+1]), device
         ``kv_indices`` (int32) and pinned host ``kv_last_page_len`` (int32 [B], ones), one new token or more per
         request. On a CUDA-graph backend (``prefill_graph_buffers``) the first plan fixes the most query rows
-        (flashinfer sizes the captured grid from it); later plans may have fewer, never more (ValueError). The
-        page-locked plan buffer rule of ``plan_decode`` holds here too."""
+        (flashinfer sizes the captured grid from it); later plans may have fewer, never more (ValueError).
+        flashinfer copies the plan out of the wrapper's one page-locked buffer asynchronously: the caller waits for
+        that copy before it plans again (``extend_whole_graph`` keeps an event)."""
         self.prefill.plan(
             qo_indptr_host, kv_indptr_host, kv_indices, kv_last_page_len_host,
             self.n_head, self.kv_heads, self.head_dim, 1,
