@@ -9,7 +9,8 @@ import torch
 from worker_svc.attention.plan_ring import PlanRing
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
-                          reason="CUDA events and page-locked memory: needs a CUDA device")
+                          reason="CUDA events and page-locked memory: needs a CUDA device (the accelerator machine runs it: "
+                                 "bench/results/h200-run28/targets.sh)")
 
 
 @pytest.mark.parametrize("depth,max_depth", [(0, 4), (5, 4)])
