@@ -11,7 +11,10 @@ idles longer than ``--split-s`` (the phases of a benchmark: c64, then c1, ...). 
   before the next Forward reached the worker's servicer (the scheduler had not sent it yet, or it was in
   transit), and ``worker``, the part after (the worker had it: its turn, validation, metadata, plan, launch);
   ``prepared_late``: those whose next Forward's preparation at arrival ended only after the device went idle (it
-  reached the worker too late to be prepared and launched behind in time).
+  reached the worker too late to be prepared and launched behind in time);
+- per kind and launch (``decode turn``, ``decode behind``, ...), the p50 of each stage's time on the worker (the
+  ``marks`` column, logs from session 29 on: from arrival to ``items``, from each mark to the next, from the last
+  to the reply, ``out``): where the host time between arrival and launch, and after the device's end, goes.
 
 ``bench/serve_bench.py`` turns the log on for its worker and adds ``summarize`` of each phase's window to the
 phase's results (``timeline``; the table's ``busy`` column).
@@ -42,6 +45,8 @@ class Fwd:
     end: int
     prepared_ns: int = -1  # when its preparation at arrival ended (-1: none, or a log from before session 28)
     behind: bool = False  # launched behind the Forward ahead
+    marks: tuple[tuple[str, int], ...] = ()  # (stage, us after in_ns) of each mark, in order (session 29 on)
+    out_ns: int = -1  # when its reply was built
 
 
 def read(path: str) -> list[Fwd]:
@@ -51,8 +56,31 @@ def read(path: str) -> list[Fwd]:
         rows = list(csv.DictReader(f, delimiter="\t"))
     out = [Fwd(int(r["seq"]), r["kind"], int(r["rows"]), int(r["tokens"]), int(r["steps"]), int(r["in_ns"]),
                int(r["dev_start_ns"]), int(r["dev_end_ns"]), int(r.get("prepared_ns") or -1),
-               r.get("launch") == "behind") for r in rows if int(r["dev_start_ns"]) >= 0]
+               r.get("launch") == "behind", parse_marks(r.get("marks") or ""), int(r["out_ns"]))
+           for r in rows if int(r["dev_start_ns"]) >= 0]
     return sorted(out, key=lambda f: f.start)
+
+
+def parse_marks(text: str) -> tuple[tuple[str, int], ...]:
+    """The ``marks`` column (``name:us,name:us``) as ((name, us), ...); raises ValueError on a malformed one."""
+    return tuple((name, int(us)) for name, _, us in (m.partition(":") for m in text.split(",") if m))
+
+
+def stages(seg: list[Fwd]) -> dict[str, dict[str, float]]:
+    """Per ``kind launch`` (``decode turn``, ...), the p50 (ms) of each stage: arrival -> first mark, each mark ->
+    the next (named by the later one), last mark -> reply (``out``); only Forwards with marks."""
+    by: dict[str, dict[str, list[float]]] = {}
+    for f in seg:
+        if not f.marks:
+            continue
+        d = by.setdefault(f"{f.kind} {'behind' if f.behind else 'turn'}", {})
+        last = 0
+        for name, us in f.marks:
+            d.setdefault(name, []).append((us - last) / 1e3)
+            last = us
+        if f.out_ns >= 0:
+            d.setdefault("out", []).append(((f.out_ns - f.in_ns) / 1e3 - last) / 1e3)
+    return {k: {name: _p50(xs) for name, xs in d.items()} for k, d in by.items()}
 
 
 def within(fwds: list[Fwd], start_ns: int, end_ns: int) -> list[Fwd]:
@@ -125,7 +153,7 @@ def summarize(seg: list[Fwd]) -> dict:
     for g in gaps.values():
         g["p50_ms"] = _p50(g.pop("all"))
     return {"wall_ms": wall / 1e6, "busy_ms": busy / 1e6, "busy_share": busy / wall if wall else 0.0,
-            "forwards": len(seg), "kinds": kinds, "gaps": gaps}
+            "forwards": len(seg), "kinds": kinds, "gaps": gaps, "stages_p50_ms": stages(seg)}
 
 
 def table(summaries: list[dict]) -> str:
@@ -141,6 +169,8 @@ def table(summaries: list[dict]) -> str:
             lines.append(f"  gap {k:<16} {g['n']:>5} x  {g['ms']:>8.1f} ms (p50 {g['p50_ms']:.3f}): late "
                          f"{g['late_ms']:.1f}, worker {g['worker_ms']:.1f}; prepared after the device idled: "
                          f"{g.get('prepared_late', 0)}")
+        for k, st in sorted(s.get("stages_p50_ms", {}).items()):
+            lines.append(f"  stages {k:<14} p50 ms: " + ", ".join(f"{name} {ms:.2f}" for name, ms in st.items()))
     return "\n".join(lines)
 
 

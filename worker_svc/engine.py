@@ -54,6 +54,7 @@ from worker_svc.one_step import run_one_step
 from worker_svc.request_state import RequestState, SlotTable
 from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
+from worker_svc.marks import Marks
 from worker_svc.pending import PendingForwards
 from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
 from worker_svc.validation import validate_batch
@@ -67,7 +68,8 @@ class ForwardResult:
     device seconds of the model's steps alone (``step_clock.StepClock``; 0.0 when every item was skipped);
     ``device_span_ns``: those steps' (start, end) on ``time.monotonic_ns()``'s clock when the engine has an
     ``origin`` (``forward_log.DeviceOrigin``: the Forward timeline is on), else None. ``prepared_ns`` and ``launch``
-    say when its preparation at arrival ended and whether it was launched behind (the timeline's last columns)."""
+    say when its preparation at arrival ended and whether it was launched behind; ``marks`` when it passed each stage
+    of its way through the engine (``Marks``; the timeline's last columns)."""
 
     outputs: tuple[ForwardOutput, ...]
     forward_seconds: float
@@ -75,6 +77,7 @@ class ForwardResult:
     device_span_ns: tuple[int, int] | None = None
     prepared_ns: int = -1  # time.monotonic_ns() once its metadata (or extend) was prepared at arrival; -1: not
     launch: str = "turn"  # "behind": launched behind the Forward ahead on the device (_launch_behind, _extend_behind)
+    marks: tuple[tuple[str, int], ...] = ()  # (name, time.monotonic_ns()) of each stage it passed (``Marks``)
 
 
 class Engine:
@@ -161,16 +164,17 @@ class Engine:
             raise WorkerError("INVALID_ARGUMENT", f"Forward seq {seq} cannot run after itself (after_seq {after_seq})")
         behind = None  # (steps, clock) of this Forward when it was launched behind the one it follows
         finishing = False  # _finish leaves the pending place itself
+        mark = Marks()
         try:
             if expected_epoch != self.epoch:  # before waiting: a restarted worker never saw after_seq
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.insert_before(seq, before_seq, after_seq)
-            ahead = self._prepare_ahead(items, after_seq)
+            ahead = self._prepare_ahead(items, after_seq, mark)
             extend = self._prepare_extend(items) if ahead is None else None
             prepared_ns = time.monotonic_ns() if ahead is not None or extend is not None else -1
             if ahead is not None and self.launch_behind:
-                behind = self._launch_behind(items, seq, after_seq, ahead, release_ids, on_run)
+                behind = self._launch_behind(items, seq, after_seq, ahead, release_ids, on_run, mark)
             if extend is not None and self.extend_behind and after_seq > 0:
                 behind = self._extend_behind(extend, seq, after_seq, release_ids, on_run)
             self.order.wait_for(after_seq, seq)
@@ -181,14 +185,15 @@ class Engine:
                 t0 = time.perf_counter()  # from the turn: the steps ahead of it are the other Forward's time
                 finishing = True
                 steps, clock = behind
-                outputs = self._finish(steps, (None,) * len(items), seq, release_ids)
+                outputs = self._finish(steps, (None,) * len(items), seq, release_ids, mark)
                 return self._done(seq, ForwardResult(
                     outputs=outputs, forward_seconds=time.perf_counter() - t0, device_seconds=clock.seconds(),
                     device_span_ns=clock.span_ns(self.origin) if self.origin else None, prepared_ns=prepared_ns,
-                    launch="behind"))
+                    launch="behind", marks=tuple(mark.stamps)))
             clock = StepClock(self.device)
             with self._lock:
                 self.pending.wait_empty(seq)
+                mark("turn")
                 if on_run is not None:
                     on_run()
                 self._drop_released(release_ids, seq)
@@ -204,17 +209,18 @@ class Engine:
                                    stored)
                 t0 = time.perf_counter()
                 outputs, steps = self._launch(items, clock, ahead, extend)
+                mark("launched")
                 if steps is not None:
                     self.pending.add(seq, steps)
                     if isinstance(steps, EnqueuedExtend):
                         self.order.launched(seq)  # an extend that follows it may now be launched behind it
             if steps is not None:
                 finishing = True
-                outputs = self._finish(steps, outputs, seq)
+                outputs = self._finish(steps, outputs, seq, mark=mark)
             result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
                                    device_seconds=clock.seconds() if clock.ran else 0.0,
                                    device_span_ns=clock.span_ns(self.origin) if clock.ran and self.origin else None,
-                                   prepared_ns=prepared_ns)
+                                   prepared_ns=prepared_ns, marks=tuple(mark.stamps))
         except BaseException as e:  # recorded for the Forwards that follow this one, then raised
             try:
                 if behind is not None and not finishing:
@@ -230,7 +236,7 @@ class Engine:
         return result
 
     def _launch_behind(self, items: Sequence[ForwardItem], seq: int, after_seq: int, ahead: Prepared,
-                       release_ids: Sequence[str], on_run) -> tuple[EnqueuedSteps, StepClock] | None:
+                       release_ids: Sequence[str], on_run, mark: Marks) -> tuple[EnqueuedSteps, StepClock] | None:
         """Launches multi-step Forward ``seq`` behind Forward ``after_seq`` (enqueued, not yet committed), before that
         one's commit (docs/worker.md, "Launch behind"): waits without the lock for the device to start that one's last
         step (``EnqueuedSteps.near_end``), then, under the lock, validates the batch against the table that commit
@@ -246,6 +252,7 @@ class Engine:
                 return None
         if first.near_end is not None:
             first.near_end.synchronize()  # the device is on its last step: what arrives later goes behind this one
+        mark("near_end")
         with self._lock:
             if self.pending.only(after_seq) is not first:
                 return None  # the one ahead committed meanwhile: the usual turn
@@ -268,6 +275,7 @@ class Engine:
                 on_run()
             clock = StepClock(self.device)
             steps = enqueue_multistep(self, items, clock, ahead, behind=first)
+            mark("launched")
             self.pending.add(seq, steps)
             self.prepared_ahead["behind"] += 1
             return steps, clock
@@ -324,7 +332,7 @@ class Engine:
             with self._lock:
                 self.pending.leave(steps)
 
-    def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int) -> Prepared | None:
+    def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int, mark=lambda name: None) -> Prepared | None:
         """The step metadata of multi-step batch ``items``, built now while Forward ``after_seq`` (enqueued, its
         steps on the device) is not yet committed (``multistep.row_tables`` under the lock, then
         ``multistep.prepare_rows`` without it: the commit ahead never waits for it), so its host work is not between
@@ -342,10 +350,12 @@ class Engine:
                or min(it.slot_ids) < 1 or max(it.slot_ids) >= top for it in items):
             return None  # validation answers it at its turn; nothing is built for a batch it may reject
         with self._lock:  # the tables are read under the lock, the metadata is built outside it
+            mark("locked")
             ahead = self.pending.last(after_seq, EnqueuedSteps)
             if ahead is None or any(it.request_id not in self.requests for it in items):
                 return None
             rows = row_tables(self, items, ahead)
+        mark("tables")
         if rows is None:
             return None
         return prepare_rows(self, items, rows)
@@ -365,7 +375,8 @@ class Engine:
         ``one_step.run_one_step`` runs it eagerly."""
         return not any(g is not None and g.fits(layout) for g in (self.graphs, self.whole_graphs, self.extend_graphs))
 
-    def _finish(self, steps: EnqueuedSteps, outputs, seq: int, release_ids: Sequence[str] = ()) -> tuple[ForwardOutput, ...]:
+    def _finish(self, steps: EnqueuedSteps, outputs, seq: int, release_ids: Sequence[str] = (),
+                mark=lambda name: None) -> tuple[ForwardOutput, ...]:
         """The second part of a multi-step Forward: waits for its steps without the lock, then commits under the
         lock (after dropping ``release_ids``: a Forward launched behind another applies its releases here, after
         that one's commit). It leaves the pending place whatever happens (and wakes the Forwards waiting for their
@@ -376,6 +387,7 @@ class Engine:
             with self._lock:
                 self.pending.leave(steps)
             raise
+        mark("woke")
         with self._lock:  # the commit and the leaving in one hold: no Forward sees it committed and still pending
             try:
                 self._drop_released(release_ids, seq)
@@ -384,6 +396,7 @@ class Engine:
                 return tuple(next(done) if o is None else o for o in outputs)
             finally:
                 self.pending.leave(steps)
+                mark("committed")
 
     def _drop_released(self, request_ids: Sequence[str], seq: int) -> None:
         """Drops the state of ``request_ids`` (lock held) for Forward ``seq``; unknown ids are ignored. With seq > 0

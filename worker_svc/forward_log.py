@@ -14,7 +14,9 @@ PATH (``FIELDS``, in that order):
 - ``prepared_ns``: when its preparation at arrival ended (a multi-step decode's step metadata,
   ``Engine._prepare_ahead``; an eager extend, ``extend_ahead``), ``-1`` when it was not prepared ahead; ``launch``:
   ``behind`` when it was launched behind the Forward ahead on the device, else ``turn``. A decode that arrived early but was not launched behind shows
-  here whether its preparation ended before the Forward ahead did.
+  here whether its preparation ended before the Forward ahead did;
+- ``marks``: when it passed each stage on its way (``items``: the servicer converted its items, then
+  ``engine.Marks``' stages), as ``name:us`` after ``in_ns``, comma-separated ("" for a rejected Forward).
 
 The device span starts where the engine's ``StepClock`` starts (after the extend's plan, before the decode graphs'
 metadata copy), so the host work before it shows as a gap between two Forwards' spans. ``bench/forward_timeline.py``
@@ -35,7 +37,7 @@ from worker_svc.types import ForwardItem
 
 ENV = "CODESERVE_FORWARD_LOG"
 FIELDS = ("seq", "after_seq", "kind", "rows", "tokens", "steps", "in_ns", "out_ns", "dev_start_ns", "dev_end_ns",
-          "prepared_ns", "launch")
+          "prepared_ns", "launch", "marks")
 
 
 class DeviceOrigin:
@@ -76,16 +78,17 @@ class ForwardLog:
 
     def record(self, seq: int, after_seq: int, items: Sequence[ForwardItem], in_ns: int, out_ns: int,
                span_ns: tuple[int, int] | None, rejected: bool = False, prepared_ns: int = -1,
-               launch: str = "turn") -> None:
+               launch: str = "turn", marks: Sequence[tuple[str, int]] = ()) -> None:
         """One Forward: its items, when the servicer took and answered it (monotonic ns), its device span (None:
-        nothing ran), when its preparation at arrival ended (-1: none) and how it was launched (``behind`` /
-        ``turn``)."""
+        nothing ran), when its preparation at arrival ended (-1: none), how it was launched (``behind`` /
+        ``turn``) and its ``marks`` ((name, monotonic ns) of each stage passed)."""
         kind = "rejected" if rejected else kind_of(items)
         tokens = sum(len(it.slot_ids) for it in items)
         steps = max((it.decode_steps for it in items), default=0)
         start, end = span_ns if span_ns is not None else (-1, -1)
         line = "\t".join(str(v) for v in (seq, after_seq, kind, len(items), tokens, steps, in_ns, out_ns, start, end,
-                                          prepared_ns, launch))
+                                          prepared_ns, launch,
+                                          ",".join(f"{name}:{(ns - in_ns) // 1000}" for name, ns in marks)))
         with self._lock:
             self._out.write(line + "\n")
 

@@ -116,6 +116,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         for rid in firsts:  # an admission's first chunk (hop tracing: common/hop_trace.py)
             hop_trace.mark(rid, "forward_in")
         items = [item_from_proto(m) for m in request.items]
+        items_ns = time.monotonic_ns()
         try:
             res = self.engine.forward(items, request.expected_epoch,
                                       seq=request.seq, after_seq=request.after_seq,
@@ -138,7 +139,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         reply = response_to_proto(res.outputs, res.forward_seconds, res.device_seconds)
         if self.forward_log is not None:
             self.forward_log.record(request.seq, request.after_seq, items, in_ns, time.monotonic_ns(), res.device_span_ns,
-                                    prepared_ns=res.prepared_ns, launch=res.launch)
+                                    prepared_ns=res.prepared_ns, launch=res.launch,
+                                    marks=(("items", items_ns),) + res.marks)
         return reply
 
     def Release(self, request, context):

@@ -58,6 +58,14 @@ def test_each_forward_is_one_line_with_its_kind_sizes_and_device_span(logged):
     # extend had answered) and the rejected Forward were not; none was launched behind
     assert int(rows[0]["in_ns"]) <= int(rows[0]["prepared_ns"]) <= int(rows[0]["dev_start_ns"])
     assert [r["prepared_ns"] for r in rows[1:]] == ["-1", "-1"] and [r["launch"] for r in rows] == ["turn"] * 3
+    # each stage's mark, in order, within [in, out]: the multi-step decode waits for its steps and commits
+    marks = [forward_timeline.parse_marks(r["marks"]) for r in rows]
+    assert [name for name, _ in marks[1]] == ["items", "locked", "turn", "launched", "woke", "committed"]
+    assert [name for name, _ in marks[0]] == ["items", "turn", "launched", "woke", "committed"]
+    assert marks[2] == ()  # rejected: no marks
+    for r, m in zip(rows[:2], marks):
+        us = [u for _, u in m]
+        assert us == sorted(us) and 0 <= us[0] and us[-1] <= (int(r["out_ns"]) - int(r["in_ns"])) // 1000
 
     (seg,) = forward_timeline.segments(forward_timeline.read(log.path), split_ns=10**9)
     s = forward_timeline.summarize(seg)
@@ -68,6 +76,9 @@ def test_each_forward_is_one_line_with_its_kind_sizes_and_device_span(logged):
     (gap,) = s["gaps"].values()
     assert gap["n"] == 1 and gap["ms"] == pytest.approx((spans[1][0] - spans[0][1]) / 1e6)
     assert gap["late_ms"] + gap["worker_ms"] == pytest.approx(gap["ms"])
+    st = s["stages_p50_ms"]["decode turn"]
+    assert list(st) == ["items", "locked", "turn", "launched", "woke", "committed", "out"]
+    assert st["launched"] == pytest.approx((marks[1][3][1] - marks[1][2][1]) / 1e3)
 
 
 def _fwd(seq, kind, in_ms, start_ms, end_ms):
