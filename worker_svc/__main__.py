@@ -78,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "flashinfer's choice above, as measured on the H200 (extend_whole_graph.prefill_backend_for)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="CUDA: the Triton kernels as programmatic dependent launches (--no-pdl: plain launches)")
+    ap.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
+                    help="freeze the start-up heap once serving (common/gc_pauses.py): the collector's full passes "
+                         "skip the model's and the libraries' objects")
+    ap.add_argument("--switch-interval-us", type=float, default=None,
+                    help="this process's thread switch interval, microseconds (default: CODESERVE_SWITCH_INTERVAL_US "
+                         "when set, else CPython's 5 ms; common/switch_interval.py)")
     args = ap.parse_args(argv)
     check_ranges(ap, args)
     return args
@@ -109,6 +115,8 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--splitk-rows must be in [0, 256] (got {args.splitk_rows})")
     if not -2**63 <= args.seed < 2**64:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
+    if args.switch_interval_us is not None and not (math.isfinite(args.switch_interval_us) and args.switch_interval_us > 0):
+        ap.error(f"--switch-interval-us must be a finite number > 0 (got {args.switch_interval_us})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)
     info = engine.info()
+    from common import gc_pauses
+    gc_pauses.PauseLog(log).install()
+    if args.switch_interval_us is not None:  # this process only (CODESERVE_SWITCH_INTERVAL_US sets every service's)
+        sys.setswitchinterval(args.switch_interval_us / 1e6)
+        switch_s = sys.getswitchinterval()
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -150,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         engine.origin = DeviceOrigin(engine.device)
         log.info("forward_log", path=path)
     running = grpc_server.start(lambda s: add_to_server(engine, s, log, forward_log), [SERVICE_NAME], args.listen)
-    log.info("serving", switch_interval_s=switch_s, port=running.port, **{k: v for k, v in info.__dict__.items()})
+    frozen = gc_pauses.freeze_startup_heap() if args.gc_freeze else 0
+    log.info("serving", switch_interval_s=switch_s, gc_frozen=frozen, port=running.port, **{k: v for k, v in info.__dict__.items()})
     stop.wait()
     running.set_serving(False, ["", SERVICE_NAME])
     log.info("draining", seconds=DRAIN_SECONDS)
