@@ -86,7 +86,8 @@ class Engine:
     def __init__(self, cfg: ModelConfig, model: GPTBigCodeForCausalLM, kv_pool: KVPool, backend: AttentionBackend,
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
                  extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True,
-                 launch_behind: bool = True, extend_ahead: bool = True, extend_behind: bool = True):
+                 launch_behind: bool = True, extend_ahead: bool = True, extend_behind: bool = True,
+                 launch_lead_steps: int = 2):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
         that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.
@@ -100,7 +101,11 @@ class Engine:
         not at its turn.
         ``extend_behind``: such a batch that follows another one enqueued and not yet committed is launched
         behind it on the device (``_extend_behind``; needs ``extend_ahead``)."""
+        if launch_lead_steps < 1:
+            raise ValueError(f"launch_lead_steps must be >= 1, got {launch_lead_steps}")
         self.prepare_ahead, self.launch_behind, self.extend_ahead = prepare_ahead, launch_behind, extend_ahead
+        # a Forward behind a multi-step one launches once the device starts that one's step K - launch_lead_steps
+        self.launch_lead_steps = launch_lead_steps
         self.extend_behind = extend_behind
         # multi-step launches, by where their metadata came from; "behind": those launched behind the one ahead
         self.prepared_ahead = {"used": 0, "built_at_launch": 0, "behind": 0}
@@ -238,37 +243,29 @@ class Engine:
     def _launch_behind(self, items: Sequence[ForwardItem], seq: int, after_seq: int, ahead: Prepared,
                        release_ids: Sequence[str], on_run, mark: Marks) -> tuple[EnqueuedSteps, StepClock] | None:
         """Launches multi-step Forward ``seq`` behind Forward ``after_seq`` (enqueued, not yet committed), before that
-        one's commit (docs/worker.md, "Launch behind"): waits without the lock for the device to start that one's last
-        step (``EnqueuedSteps.near_end``), then, under the lock, validates the batch against the table that commit
-        will leave (``multistep.assumed_table``), marks it started (``ForwardOrder.start_early``) and enqueues its
-        steps, first inputs read from that one's tokens on the device (``multistep.behind_inputs``); rows the commit
+        one's commit (docs/worker.md, "Launch behind"): under the lock, validates the batch against the table that
+        commit will leave (``multistep.assumed_table``); waits without the lock for the device to start that one's
+        step ``launch_lead_steps`` from its end (``EnqueuedSteps.near_end``); then, under the lock, checks again that
+        nothing it assumed changed, marks it started (``ForwardOrder.start_early``) and enqueues its steps, first inputs read from that one's tokens on the device (``multistep.behind_inputs``); rows the commit
         stops or cuts short are answered skipped at its own commit (``EnqueuedSteps.expect``). Returns (steps, clock),
         or None (nothing launched: the Forward takes its turn) when the one ahead is no longer the only pending one,
         a row's request was stopped, released, is not the state the one ahead runs or runs there with an explicit
         input, the batch releases its own requests, or on CUDA a step would run eagerly (``Prepared.graphed``)."""
         with self._lock:
             first = self.pending.only(after_seq)
-            if first is None:
+            if first is None or not self._fits_behind(items, ahead, first, release_ids):
                 return None
-        if first.near_end is not None:
-            first.near_end.synchronize()  # the device is on its last step: what arrives later goes behind this one
-        mark("near_end")
-        with self._lock:
-            if self.pending.only(after_seq) is not first:
-                return None  # the one ahead committed meanwhile: the usual turn
-            running = {it.request_id: st for it, st in zip(first.items, first.states)}
-            ids = {it.request_id for it in items}
-            if any(st is None or self.requests.get(it.request_id) is not st or st.stopped
-                   or (it.request_id in running and (running[it.request_id] is not st or not it.input_from_last_sample))
-                   for it, st in zip(ahead.rows.its, ahead.rows.states)):
-                return None  # (an explicit input for a request N runs: N may stop it, which its turn answers otherwise)
-            if ids.intersection(release_ids) or not ahead.graphed(self.device):
-                return None
-            try:
+            try:  # before the wait: the table it assumes changes only by that commit or a release (checked after)
                 validate_batch(items, self.epoch, self.epoch, self.cfg, self.kv_pool.pool_slots,
                                assumed_table(self.requests, first), frozenset())
             except WorkerError:
                 return None  # its own turn validates it against the committed table and answers the error
+        if first.near_end is not None:
+            first.near_end.synchronize()  # the device is near its end: what arrives later goes behind this one
+        mark("near_end")
+        with self._lock:
+            if self.pending.only(after_seq) is not first or not self._fits_behind(items, ahead, first, release_ids):
+                return None  # the one ahead committed meanwhile (the usual turn), or a row's request was released
             if not self.order.start_early(seq, after_seq):
                 return None
             if on_run is not None:
@@ -279,6 +276,19 @@ class Engine:
             self.pending.add(seq, steps)
             self.prepared_ahead["behind"] += 1
             return steps, clock
+
+    def _fits_behind(self, items: Sequence[ForwardItem], ahead: Prepared, first: EnqueuedSteps,
+                     release_ids: Sequence[str]) -> bool:
+        """(Lock held.) True when multi-step batch ``items`` (its metadata ``ahead``) may launch behind pending
+        Forward ``first``: every row's request is the state ``ahead`` was built on, not stopped, and, where ``first``
+        runs it, the same state with its input from ``first``'s last sample; the batch releases none of its own
+        requests; on CUDA every step replays a graph (``Prepared.graphed``)."""
+        running = {it.request_id: st for it, st in zip(first.items, first.states)}
+        if any(st is None or self.requests.get(it.request_id) is not st or st.stopped
+               or (it.request_id in running and (running[it.request_id] is not st or not it.input_from_last_sample))
+               for it, st in zip(ahead.rows.its, ahead.rows.states)):
+            return False  # (an explicit input for a request N runs: N may stop it, which its turn answers otherwise)
+        return not {it.request_id for it in items}.intersection(release_ids) and ahead.graphed(self.device)
 
     def _extend_behind(self, extend: PreparedExtend, seq: int, after_seq: int, release_ids: Sequence[str],
                        on_run) -> tuple[EnqueuedExtend, StepClock] | None:

@@ -63,7 +63,8 @@ class EnqueuedSteps:
     token of step j; ``host_toks``/``host_lps``: their asynchronous copies (page-locked on CUDA), valid once
     ``wait()`` returned. ``states``: the request state each row was validated against (None for a ``has_prefix``
     row), so a row whose request was released meanwhile is answered ``skipped`` instead of committed. ``near_end``:
-    a CUDA event recorded before the last step's launch (None on the CPU or for one step), which a Forward launched
+    a CUDA event recorded before the launch of step ``K - engine.launch_lead_steps`` (the first when K is no larger;
+    None on the CPU or for one step), which a Forward launched
     behind this one waits for (``Engine._launch_behind``). ``expect``: for a Forward launched behind another
     (``launch_behind``), each row's (table length, commits) that the Forward ahead's commit must leave for the row's
     steps to stand; a row whose state differs at the commit (the Forward ahead stopped it, or cut it short) is
@@ -72,7 +73,7 @@ class EnqueuedSteps:
     def __init__(self, items, order, states, toks, lps, near_end=None, expect=None):
         self.items, self.order, self.states = items, order, states
         self.toks, self.lps = toks, lps
-        self.near_end = near_end  # a CUDA event that completes when the device starts the last step (None: CPU)
+        self.near_end = near_end  # CUDA event: the device started step K - lead (None: CPU, one step)
         self.expect = expect  # launched behind: (table length, commits) each row's state must have at the commit
         cuda = toks.device.type == "cuda"
         self.host_toks = _host_copy(toks, cuda)
@@ -248,8 +249,8 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
     # buffer and copies it to the device asynchronously: the next plan must not overwrite it before that copy ran)
     clock.start()
     for j in range(steps):
-        if j == steps - 1 and steps > 1 and dev.type == "cuda":
-            near_end = torch.cuda.Event()  # completes when the device starts the last step (a Forward behind waits)
+        if j == max(steps - engine.launch_lead_steps, 0) and steps > 1 and dev.type == "cuda":
+            near_end = torch.cuda.Event()  # completes when the device starts step K - lead (a Forward behind waits)
             near_end.record()
         n = active[j]
         ids = cur[:n]

@@ -14,6 +14,7 @@ import pytest
 from tests.worker.helpers import make_engine
 from tests.worker.test_multistep_in_flight import K, WAIT_S, Held, _decode, _prefill, _started
 from worker_svc import multistep
+from worker_svc.engine import Engine
 from worker_svc.types import ForwardItem, WorkerError
 
 
@@ -267,3 +268,16 @@ def test_an_explicit_input_row_of_a_request_the_forward_ahead_runs_waits_for_its
     assert [_tokens(out1), _tokens(out2)] == want and want[1][0] is not None
     assert list(eng.requests["r0"].slots) == list(ref.requests["r0"].slots)
     assert eng.prepared_ahead["behind"] == 0
+
+
+def test_the_launch_lead_is_at_least_one_step(model_dir):
+    """``launch_lead_steps`` < 1 (a launch behind after the one ahead's last step started would be no earlier than
+    its turn) is refused by the engine and by the worker's command line."""
+    eng = make_engine(model_dir)
+    with pytest.raises(ValueError, match="launch_lead_steps must be >= 1"):
+        Engine(eng.cfg, eng.model, eng.kv_pool, eng.backend, epoch="epoch-1", launch_lead_steps=0)
+    from worker_svc.__main__ import parse_args
+    with pytest.raises(SystemExit):
+        parse_args(["--model-path", str(model_dir), "--launch-lead-steps", "0"])
+    assert parse_args(["--model-path", str(model_dir)]).launch_lead_steps == 2
+
