@@ -53,11 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="such a Forward is also launched behind the one it follows on the device, when the device "
                          "reaches that one's step --launch-lead-steps from its end, before its commit (worker_svc/engine.py: _launch_behind; "
                          "on CUDA when every step replays a decode graph; needs --prepare-ahead; --no-launch-behind for the A/B)")
-    ap.add_argument("--launch-lead-steps", type=int, default=2,
+    ap.add_argument("--launch-lead-steps", type=int, default=1,
                     help="a Forward launched behind another starts its launch when the device starts the step this "
-                         "many from that one's end (1: its last step). 2 (default): a 256-row launch (~4 ms of host "
-                         "work on the H100 host) ends before the one ahead does; an arrival's extend that reaches the "
-                         "worker after then waits for the Forward launched behind (one more step than with 1)")
+                         "many from that one's end (1, default: its last step). 2: a 256-row launch (~3-4 ms of host "
+                         "work on the H100 host, a step ~3.3 ms) ends before the one ahead does (H100, session 29: c256 "
+                         "decode gaps -50 ms a phase), but an arrival's extend reaching the worker in that step waits for "
+                         "the whole Forward launched behind (c64 -1.1k tok/s, TTFT p50 +40 ms)")
     ap.add_argument("--extend-ahead", action=argparse.BooleanOptionalAction, default=True,
                     help="an eager extend whose items bring their prefixes (fresh prompts) or continue a prompt "
                          "(launched behind only) is validated, laid out and "

@@ -43,7 +43,7 @@ class WorkerOptions:
     ragged_prefill: bool = True  # eager extends without a cached prefix: flashinfer's ragged prefill (attention/ragged)
     prepare_ahead: bool = True  # a chained multi-step Forward builds its step metadata while the one ahead runs
     launch_behind: bool = True  # ... and is launched behind it on the device before its commit (Engine._launch_behind)
-    launch_lead_steps: int = 2  # ... once the device starts the step this many from the end of the one ahead
+    launch_lead_steps: int = 1  # ... once the device starts the step this many from the end of the one ahead
     extend_ahead: bool = True  # an eager extend of items with their prefixes is validated and laid out at arrival
     extend_behind: bool = True  # ... and launched behind the extend ahead of it before that one's commit
     extend_attention: str = "auto"  # the whole extend graphs' flashinfer prefill: fa2, fa3, auto (prefill_backend_for)

@@ -87,7 +87,7 @@ class Engine:
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
                  extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True,
                  launch_behind: bool = True, extend_ahead: bool = True, extend_behind: bool = True,
-                 launch_lead_steps: int = 2):
+                 launch_lead_steps: int = 1):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
         that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.

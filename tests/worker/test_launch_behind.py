@@ -279,5 +279,5 @@ def test_the_launch_lead_is_at_least_one_step(model_dir):
     from worker_svc.__main__ import parse_args
     with pytest.raises(SystemExit):
         parse_args(["--model-path", str(model_dir), "--launch-lead-steps", "0"])
-    assert parse_args(["--model-path", str(model_dir)]).launch_lead_steps == 2
+    assert parse_args(["--model-path", str(model_dir)]).launch_lead_steps == 1
 
