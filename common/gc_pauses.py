@@ -11,16 +11,22 @@ start-up heap, ``gc.freeze``, changed no figure: not kept).
 from __future__ import annotations
 
 import gc
+import json
+import os
 import time
 
 
 class PauseLog:
-    """Logs (``log.warning("gc_pause", ...)``, a structlog logger) each collection of at least ``threshold_s``
-    seconds: its generation, duration (ms) and the objects it collected; ``pauses`` counts them. ``install`` hooks
-    it into ``gc.callbacks``; ``remove`` unhooks it."""
+    """Writes one JSON line (``{"service", "event": "gc_pause", "level": "warning", "generation", "ms", "collected"}``)
+    to file descriptor ``fd`` for each collection of at least ``threshold_s`` seconds; ``pauses`` counts them.
+    ``install`` hooks it into ``gc.callbacks``; ``remove`` unhooks it.
 
-    def __init__(self, log, threshold_s: float = 0.01) -> None:
-        self.log, self.threshold_s = log, threshold_s
+    A collection runs its callbacks in whichever thread allocated, possibly inside a logger's write while it holds
+    its stream's lock, so the line goes out with one ``os.write`` (no Python-level lock, no logger): a structlog call
+    there could wait forever on a lock its own thread holds."""
+
+    def __init__(self, service: str, fd: int = 2, threshold_s: float = 0.01) -> None:
+        self.service, self.fd, self.threshold_s = service, fd, threshold_s
         self.pauses = 0
         self._t0 = 0.0
 
@@ -31,8 +37,10 @@ class PauseLog:
         took = time.perf_counter() - self._t0
         if took >= self.threshold_s:
             self.pauses += 1
-            self.log.warning("gc_pause", generation=info.get("generation"), ms=round(took * 1e3, 2),
-                             collected=info.get("collected"))
+            line = json.dumps({"service": self.service, "event": "gc_pause", "level": "warning",
+                               "generation": info.get("generation"), "ms": round(took * 1e3, 2),
+                               "collected": info.get("collected")})
+            os.write(self.fd, (line + "\n").encode())
 
     def install(self) -> "PauseLog":
         gc.callbacks.append(self)

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = build_engine(opts)
     info = engine.info()
     from common import gc_pauses
-    gc_pauses.PauseLog(log).install()  # collections >= 10 ms logged (none seen while serving: session 29)
+    gc_pauses.PauseLog("worker").install()  # collections >= 10 ms logged (none seen while serving: session 29)
     stop = threading.Event()
 
     def on_signal(signum, frame):

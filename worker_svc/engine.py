@@ -100,7 +100,10 @@ class Engine:
         validated and laid out, its inputs copied, at arrival, outside the lock (``extend_ahead.prepare_extend``),
         not at its turn.
         ``extend_behind``: such a batch that follows another one enqueued and not yet committed is launched
-        behind it on the device (``_extend_behind``; needs ``extend_ahead``)."""
+        behind it on the device (``_extend_behind``; needs ``extend_ahead``).
+        ``launch_lead_steps`` (>= 1, else ValueError): a Forward launched behind a multi-step one starts its launch
+        when the device starts that one's step ``K - launch_lead_steps`` (1: its last step; ``EnqueuedSteps.near_end``).
+        An extend inserted ahead (``before_seq``) that reaches the worker after then runs after the launched one."""
         if launch_lead_steps < 1:
             raise ValueError(f"launch_lead_steps must be >= 1, got {launch_lead_steps}")
         self.prepare_ahead, self.launch_behind, self.extend_ahead = prepare_ahead, launch_behind, extend_ahead
@@ -246,7 +249,8 @@ class Engine:
         one's commit (docs/worker.md, "Launch behind"): under the lock, validates the batch against the table that
         commit will leave (``multistep.assumed_table``); waits without the lock for the device to start that one's
         step ``launch_lead_steps`` from its end (``EnqueuedSteps.near_end``); then, under the lock, checks again that
-        nothing it assumed changed, marks it started (``ForwardOrder.start_early``) and enqueues its steps, first inputs read from that one's tokens on the device (``multistep.behind_inputs``); rows the commit
+        nothing it assumed changed (``_fits_behind``), marks it started (``ForwardOrder.start_early``) and enqueues
+        its steps, first inputs read from that one's tokens on the device (``multistep.behind_inputs``); rows the commit
         stops or cuts short are answered skipped at its own commit (``EnqueuedSteps.expect``). Returns (steps, clock),
         or None (nothing launched: the Forward takes its turn) when the one ahead is no longer the only pending one,
         a row's request was stopped, released, is not the state the one ahead runs or runs there with an explicit

@@ -16,7 +16,9 @@ PATH (``FIELDS``, in that order):
   ``behind`` when it was launched behind the Forward ahead on the device, else ``turn``. A decode that arrived early but was not launched behind shows
   here whether its preparation ended before the Forward ahead did;
 - ``marks``: when it passed each stage on its way (``items``: the servicer converted its items, then
-  ``engine.Marks``' stages), as ``name:us`` after ``in_ns``, comma-separated ("" for a rejected Forward).
+  ``worker_svc.marks.Marks``' stages; each stage's p50 in ``bench/forward_timeline.py`` is named by its later mark,
+  so a stage's interval depends on the path the Forward took), as ``name:us`` after ``in_ns``, comma-separated
+  ("" for a rejected Forward). A file written before this column existed gets no new header: start a new file.
 
 The device span starts where the engine's ``StepClock`` starts (after the extend's plan, before the decode graphs'
 metadata copy), so the host work before it shows as a gap between two Forwards' spans. ``bench/forward_timeline.py``

@@ -14,7 +14,7 @@ N+1 has already started, E runs after its own after_seq as usual. The registrati
 under the same lock as N+1's start, so there is no window in which both are runnable and N+1 wins a race.
 
 Launch behind (``start_early``): a decode N+1 may start before N completed, launched behind it on the device
-(``Engine._launch_behind``, when the device reaches N's last step); it then counts as started, and an E arriving
+(``Engine._launch_behind``, when the device reaches N's step ``K - launch_lead_steps``); it then counts as started, and an E arriving
 later runs after it. An extend N enqueued in two parts (``worker_svc/extend_behind.py``) is marked ``launched`` once
 its work is on the device and its commit is to come: an extend N+1 that reached the worker earlier waits for that
 (``wait_launched``) to be launched behind it (``Engine._extend_behind``).

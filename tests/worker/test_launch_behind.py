@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import pytest
 
@@ -74,6 +75,9 @@ def test_a_forward_launched_behind_gives_the_tokens_and_tables_of_forwards_run_o
     # what the Forward timeline logs of them: Forward 2 prepared at arrival and launched behind, Forward 1 neither
     assert (out1["result"].launch, out1["result"].prepared_ns) == ("turn", -1)
     assert out2["result"].launch == "behind" and out2["result"].prepared_ns > 0
+    # its marks: prepared and validated at arrival, the wait, the launch behind; no turn of its own
+    assert [n for n, _ in out2["result"].marks] == ["locked", "tables", "near_end", "launched", "woke", "committed"]
+    assert [n for n, _ in out1["result"].marks] == ["turn", "launched", "woke", "committed"]
     # the worker serves the next chained Forward (after 2) as usual
     (o,) = [eng.forward(_decode(ps, at, 2), "epoch-1", seq=3, after_seq=2)]
     assert all(len(x.next_token_ids) == K for x in o.outputs)
@@ -271,8 +275,8 @@ def test_an_explicit_input_row_of_a_request_the_forward_ahead_runs_waits_for_its
 
 
 def test_the_launch_lead_is_at_least_one_step(model_dir):
-    """``launch_lead_steps`` < 1 (a launch behind after the one ahead's last step started would be no earlier than
-    its turn) is refused by the engine and by the worker's command line."""
+    """``launch_lead_steps`` < 1 (no step would record the event the Forward behind waits for: it would launch at
+    once, before the Forward ahead even started) is refused by the engine and by the worker's command line."""
     eng = make_engine(model_dir)
     with pytest.raises(ValueError, match="launch_lead_steps must be >= 1"):
         Engine(eng.cfg, eng.model, eng.kv_pool, eng.backend, epoch="epoch-1", launch_lead_steps=0)
@@ -281,3 +285,92 @@ def test_the_launch_lead_is_at_least_one_step(model_dir):
         parse_args(["--model-path", str(model_dir), "--launch-lead-steps", "0"])
     assert parse_args(["--model-path", str(model_dir)]).launch_lead_steps == 1
 
+
+class _Event:
+    """Stands for the Forward ahead's ``near_end`` CUDA event on the CPU: ``synchronize()`` runs ``fn`` once (what
+    happens while a Forward launched behind waits for the device)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def synchronize(self):
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
+def _with_near_end(monkeypatch, fn):
+    """The first Forward's steps get a ``_Event(fn)`` as ``near_end``."""
+    init = multistep.EnqueuedSteps.__init__
+    made = []
+
+    def patched(self, *a, **kw):
+        init(self, *a, **kw)
+        if not made:  # the first Forward's steps only
+            made.append(self)
+            self.near_end = _Event(fn)
+
+    monkeypatch.setattr(multistep.EnqueuedSteps, "__init__", patched)
+
+
+def test_a_release_during_the_wait_sends_it_to_its_turn(model_dir, prompts, monkeypatch):
+    """A row's request released while Forward 2 waits on the device event (validated before the wait): the check
+    after it (``Engine._fits_behind``) sends Forward 2 to its turn, which answers NOT_FOUND."""
+    ps = prompts[:3]
+    at = len(sum(ps, [])) + 1
+    forwards = [_decode(ps, at, 0), _decode(ps, at, 1)]
+    eng = make_engine(model_dir)
+    _prefill(eng, ps)
+    _with_near_end(monkeypatch, lambda: eng.release(["r1"]))
+    held = Held(monkeypatch)
+    t1, out1 = _started(lambda: eng.forward(forwards[0], "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    t2, out2 = _started(lambda: eng.forward(forwards[1], "epoch-1", seq=2, after_seq=1))
+    time.sleep(1.0)  # Forward 2 waited on the event (the release ran there) and now waits for its turn
+    held.release.set()
+    for t in (t1, t2):
+        t.join(WAIT_S)
+    assert eng.prepared_ahead["behind"] == 0
+    assert isinstance(out2.get("error"), WorkerError) and out2["error"].code == "NOT_FOUND"
+
+
+def test_a_commit_ahead_during_the_wait_sends_it_to_its_turn(model_dir, prompts, monkeypatch):
+    """Forward 1 commits while Forward 2 waits on near_end (its outcome recorded only once Forward 2 decided):
+    Forward 2 takes its turn, not a launch behind a committed Forward."""
+    ps = prompts[:3]
+    at = len(sum(ps, [])) + 1
+    forwards = [_decode(ps, at, 0), _decode(ps, at, 1)]
+    eng = make_engine(model_dir)
+    _prefill(eng, ps)
+    held = Held(monkeypatch)
+    decided = threading.Event()
+
+    def commit_ahead():
+        held.release.set()
+        deadline = time.monotonic() + WAIT_S
+        while eng.pending and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert not eng.pending
+
+    _with_near_end(monkeypatch, commit_ahead)
+    wait_for, done = eng.order.wait_for, eng.order.done
+
+    def patched_wait_for(after_seq, seq):
+        if seq == 2:
+            decided.set()
+        return wait_for(after_seq, seq)
+
+    def patched_done(seq, failure=""):
+        if seq == 1:
+            assert decided.wait(WAIT_S)
+        return done(seq, failure)
+
+    monkeypatch.setattr(eng.order, "wait_for", patched_wait_for)
+    monkeypatch.setattr(eng.order, "done", patched_done)
+    t1, out1 = _started(lambda: eng.forward(forwards[0], "epoch-1", seq=1))
+    assert held.inside.wait(WAIT_S)
+    t2, out2 = _started(lambda: eng.forward(forwards[1], "epoch-1", seq=2, after_seq=1))
+    for t in (t1, t2):
+        t.join(WAIT_S)
+    assert "error" not in out1 and "error" not in out2, (out1, out2)
+    assert eng.prepared_ahead["behind"] == 0 and out2["result"].launch == "turn"
