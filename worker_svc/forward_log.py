@@ -13,8 +13,8 @@ PATH (``FIELDS``, in that order):
   or a rejected Forward, which is logged with kind ``rejected``);
 - ``prepared_ns``: when its preparation at arrival ended (a multi-step decode's step metadata,
   ``Engine._prepare_ahead``; an eager extend, ``extend_ahead``), ``-1`` when it was not prepared ahead; ``launch``:
-  ``behind`` when it was launched behind the Forward ahead on the device, else ``turn``. A decode that arrived early but was not launched behind shows
-  here whether its preparation ended before the Forward ahead did;
+  ``behind`` when it was launched behind the Forward ahead on the device, else ``turn``. A decode that arrived
+  early but was not launched behind shows here whether its preparation ended before the Forward ahead did;
 - ``marks``: when it passed each stage on its way (``items``: the servicer converted its items, then
   ``worker_svc.marks.Marks``' stages; each stage's p50 in ``bench/forward_timeline.py`` is named by its later mark,
   so a stage's interval depends on the path the Forward took), as ``name:us`` after ``in_ns``, comma-separated
