@@ -282,6 +282,9 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--no-prepare-ahead": PREPARE_AHEAD,
         "--launch-behind": LAUNCH_BEHIND,
         "--no-launch-behind": LAUNCH_BEHIND,
+        "--launch-lead-steps": ("1 (its default) is the measured trade: 2 took ~50 ms of decode gaps off an H100 c256 "
+                                "phase but cost c64 ~1.1k tok/s (session 29, bench/README.md); an A/B switch for "
+                                "bench/serve_bench --worker-flags"),
         "--extend-ahead": EXTEND_AHEAD,
         "--no-extend-ahead": EXTEND_AHEAD,
         "--extend-behind": EXTEND_BEHIND,
