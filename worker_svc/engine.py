@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -56,28 +55,10 @@ from worker_svc.step_clock import StepClock
 from worker_svc.ordering import ForwardOrder
 from worker_svc.marks import Marks
 from worker_svc.pending import PendingForwards
-from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, WorkerError
+from worker_svc.types import EngineInfo, ForwardItem, ForwardOutput, ForwardResult, WorkerError
 from worker_svc.validation import validate_batch
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-@dataclass(frozen=True)
-class ForwardResult:
-    """Outputs in item order, the seconds spent in the model and the sampler (host work included), and the
-    device seconds of the model's steps alone (``step_clock.StepClock``; 0.0 when every item was skipped);
-    ``device_span_ns``: those steps' (start, end) on ``time.monotonic_ns()``'s clock when the engine has an
-    ``origin`` (``forward_log.DeviceOrigin``: the Forward timeline is on), else None. ``prepared_ns`` and ``launch``
-    say when its preparation at arrival ended and whether it was launched behind; ``marks`` when it passed each stage
-    of its way through the engine (``Marks``; the timeline's last columns)."""
-
-    outputs: tuple[ForwardOutput, ...]
-    forward_seconds: float
-    device_seconds: float = 0.0
-    device_span_ns: tuple[int, int] | None = None
-    prepared_ns: int = -1  # time.monotonic_ns() once its metadata (or extend) was prepared at arrival; -1: not
-    launch: str = "turn"  # "behind": launched behind the Forward ahead on the device (_launch_behind, _extend_behind)
-    marks: tuple[tuple[str, int], ...] = ()  # (name, time.monotonic_ns()) of each stage it passed (``Marks``)
 
 
 class Engine:
@@ -224,7 +205,7 @@ class Engine:
                         self.order.launched(seq)  # an extend that follows it may now be launched behind it
             if steps is not None:
                 finishing = True
-                outputs = self._finish(steps, outputs, seq, mark=mark)
+                outputs = self._finish(steps, outputs, seq, (), mark)
             result = ForwardResult(outputs=outputs, forward_seconds=time.perf_counter() - t0,
                                    device_seconds=clock.seconds() if clock.ran else 0.0,
                                    device_span_ns=clock.span_ns(self.origin) if clock.ran and self.origin else None,
@@ -346,7 +327,7 @@ class Engine:
             with self._lock:
                 self.pending.leave(steps)
 
-    def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int, mark=lambda name: None) -> Prepared | None:
+    def _prepare_ahead(self, items: Sequence[ForwardItem], after_seq: int, mark: Marks) -> Prepared | None:
         """The step metadata of multi-step batch ``items``, built now while Forward ``after_seq`` (enqueued, its
         steps on the device) is not yet committed (``multistep.row_tables`` under the lock, then
         ``multistep.prepare_rows`` without it: the commit ahead never waits for it), so its host work is not between
@@ -389,8 +370,8 @@ class Engine:
         ``one_step.run_one_step`` runs it eagerly."""
         return not any(g is not None and g.fits(layout) for g in (self.graphs, self.whole_graphs, self.extend_graphs))
 
-    def _finish(self, steps: EnqueuedSteps, outputs, seq: int, release_ids: Sequence[str] = (),
-                mark=lambda name: None) -> tuple[ForwardOutput, ...]:
+    def _finish(self, steps: EnqueuedSteps, outputs, seq: int, release_ids: Sequence[str],
+                mark: Marks) -> tuple[ForwardOutput, ...]:
         """The second part of a multi-step Forward: waits for its steps without the lock, then commits under the
         lock (after dropping ``release_ids``: a Forward launched behind another applies its releases here, after
         that one's commit). It leaves the pending place whatever happens (and wakes the Forwards waiting for their

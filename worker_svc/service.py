@@ -88,7 +88,7 @@ def result_to_proto(o: ForwardOutput) -> worker_pb2.ForwardResult:
 
 def response_to_proto(outputs, forward_seconds: float, device_seconds: float = 0.0) -> worker_pb2.ForwardResponse:
     """The ForwardResponse of a Forward's outputs (each result built in place: a list handed to the
-    constructor would be copied message by message); seconds as ``engine.ForwardResult`` has them."""
+    constructor would be copied message by message); seconds as ``types.ForwardResult`` has them."""
     reply = worker_pb2.ForwardResponse(forward_seconds=forward_seconds, device_seconds=device_seconds)
     add = reply.results.add
     for o in outputs:

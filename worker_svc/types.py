@@ -87,6 +87,24 @@ ForwardOutput.make = _keyword_maker(ForwardOutput)
 
 
 @dataclass(frozen=True)
+class ForwardResult:
+    """Outputs in item order, the seconds spent in the model and the sampler (host work included), and the
+    device seconds of the model's steps alone (``step_clock.StepClock``; 0.0 when every item was skipped);
+    ``device_span_ns``: those steps' (start, end) on ``time.monotonic_ns()``'s clock when the engine has an
+    ``origin`` (``forward_log.DeviceOrigin``: the Forward timeline is on), else None. ``prepared_ns`` and ``launch``
+    say when its preparation at arrival ended and whether it was launched behind; ``marks`` when it passed each stage
+    of its way through the engine (``marks.Marks``; the timeline's last columns)."""
+
+    outputs: tuple[ForwardOutput, ...]
+    forward_seconds: float
+    device_seconds: float = 0.0
+    device_span_ns: tuple[int, int] | None = None
+    prepared_ns: int = -1  # time.monotonic_ns() once its metadata (or extend) was prepared at arrival; -1: not
+    launch: str = "turn"  # "behind": launched behind the Forward ahead on the device (_launch_behind, _extend_behind)
+    marks: tuple[tuple[str, int], ...] = ()  # (name, time.monotonic_ns()) of each stage it passed (``marks.Marks``)
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """What ``Worker.Info`` reports (field names as in WorkerInfo)."""
 
