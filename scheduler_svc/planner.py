@@ -335,17 +335,19 @@ class Planner:
                                          for r, k in plan))
         return None
 
-    def continuation(self, inflight: Batch) -> Batch | None:
-        """The decode batch to chain behind ``inflight`` (overlap), its slots allocated now while it runs; None
-        when no request continues or the pool cannot fund it (nothing is retracted here: the next round
-        drains, and the synchronous path retracts)."""
+    def continuation(self, *inflight: Batch) -> Batch | None:
+        """The decode batch to chain behind the Forwards ``inflight`` (overlap: the one in flight; or an extend and
+        the decode whose reply is in but not applied, ``chain.chain_past``), its slots allocated now while they
+        run; None when no request continues or the pool cannot fund it (nothing is retracted here: the next round
+        drains, and the synchronous path retracts). A request is in at most one of ``inflight``."""
         t0 = time.perf_counter()
-        held = {e.req.rid for e in inflight.entries}
+        entries = [e for b in inflight for e in b.entries]
+        held = {e.req.rid for e in entries}
         fresh = [r for r in self.table.running if r.state == State.DECODE and r.rid not in held]  # first decode
         # the worker takes a multi-step batch only of eligible items
-        eligible = all(multistep_eligible(r) for r in [*fresh, *(e.req for e in inflight.entries)])
-        max_steps = self._max_steps(len(inflight.entries) + len(fresh)) if eligible else 1
-        plan = continuation(inflight, max_steps)
+        eligible = all(multistep_eligible(r) for r in [*fresh, *(e.req for e in entries)])
+        max_steps = self._max_steps(len(entries) + len(fresh)) if eligible else 1
+        plan = [p for b in inflight for p in continuation(b, max_steps)]
         first = [(r, steps_for(r, max_steps)) for r in fresh]
         if not plan and not first:
             return None
@@ -356,7 +358,7 @@ class Planner:
             self.log.info("overlap_allocation_failed", error=str(exc), running=len(asked))
             return None
         batch = continuation_batch(plan, first, slots_by_request(reply, asked))
-        self.stats.add("decode_after_extend", int(inflight.kind == "extend"))
+        self.stats.add("decode_after_extend", int(any(b.kind == "extend" for b in inflight)))
         steps = max(k for _, k in asked)
         self._funded(steps, time.perf_counter() - t0)
         self.stats.decode_planned(steps, cut=eligible and max_steps < self.cfg.decode_steps)

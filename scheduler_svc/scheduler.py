@@ -12,14 +12,9 @@ max_new_tokens (capped by the context limit) in N is left out of N+1; one that e
 and the worker skips it. N's stream messages are handed to their streams once N+2 is sent (``outbox.py``).
 
 While N runs the loop waits for N's reply or an arrival. An arrival with room is admitted at once (Match, Allocate)
-and its extend sent to run right after N (``after_seq = N.seq``; a later arrival's after that one), so its first
-token waits for the rest of N, not for N+1's K steps. When N+1 is sent (``--overlap-mode``):
-
-- ``queued`` (default): at once, so it waits at the worker behind N and starts the moment N ends. Arrivals' extends
-  carry ``before_seq = N+1``: one that reaches the worker before N+1 started makes N+1 wait for it too
-  (``worker_svc/ordering.py``) and is queued here before N+1; one that reaches it later waits for N+1's steps.
-- ``just-in-time``: when N's reply is in, after the last extend: every arrival admitted before N's reply goes ahead
-  of N+1; N's reply and N+1's send are not hidden (a local round trip per Forward, the GPU idle).
+and its extend sent to run right after N (``after_seq = N.seq``), ahead of N+1 when N+1 has not started at the worker
+(``before_seq``; ``--overlap-mode queued``, the default, sends N+1 at once; ``just-in-time`` after N's reply and the
+last extend: docs/scheduler.md). The decode after such extends is sent behind the last one (``chain.chain_past``).
 
 Chaining happens in steady decode (``chain.py``; waiting requests admitted first, extends ahead of the decode in
 flight applied first, ``_drain_extends``), else the loop drains. A request finishing in N but in a Forward still in
@@ -48,7 +43,7 @@ from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.outbox import Outbox
 from scheduler_svc.pipeline import Pipeline
-from scheduler_svc.chain import admits_first, can_chain, wait_reply_or_arrival
+from scheduler_svc.chain import admits_first, can_chain, chain_past, wait_reply_or_arrival
 from scheduler_svc.planner import Planner
 from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
@@ -313,15 +308,19 @@ class Scheduler:
         (taken at the top of the round: they do not wait for this extend's reply unless two extends are queued,
         ``arrival_gate.py``), then arrivals. A failure drops all."""
         admit_now = admits_first(len(self.table.waiting), len(self.table.running), self.cfg)
+        past = None  # the decode the next one was chained past, its reply in (``chain.chain_past``)
         with self.recovery.dropping_in_flight():
             while len(self.pipeline) > 1 and self.pipeline.head().batch.kind == "extend":
                 head, tail = self.pipeline.head(), self.pipeline.inflight[-1]
                 if tail.batch.kind == "decode":
-                    self._admit_until(head.pending, self.pipeline.inflight[-2].seq, tail.seq, admit_now)
+                    past = past or chain_past(self.pipeline, self.planner, self.table, self.cfg, self._items, self._stats)
+                    self._admit_until(head.pending, self.pipeline.inflight[-2].seq, self.pipeline.inflight[-1].seq, admit_now)
                     admit_now = False
                 t0 = time.perf_counter()
                 reply = self.recovery.reply(head.pending)
                 self._apply(self.pipeline.pop().batch, reply, head.seq, t0, t0, time.perf_counter())
+                if past is not None and self.pipeline and self.pipeline.head() is past:  # it ran first: applied now
+                    self._apply(self.pipeline.pop().batch, self.recovery.reply(past.pending), past.seq, t0, t0, t0)
 
     def _admit_until(self, pending, extend_after: int, ahead_of: int, admit_now: bool) -> int:
         """Until ``pending``'s reply is in, admits arrivals (first the waiting, with ``admit_now``) as ``ArrivalGate`` lets

@@ -48,6 +48,10 @@ class PendingForward:
         """True once the reply (or the error) is in: ``result()`` then returns or raises at once."""
         return self._future.done()
 
+    def ok(self) -> bool:
+        """True once the reply is in and is not an error (``result()`` then returns at once)."""
+        return self._future.done() and not self._future.cancelled() and self._future.exception() is None
+
     def add_done_callback(self, fn) -> None:
         """Calls ``fn()`` (no arguments, on a gRPC thread; at once when already done) when the reply is in."""
         self._future.add_done_callback(lambda _future: fn())

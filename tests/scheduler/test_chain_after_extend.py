@@ -129,3 +129,37 @@ def test_arrivals_while_the_chained_extend_runs_are_admitted_together_after_it(l
         worker.answer(seq)
     assert [ended(r) for r in (a, b, c)] == [([TOKEN] * 3, "length"), ([TOKEN] * 2, "length"), ([TOKEN] * 2, "length")]
     settled(sched, core)
+
+
+@pytest.mark.parametrize("loop", [True], indirect=True, ids=["chain"])
+def test_the_decode_of_all_is_sent_behind_the_last_extend_when_the_decode_queued_after_it_ran_first(loop):
+    """The start of a wave (H100 run 29, 1B c64): a decodes; b and c arrive and their extend is sent ahead of a's
+    queued decode D2, which had already started at the worker and ran first (its reply comes before the extend's).
+    The decode of a, b and c is sent behind that extend while it runs (each from its last sample), not after both
+    replies are applied (before: nothing followed the extend until its reply, ~11 ms of idle device a wave)."""
+    sched, worker, submit, core, _ = loop
+    a = submit("a", list(range(100, 105)), 6)
+    _running(sched)
+    extend_a, _ = worker.wait_sent(2)[:2]
+    b, c = submit("b", list(range(200, 206)), 2), submit("c", list(range(300, 307)), 2)
+    worker.answer(extend_a.seq)
+    sent = worker.wait_sent(4)
+    d1, d2, extend_bc = sent[1], sent[2], sent[3]
+    assert sorted(it.request_id for it in extend_bc.items) == ["b", "c"] and extend_bc.before_seq == d2.seq
+    worker.answer(d2.seq)  # D2 started before the extend reached the worker: it ran first
+    worker.answer(d1.seq)
+    nxt = worker.wait_sent(5)[4]
+    assert extend_bc.seq not in worker.answered  # sent while the extend runs
+    assert nxt.after_seq == extend_bc.seq
+    assert sorted((it.request_id, it.input_from_last_sample) for it in nxt.items) == [
+        ("a", True), ("b", True), ("c", True)]
+    starts = {it.request_id: it.position_start for it in nxt.items}
+    assert starts == {"a": 5 + 2, "b": 6, "c": 7}  # a: after D1 and D2's tokens; b, c: their prompts' ends
+    with worker.changed:
+        worker.hold = False
+        pending = [s for s in worker.replies if s not in worker.answered]
+    for seq in pending:
+        worker.answer(seq)
+    assert [ended(r) for r in (a, b, c)] == [([TOKEN] * 6, "length"), ([TOKEN] * 2, "length"), ([TOKEN] * 2, "length")]
+    settled(sched, core)
+    assert sched.stats["decode_past_extends"] == 1
