@@ -132,8 +132,11 @@ class Engine:
         return name
 
     def release(self, request_ids: Sequence[str]) -> int:
-        """Drops the state of these requests; unknown ids are ignored. Returns how many were dropped."""
+        """Drops the state of these requests; unknown ids are ignored. Returns how many were dropped. A request of an
+        extend that took its turn with continuation rows and is not committed yet is dropped after that commit
+        (``PendingForwards.wait_unguarded``: raises WorkerError ABORTED when it does not come within the turn timeout)."""
         with self._lock:
+            self.pending.wait_unguarded(request_ids)
             return sum(self.requests.pop(rid, None) is not None for rid in request_ids)
 
     def forward(self, items: Sequence[ForwardItem], expected_epoch: str, seq: int = 0, after_seq: int = 0,
@@ -189,10 +192,9 @@ class Engine:
                 self._seq = seq
                 stored = ({rid for rid, s in self.requests.items() if s.last_hidden is not None}
                           if any(it.return_prompt_logprobs for it in items) else frozenset())  # read for those only
-                if extend is not None and extend.continuing:
-                    # at its turn a batch with continuation rows runs in one part under the lock, as unprepared:
-                    # a Release of one of its requests then waits for its commit instead of aborting the whole batch
-                    extend = None
+                guard = extend is not None and bool(extend.continuing)  # laid out on the committed tables: none is
+                if guard:  # pending now; a Release of its requests waits for its commit (``EnqueuedExtend.guarded``)
+                    extend = extend.with_tables(continuation_tables(extend.items, self.requests, ()))
                 if extend is None:  # a prepared batch was validated at arrival, against no request state
                     validate_batch(items, expected_epoch, self.epoch, self.cfg, self.kv_pool.pool_slots, self.requests,
                                    stored)
@@ -201,6 +203,8 @@ class Engine:
                 mark("launched")
                 if steps is not None:
                     self.pending.add(seq, steps)
+                    if guard and extend is not None:
+                        steps.guarded = frozenset(it.request_id for it in items)
                     if isinstance(steps, EnqueuedExtend):
                         self.order.launched(seq)  # an extend that follows it may now be launched behind it
             if steps is not None:

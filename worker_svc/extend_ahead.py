@@ -15,10 +15,10 @@ a multi-step decode. Such a batch's validation reads nothing of the request tabl
 which is its ``position_start`` by construction: it is validated at arrival against that length, and the row's slot
 table (the request's table once every Forward ahead of it has committed) is read when the batch is launched behind
 the extend ahead (``with_tables``, from the tables the pending commits will leave:
-``extend_behind.continuation_tables``). At its turn such a batch runs unprepared, in one part under the lock, as
-before (a Release of one of its requests waits for its commit; launched behind, the commit finds the request gone
-and the batch is ABORTED). H200 run 25's c256 timeline: 31 of 32 chunks started with such a row (a prompt cut at
-the previous chunk's end) and took their turn, 4-6 ms of idle device each. What stays at the turn is the attention
+``extend_behind.continuation_tables``), or at its turn, from the committed tables (``Engine.forward``: enqueued in
+two parts there too, its requests guarded, so a Release of one of them waits for its commit; launched behind, the
+commit finds the request gone and the batch is ABORTED). H200 run 25's c256 timeline: 31 of 32 chunks started with
+such a row (a prompt cut at the previous chunk's end) and took their turn, 4-6 ms of idle device each. What stays at the turn is the attention
 plan (the backend is shared with the Forward running now) and the launch. A batch that validation rejects, or that
 a captured graph would run, is not prepared: its turn does everything, as before, and answers the error there.
 """

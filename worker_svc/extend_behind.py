@@ -39,9 +39,12 @@ class EnqueuedExtend:
     ``items``, ``inputs`` (item b's new token ids): the batch; ``sampled``: the indices of the items that sample,
     in the order of ``pending``'s rows; ``planned``: a CUDA event recorded once the attention plan's copies were
     enqueued (None on the CPU), which an extend launched behind this one waits for before it plans.
-    ``near_end`` is None: a multi-step decode is never launched behind an extend (``Engine._launch_behind``)."""
+    ``near_end`` is None: a multi-step decode is never launched behind an extend (``Engine._launch_behind``).
+    ``guarded``: request ids whose Release waits for this commit (``PendingForwards.wait_unguarded``; set for a batch
+    with continuation rows enqueued at its turn)."""
 
     near_end = None
+    guarded: frozenset[str] = frozenset()
 
     def __init__(self, items: Sequence[ForwardItem], inputs: Sequence[Sequence[int]], sampled: Sequence[int],
                  pending: PendingSample | None, planned: torch.cuda.Event | None):

@@ -50,6 +50,20 @@ class PendingForwards:
                                              f"Forward seq {self.entries[0][0]}, launched before it")
             self._left.wait(left)
 
+    def wait_unguarded(self, request_ids) -> None:
+        """Blocks (the lock free meanwhile) while a pending Forward guards one of ``request_ids`` (its steps'
+        ``guarded`` ids: an extend at its turn with continuation rows, whose commit a Release of them would make
+        ABORTED, ``Engine.forward``): the Release then drops them after that commit, as if the batch had run in one
+        part under the lock. Raises WorkerError ABORTED when that does not happen within ``turn_timeout_s``."""
+        ids = set(request_ids)
+        deadline = time.monotonic() + self.turn_timeout_s
+        while guard := next((seq for seq, steps in self.entries if ids & getattr(steps, "guarded", frozenset())), 0):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError("ABORTED", f"a Release of {sorted(ids)} waited {self.turn_timeout_s:g} s for the "
+                                             f"commit of Forward seq {guard}, which holds one of them")
+            self._left.wait(left)
+
     def only(self, seq: int):
         """The steps of Forward ``seq`` when it is the one pending Forward, else None."""
         if len(self.entries) == 1 and self.entries[0][0] == seq:

@@ -144,7 +144,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         return reply
 
     def Release(self, request, context):
-        return worker_pb2.ReleaseResponse(released=self.engine.release(list(request.request_ids)))
+        try:
+            return worker_pb2.ReleaseResponse(released=self.engine.release(list(request.request_ids)))
+        except WorkerError as e:  # (a commit it waited for never came: Engine.release)
+            context.abort(grpc.StatusCode[e.code], e.message)
 
 
 def add_to_server(engine: Engine, server: grpc.Server, log=None, forward_log: ForwardLog | None = None) -> WorkerServicer:

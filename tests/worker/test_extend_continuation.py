@@ -98,30 +98,54 @@ def test_continuations_at_their_turn_give_the_outputs_of_chunks_run_one_by_one(m
 
 
 def test_a_release_during_a_continuation_at_its_turn_waits_for_its_commit(model_dir, prompts, monkeypatch):
-    """At its turn a batch with a continuation row runs in one part under the lock, as an unprepared one: a Release of
-    its request that comes while it runs waits for its commit, so the batch succeeds (r2 created) and the Release then
-    drops r0. Red when the turn enqueued the prepared batch and committed it in a second part (found by the review of
-    this change): a Release in between (here: sent when the batch waits for its tokens, ``EnqueuedExtend.wait``,
-    with the lock free) dropped r0, and the whole batch was ABORTED."""
+    """At its turn a batch with a continuation row is enqueued and committed in two parts (so an extend can be
+    launched behind it), its requests guarded: a Release of its request that comes between the two (here: while the
+    batch waits for its tokens, ``EnqueuedExtend.wait``, with the lock free) waits for its commit, so the batch
+    succeeds (r2 created) and the Release then drops r0. (Found by the review of session 27: without the guard that
+    Release dropped r0 and the whole batch was ABORTED.)"""
     batches, _ = _chunks(prompts)
     eng = make_engine(model_dir)
     eng.forward(batches[0], "epoch-1", seq=1)  # r0's first half and r1 committed; nothing pending
     wait = EnqueuedExtend.wait
-    released = []
+    releases = []
 
     def release_meanwhile(steps):
         t, out = _started(lambda: eng.release(["r0"]))
-        t.join(0.5)  # returns at once when the lock is free, else after the commit
-        released.append(out)
+        t.join(0.5)  # returns at once unless it waits for the commit
+        releases.append((t, out, dict(out)))
         return wait(steps)
 
     monkeypatch.setattr(EnqueuedExtend, "wait", release_meanwhile)
     t, out = _started(lambda: eng.forward(batches[1], "epoch-1", seq=2, after_seq=1))
     t.join(WAIT_S)
     assert "error" not in out, out.get("error")
-    assert "r2" in eng.requests and len(eng.requests["r0"].slots) == len(prompts[0])
-    assert released == []  # at its turn nothing waited with the lock free
-    assert eng.release(["r0"]) == 1 and "r0" not in eng.requests
+    (rt, rout, before_commit), = releases
+    assert before_commit == {}  # the Release had not returned while the batch was pending
+    rt.join(WAIT_S)
+    assert rout == {"result": 1} and "r0" not in eng.requests and "r2" in eng.requests
+    assert eng.pending.entries == []
+
+
+def test_a_continuation_at_its_turn_lets_the_next_one_launch_behind_it(model_dir, prompts, monkeypatch):
+    """Extend 2 (r0's rest) takes its turn after extend 1 committed; extend 3 (r2's rest) arrives while it runs and is
+    launched behind it, not at its own turn after extend 2's commit. Before, a continuation at its turn ran in one part
+    under the lock and the next could not go behind it: run 29's c256 timeline (H100, call 9) had 24 chunks in a row
+    each waiting for the one ahead's commit, ~5.5 ms of idle device between each two. Outputs and tables as one by one."""
+    batches, _ = _chunks(prompts)
+    want, ref = _reference(_cpu(model_dir), batches)
+    eng = make_engine(model_dir)
+    got = [_seen(eng.forward(batches[0], "epoch-1", seq=1))]
+    held = HeldWait(monkeypatch)
+    t2, out2 = _started(lambda: eng.forward(batches[1], "epoch-1", seq=2, after_seq=1))
+    assert held.inside.wait(WAIT_S), "extend 2 was not enqueued in two parts at its turn"
+    t3, out3 = _started(lambda: eng.forward(batches[2], "epoch-1", seq=3, after_seq=2))
+    assert _until(lambda: eng.extends_behind == 1), "extend 3 was not launched behind extend 2"
+    held.release.set()
+    for t in (t2, t3):
+        t.join(WAIT_S)
+    assert all("error" not in o for o in (out2, out3)), [o.get("error") for o in (out2, out3)]
+    assert got + [_seen(o["result"]) for o in (out2, out3)] == want
+    _same_tables(eng, ref)
 
 
 def test_a_continuation_at_the_wrong_position_is_not_launched_behind_and_its_turn_answers_the_error(

@@ -1,10 +1,10 @@
 #!/bin/bash
-# Session 30 call 1, carry [".whl", ".jit2", ".baseline"] (.baseline: `git archive` of the session's starting
-# scheduler_svc, untar'd; prologue: pip install of .whl into /tmp/site, PYTHONPATH=/tmp/site:$PWD, the .jit2 cache
+# Session 30 call 1, carry [".whl", ".jit2", ".baseline"] (.baseline: scheduler_svc and worker_svc of a14abbf, the
+# session's start, without the model assets; prologue: pip install of .whl into /tmp/site, PYTHONPATH=/tmp/site:$PWD, the .jit2 cache
 # untar'd into ~). In priority order, each step guarded by the time left of the call's 600 s:
 # (1) the GPU tests (test_gpu.py whole, extend_behind, fused, plan_ring); (2) every default against issue 15's targets
-# (serve_bench hf,c64,c256,c1 with transformers' compiled static generate; worker bench 1B and tiny); (3) the A/B of the
-# decode chained past the extends (this tree) against the starting scheduler_svc, c64 + c256, alternated; (4) c64
+# (serve_bench hf,c64,c256,c1 with transformers' compiled static generate; worker bench 1B and tiny); (3) the A/B of this
+# session's scheduler and worker (decode chained past the extends; continuations at their turn in two parts) against a14abbf's, c64 + c256, alternated; (4) c64
 # with every request's hops traced (the wave boundary and the tail); (5) the B = 64 decode step's kernels.
 mkdir -p /tmp/r; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
 TS=$(date +%s)
@@ -26,7 +26,7 @@ W 1b 420 --shape starcoderbase-1b --context 1152 --batches 1,64,256 --prefill 10
 W tiny 460 --shape tiny_starcoder_py --context 1152 --batches 1,64 --prefill 1024
 pack; echo "worker after $(( $(date +%s) - TS )) s"
 rm -rf /tmp/base && mkdir /tmp/base && tar cf - --exclude=./.whl --exclude=./.jit2 --exclude=./.baseline --exclude=./bench/results . \
-  | tar xf - -C /tmp/base && rm -rf /tmp/base/scheduler_svc && cp -r .baseline/scheduler_svc /tmp/base/
+  | tar xf - -C /tmp/base && rm -rf /tmp/base/scheduler_svc && cp -r .baseline/scheduler_svc /tmp/base/ && cp -r .baseline/worker_svc/. /tmp/base/worker_svc/
 AB() { name=$1; dir=$2; ok $3 || return; (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 60 python3 -m bench.serve_bench --gpu --phases c64,c256 \
   --out /tmp/r/$name > /tmp/r/$name.txt 2>&1); kill_stack; rm -rf /tmp/r/$name/logs; echo "== $name"; grep -E "c64:|c256:" /tmp/r/$name.txt | cut -c24-200
   python3 -m bench.forward_timeline /tmp/r/$name/forwards.tsv 2>&1 | grep -E "^segment [12]|gap extend->decode" | head -6; pack; }

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 30 call 2 (carry and prologue as call 1): the A/B's second pair, the B = 64 decode step's kernels.
+# Session 30 call 2 (carry and prologue as call 1): the A/B's next pairs, the B = 64 decode step's kernels.
 mkdir -p /tmp/r; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
 TS=$(date +%s)
 ok() { [ $(( $(date +%s) - TS )) -lt $1 ]; }
@@ -8,7 +8,7 @@ kill_stack() { pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"
 find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00' {} +
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 rm -rf /tmp/base && mkdir /tmp/base && tar cf - --exclude=./.whl --exclude=./.jit2 --exclude=./.baseline --exclude=./bench/results . \
-  | tar xf - -C /tmp/base && rm -rf /tmp/base/scheduler_svc && cp -r .baseline/scheduler_svc /tmp/base/
+  | tar xf - -C /tmp/base && rm -rf /tmp/base/scheduler_svc && cp -r .baseline/scheduler_svc /tmp/base/ && cp -r .baseline/worker_svc/. /tmp/base/worker_svc/
 AB() { name=$1; dir=$2; ok $3 || return; (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 60 python3 -m bench.serve_bench --gpu --phases c64,c256 \
   --out /tmp/r/$name > /tmp/r/$name.txt 2>&1); kill_stack; rm -rf /tmp/r/$name/logs; echo "== $name"; grep -E "c64:|c256:" /tmp/r/$name.txt | cut -c24-200
   python3 -m bench.forward_timeline /tmp/r/$name/forwards.tsv 2>&1 | grep -E "^segment [12]|gap extend->decode" | head -6; pack; }
