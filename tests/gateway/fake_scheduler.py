@@ -50,6 +50,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             self.error_if = None  # callable(GenerateRequest) -> (code, details) | None
             self.error_after_first_if = None  # the same, the call failing after its first message
             self.hang = False
+            self.hold_after_last: threading.Event | None = None  # set: each call stays open after its last message
             self.token_delay_s = 0.0
             self.cached_tokens = 0
             self.flushes = 0
@@ -103,6 +104,8 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             if late is not None:
                 finished.set()
                 context.abort(late[0], late[1])
+        if self.hold_after_last is not None:  # the status comes only once the test sets it
+            self.hold_after_last.wait(30)
         if context.is_active():  # _generate returns early when the call was cancelled
             finished.set()
             with self.lock:

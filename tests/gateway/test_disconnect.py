@@ -3,6 +3,8 @@ for the first token or mid-stream (real uvicorn, real gRPC; the fake records can
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import pytest
 
@@ -73,6 +75,25 @@ def test_completed_requests_are_not_reported_cancelled(gateway, fake, streamed):
         r = httpx.post(f"{gateway.url}/v1/completions", json=_long(streamed, n=2))
         assert r.status_code == 200
     assert wait_until(lambda: len(fake.completed) == 10)
+    assert fake.cancelled == []
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_answer_ends_at_the_last_message_without_waiting_for_the_calls_status(gateway, fake, streamed):
+    """The scheduler's call stays open after its last message (its status held back): the answer (the stream's
+    [DONE], or the whole JSON body) is complete anyway, and once the status comes the call ends completed, never
+    cancelled. Before, the gateway waited for the status first: ~7 ms p50 after the last message at a c64 wave's
+    end (H100 run 30), on the path to the client's next request."""
+    fake.hold_after_last = threading.Event()
+    try:
+        with httpx.Client(timeout=10) as client:
+            r = client.post(f"{gateway.url}/v1/completions", json=_long(streamed, n=2))
+        assert r.status_code == 200
+        assert r.text.rstrip().endswith("data: [DONE]") if streamed else r.json()["choices"][1]["finish_reason"]
+        assert fake.completed == [] and fake.cancelled == []  # both calls still open
+    finally:
+        fake.hold_after_last.set()
+    assert wait_until(lambda: len(fake.completed) == 2)
     assert fake.cancelled == []
 
 
