@@ -59,10 +59,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "work on the H100 host, a step ~3.3 ms) ends before the one ahead does (H100, session 29: c256 "
                          "decode gaps -50 ms a phase), but an arrival's extend reaching the worker in that step waits for "
                          "the whole Forward launched behind (c64 -1.1k tok/s, TTFT p50 +40 ms)")
-    ap.add_argument("--launch-lead-wide-steps", type=int, default=1,
-                    help="steps of lead added to --launch-lead-steps behind a Forward of more than 64 rows (1, default: "
-                         "a 256-row launch starts two steps before the end, a 64-row one one step: session 29's lead 2 "
-                         "for c256 without its cost at c64; 0: the same lead at every width, the A/B)")
     ap.add_argument("--extend-ahead", action=argparse.BooleanOptionalAction, default=True,
                     help="an eager extend whose items bring their prefixes (fresh prompts) or continue a prompt "
                          "(launched behind only) is validated, laid out and "
@@ -121,8 +117,6 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
     if args.launch_lead_steps < 1:
         ap.error(f"--launch-lead-steps must be >= 1 (got {args.launch_lead_steps})")
-    if args.launch_lead_wide_steps < 0:
-        ap.error(f"--launch-lead-wide-steps must be >= 0 (got {args.launch_lead_wide_steps})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                          pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
                          extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill,
                          prepare_ahead=args.prepare_ahead, launch_behind=args.launch_behind,
-                         launch_lead_steps=args.launch_lead_steps, launch_lead_wide_steps=args.launch_lead_wide_steps,
+                         launch_lead_steps=args.launch_lead_steps,
                          extend_ahead=args.extend_ahead, extend_behind=args.extend_behind)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)

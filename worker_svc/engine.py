@@ -68,7 +68,7 @@ class Engine:
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
                  extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True,
                  launch_behind: bool = True, extend_ahead: bool = True, extend_behind: bool = True,
-                 launch_lead_steps: int = 1, launch_lead_wide_steps: int = 0):
+                 launch_lead_steps: int = 1):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
         that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.
@@ -83,15 +83,13 @@ class Engine:
         ``extend_behind``: such a batch that follows another one enqueued and not yet committed is launched
         behind it on the device (``_extend_behind``; needs ``extend_ahead``).
         ``launch_lead_steps`` (>= 1, else ValueError): a Forward launched behind a multi-step one starts its launch
-        when the device starts that one's step ``K - launch_lead_steps`` (1: its last step; ``EnqueuedSteps.near_end``),
-        ``launch_lead_wide_steps`` (>= 0) earlier when that one has more than ``multistep.WIDE_ROWS`` rows.
+        when the device starts that one's step ``K - launch_lead_steps`` (1: its last step; ``EnqueuedSteps.near_end``).
         An extend inserted ahead (``before_seq``) that reaches the worker after then runs after the launched one."""
-        if launch_lead_steps < 1 or launch_lead_wide_steps < 0:
-            raise ValueError(f"launch_lead_steps must be >= 1 and launch_lead_wide_steps >= 0, got {launch_lead_steps}, "
-                             f"{launch_lead_wide_steps}")
+        if launch_lead_steps < 1:
+            raise ValueError(f"launch_lead_steps must be >= 1, got {launch_lead_steps}")
         self.prepare_ahead, self.launch_behind, self.extend_ahead = prepare_ahead, launch_behind, extend_ahead
         # a Forward behind a multi-step one launches once the device starts that one's step K - launch_lead_steps
-        self.launch_lead_steps, self.launch_lead_wide_steps = launch_lead_steps, launch_lead_wide_steps
+        self.launch_lead_steps = launch_lead_steps
         self.extend_behind = extend_behind
         # multi-step launches, by where their metadata came from; "behind": those launched behind the one ahead
         self.prepared_ahead = {"used": 0, "built_at_launch": 0, "behind": 0}

@@ -56,18 +56,6 @@ def _host_copy(t: torch.Tensor, cuda: bool) -> torch.Tensor:
     return out
 
 
-WIDE_ROWS = 64  # a Forward of more rows gets ``launch_lead_wide_steps`` more lead (``lead_steps``)
-
-
-def lead_steps(engine, rows: int) -> int:
-    """How many steps from the end of a multi-step Forward of ``rows`` rows the one behind it starts its launch:
-    ``engine.launch_lead_steps``, plus ``engine.launch_lead_wide_steps`` above ``WIDE_ROWS`` rows. Session 29 (H100,
-    1B): a 256-row launch takes ~3-4 ms of host work against a ~3.3 ms step, so with one step of lead the device idled
-    before it (lead 2: c256 decode gaps -50 ms a phase); at 64 rows lead 2 cost c64 ~1.1k tok/s (an arrival's extend
-    in those steps waits for the whole Forward launched behind)."""
-    return engine.launch_lead_steps + (engine.launch_lead_wide_steps if rows > WIDE_ROWS else 0)
-
-
 class EnqueuedSteps:
     """The enqueued steps of one multi-step decode Forward, rows ordered by steps (largest first).
 
@@ -75,7 +63,7 @@ class EnqueuedSteps:
     token of step j; ``host_toks``/``host_lps``: their asynchronous copies (page-locked on CUDA), valid once
     ``wait()`` returned. ``states``: the request state each row was validated against (None for a ``has_prefix``
     row), so a row whose request was released meanwhile is answered ``skipped`` instead of committed. ``near_end``:
-    a CUDA event recorded before the launch of step ``K - lead_steps(engine, B)`` (the first when K is no larger;
+    a CUDA event recorded before the launch of step ``K - engine.launch_lead_steps`` (the first when K is no larger;
     None on the CPU or for one step), which a Forward launched
     behind this one waits for (``Engine._launch_behind``). ``expect``: for a Forward launched behind another
     (``launch_behind``), each row's (table length, commits) that the Forward ahead's commit must leave for the row's
@@ -261,7 +249,7 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
     # buffer and copies it to the device asynchronously: the next plan must not overwrite it before that copy ran)
     clock.start()
     for j in range(steps):
-        if j == max(steps - lead_steps(engine, len(its)), 0) and steps > 1 and dev.type == "cuda":
+        if j == max(steps - engine.launch_lead_steps, 0) and steps > 1 and dev.type == "cuda":
             near_end = torch.cuda.Event()  # completes when the device starts step K - lead (a Forward behind waits)
             near_end.record()
         n = active[j]

@@ -278,29 +278,12 @@ def test_the_launch_lead_is_at_least_one_step(model_dir):
     """``launch_lead_steps`` < 1 (no step would record the event the Forward behind waits for: it would launch at
     once, before the Forward ahead even started) is refused by the engine and by the worker's command line."""
     eng = make_engine(model_dir)
-    with pytest.raises(ValueError, match="launch_lead_steps must be >= 1 and"):
+    with pytest.raises(ValueError, match="launch_lead_steps must be >= 1"):
         Engine(eng.cfg, eng.model, eng.kv_pool, eng.backend, epoch="epoch-1", launch_lead_steps=0)
     from worker_svc.__main__ import parse_args
     with pytest.raises(SystemExit):
         parse_args(["--model-path", str(model_dir), "--launch-lead-steps", "0"])
     assert parse_args(["--model-path", str(model_dir)]).launch_lead_steps == 1
-
-
-def test_a_forward_of_more_than_64_rows_gets_the_wide_lead(model_dir):
-    """``multistep.lead_steps``: the Forward behind one of more than ``WIDE_ROWS`` rows starts its launch
-    ``launch_lead_wide_steps`` steps earlier (the worker's default 1; the engine's 0, the old lead everywhere);
-    negative values are refused."""
-    from worker_svc.__main__ import parse_args
-    from worker_svc.multistep import WIDE_ROWS, lead_steps
-    eng = make_engine(model_dir)
-    assert [lead_steps(eng, r) for r in (1, WIDE_ROWS, WIDE_ROWS + 1, 256)] == [1, 1, 1, 1]
-    eng.launch_lead_steps, eng.launch_lead_wide_steps = 2, 1
-    assert [lead_steps(eng, r) for r in (1, WIDE_ROWS, WIDE_ROWS + 1, 256)] == [2, 2, 3, 3]
-    assert parse_args(["--model-path", str(model_dir)]).launch_lead_wide_steps == 1
-    with pytest.raises(SystemExit):
-        parse_args(["--model-path", str(model_dir), "--launch-lead-wide-steps", "-1"])
-    with pytest.raises(ValueError, match="launch_lead_wide_steps >= 0"):
-        Engine(eng.cfg, eng.model, eng.kv_pool, eng.backend, epoch="epoch-1", launch_lead_wide_steps=-1)
 
 
 class _Event:
