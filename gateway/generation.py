@@ -214,6 +214,7 @@ class GenerationStream:
         self._cached_tokens = 0
         self._first = True
         self._settling: asyncio.Future | None = None  # the wait for the call's status after its last message
+        self._last_read = False  # a message with a finish_reason other than "abort" was read
 
     async def next(self) -> scheduler_pb2.GenerateResponse | None:
         if self._abandoned is not None and not self._finished:
@@ -259,6 +260,7 @@ class GenerationStream:
                 self._hooks.first_message(msg)
         if msg.finish_reason:
             self._finished = True
+            self._last_read = msg.finish_reason != "abort"
             hop_trace.mark(self.request_id, "last_message")
             log.info("request_finished", rid=self.request_id, prompt_tokens=self._prompt_tokens,
                      cached_tokens=self._cached_tokens, completion_tokens=msg.completion_tokens,
@@ -282,6 +284,9 @@ class GenerationStream:
         except BaseException:
             self.cancel()
             raise
+        self._settle_later()
+
+    def _settle_later(self) -> None:
         if self._settling is None:
             self._settling = asyncio.ensure_future(self._settle())
 
@@ -314,9 +319,13 @@ class GenerationStream:
         await self._client.abort(self.request_id, sibling_failed=True)
 
     def cancel(self) -> None:
-        """Cancels the gRPC call (no-op when it already finished, or when its last message was read and its status
-        is awaited: ``messages``)."""
-        if self._settling is None:
+        """Cancels the gRPC call (no-op when it already finished). A call whose last message was read is not
+        cancelled: its status is awaited in the background (``messages``), also when the answer ends before
+        ``messages`` resumed after that message (the client left while the last event was sent, or the first message,
+        read by ``open_streams``, was the last)."""
+        if self._last_read:
+            self._settle_later()
+        else:
             self._call.cancel()
         self._client.streams.discard(self)
         if self._hooks is not None:

@@ -303,10 +303,9 @@ class Scheduler:
             self._apply(cur.batch, reply, cur.seq, t0, t0, time.perf_counter())
 
     def _drain_extends(self) -> None:
-        """Applies the extends in flight ahead of the decode Forward at the pipeline's tail, admitting while each
-        runs (``_admit_until``: after the last extend, ahead of that decode): first the requests already waiting
-        (taken at the top of the round: they do not wait for this extend's reply unless two extends are queued,
-        ``arrival_gate.py``), then arrivals. A failure drops all."""
+        """Applies the extends in flight ahead of the decode Forward at the pipeline's tail, admitting while each runs
+        (``_admit_until``: after the last extend, ahead of that decode): first the requests already waiting (they do
+        not wait for this extend's reply unless two extends are queued, ``arrival_gate.py``), then arrivals."""
         admit_now = admits_first(len(self.table.waiting), len(self.table.running), self.cfg)
         past = None  # the decode the next one was chained past, its reply in (``chain.chain_past``)
         with self.recovery.dropping_in_flight():
@@ -314,12 +313,14 @@ class Scheduler:
                 head, tail = self.pipeline.head(), self.pipeline.inflight[-1]
                 if tail.batch.kind == "decode":
                     past = past or chain_past(self.pipeline, self.planner, self.table, self.cfg, self._items, self._stats)
-                    self._admit_until(head.pending, self.pipeline.inflight[-2].seq, self.pipeline.inflight[-1].seq, admit_now)
+                    last = next(f.seq for f in reversed(self.pipeline.inflight) if f.batch.kind == "extend")
+                    self._admit_until(head.pending, last, self.pipeline.inflight[-1].seq, admit_now)
                     admit_now = False
                 t0 = time.perf_counter()
                 reply = self.recovery.reply(head.pending)
                 self._apply(self.pipeline.pop().batch, reply, head.seq, t0, t0, time.perf_counter())
                 if past is not None and self.pipeline and self.pipeline.head() is past:  # it ran first: applied now
+                    t0 = time.perf_counter()
                     self._apply(self.pipeline.pop().batch, self.recovery.reply(past.pending), past.seq, t0, t0, t0)
 
     def _admit_until(self, pending, extend_after: int, ahead_of: int, admit_now: bool) -> int:

@@ -163,3 +163,33 @@ def test_the_decode_of_all_is_sent_behind_the_last_extend_when_the_decode_queued
     assert [ended(r) for r in (a, b, c)] == [([TOKEN] * 6, "length"), ([TOKEN] * 2, "length"), ([TOKEN] * 2, "length")]
     settled(sched, core)
     assert sched.stats["decode_past_extends"] == 1
+
+
+@pytest.mark.parametrize("loop", [True], indirect=True, ids=["chain"])
+def test_an_arrival_while_the_extend_runs_after_the_decode_chained_past_it_goes_after_that_extend(loop):
+    """As above, then d arrives while the extend of b and c runs: its extend follows that extend (``after_seq``, so the
+    worker may launch it behind it) and goes ahead of the decode chained past it, not after a's decode D2, whose reply
+    was in (the review of session 30: the worker would then make it wait for the extend's commit)."""
+    sched, worker, submit, core, _ = loop
+    a = submit("a", list(range(100, 105)), 6)
+    _running(sched)
+    extend_a, _ = worker.wait_sent(2)[:2]
+    b, c = submit("b", list(range(200, 206)), 2), submit("c", list(range(300, 307)), 2)
+    worker.answer(extend_a.seq)
+    d1, d2, extend_bc = worker.wait_sent(4)[1:4]
+    worker.answer(d2.seq)
+    worker.answer(d1.seq)
+    nxt = worker.wait_sent(5)[4]
+    assert nxt.after_seq == extend_bc.seq
+    d = submit("d", list(range(400, 405)), 2)
+    extend_d = worker.wait_sent(6)[5]
+    assert [it.request_id for it in extend_d.items] == ["d"]
+    assert (extend_d.after_seq, extend_d.before_seq) == (extend_bc.seq, nxt.seq)
+    with worker.changed:
+        worker.hold = False
+        pending = [s for s in worker.replies if s not in worker.answered]
+    for seq in pending:
+        worker.answer(seq)
+    assert [ended(r) for r in (a, b, c, d)] == [([TOKEN] * 6, "length"), ([TOKEN] * 2, "length"),
+                                                ([TOKEN] * 2, "length"), ([TOKEN] * 2, "length")]
+    settled(sched, core)
