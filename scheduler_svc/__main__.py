@@ -210,10 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     log.info("stopped")
     if lingering:  # the drain is over: log what still runs, and exit instead of waiting for it forever
         log.error("lingering_threads", threads=lingering)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    # Exit without the interpreter's teardown, as the worker does: its garbage collection of gRPC channels can block
+    # on a lock a gRPC thread holds (the scheduler hung after "stopped" in a fresh-clone CI run of session 30,
+    # tests/reliability/test_drain.py, faulthandler: grpc/_channel.py __del__ -> threading __enter__). Every file this
+    # process writes (logs, hop marks) is written a line at a time.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
