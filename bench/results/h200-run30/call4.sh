@@ -1,6 +1,7 @@
 #!/bin/bash
 # Session 30 call 4 (warm machine after call 3; ~95 s of device time left): c64 with the gateway ending the answer at
-# the last message (this tree) against the gateway before it (generation_before.py = 517c4b5^'s gateway/generation.py).
+# the last message (this tree) against the gateway before it. generation_before.py was `git show 517c4b5^:gateway/generation.py`,
+# written here before the call (removed from the tree afterwards: a copy of a module).
 kill_stack() { pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1; }
 kill_stack; rm -rf /tmp/gb && mkdir /tmp/gb && tar cf - --exclude=./.whl --exclude=./.jit2 --exclude=./bench/results . | tar xf - -C /tmp/gb
 cp bench/results/h200-run30/generation_before.py /tmp/gb/gateway/generation.py
