@@ -13,8 +13,9 @@ from scheduler_svc.batch import Batch, Entry
 from scheduler_svc.chunk_ahead import prefill_continues
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.multistep import steps_for
+from scheduler_svc.pipeline import InFlight, Pipeline
 from scheduler_svc.request import Req, State
-from scheduler_svc.pipeline import InFlight
+from scheduler_svc.stats import Stats
 from scheduler_svc.worker_client import PendingForward
 
 
@@ -64,24 +65,25 @@ def can_chain(inflight: Batch, running: Sequence[Req], waiting: int, cfg: Schedu
     return not any(r.state == State.PREFILL for r in running)
 
 
-def chain_past(pipeline, planner, table, cfg: SchedulerConfig, items, stats) -> InFlight | None:
+def chain_past(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: Callable[[Batch], list],
+               stats: Stats) -> InFlight | None:
     """With ``pipeline`` [the last extend E ahead of a decode D, D] and D's reply in (D started before E reached the
-    worker and ran first), sends the next decode Forward now, behind E: every running request's, D's continuing
+    worker and ran first), sends the next decode Forward now, behind E (``planner``: the Planner, ``table``: the
+    RequestTable, neither imported here: the planner imports this module): every running request's, D's continuing
     ones and E's from their last samples (``planner.continuation(E, D)``, ``items(batch)`` its ForwardItems), rather
-    than after both replies are applied (``Scheduler._drain_extends``). As ``can_chain`` behind an extend:
-    ``cfg.overlap`` and ``cfg.chain_after_extend``, no waiting request with room, E ends every prefill
-    (``ends_prefills``); in the ``queued`` overlap mode, E and D holding no request in common. Returns D (applied by
+    than after both replies are applied (``Scheduler._drain_extends``). When ``can_chain`` would chain behind E,
+    in the ``queued`` overlap mode, E and D holding no request in common. Returns D (applied by
     the caller once E is) or None (nothing sent). The start of a wave of fixed-length requests (H100 run 29, 1B
     c64): the arrivals' extends queued ahead of a decode of the first few requests, which ran first; the decode of
     all of them was built once the last extend's reply was applied and reached the worker ~11 ms after the device
     went idle."""
-    if len(pipeline) != 2 or not (cfg.overlap and cfg.chain_after_extend and cfg.overlap_mode == "queued"):
+    if len(pipeline) != 2 or cfg.overlap_mode != "queued":
         return None
     head, tail = pipeline.inflight
-    e, d, running = head.batch, tail.batch, table.running
+    e, d = head.batch, tail.batch
     if (e.kind != "extend" or d.kind != "decode" or not tail.pending.ok()
-            or (len(table.waiting) and len(running) < cfg.max_running_requests)
-            or {x.req.rid for x in e.entries} & {x.req.rid for x in d.entries} or not ends_prefills(e, running)):
+            or not can_chain(e, table.running, len(table.waiting), cfg)
+            or {x.req.rid for x in e.entries} & {x.req.rid for x in d.entries}):
         return None
     nxt = planner.continuation(e, d)
     table.publish()

@@ -68,7 +68,9 @@ class EnqueuedSteps:
     behind this one waits for (``Engine._launch_behind``). ``expect``: for a Forward launched behind another
     (``launch_behind``), each row's (table length, commits) that the Forward ahead's commit must leave for the row's
     steps to stand; a row whose state differs at the commit (the Forward ahead stopped it, or cut it short) is
-    answered ``skipped`` and commits nothing."""
+    answered ``skipped`` and commits nothing. ``guarded``: as ``EnqueuedExtend``'s, none."""
+
+    guarded: frozenset[str] = frozenset()
 
     def __init__(self, items, order, states, toks, lps, near_end=None, expect=None):
         self.items, self.order, self.states = items, order, states

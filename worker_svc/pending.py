@@ -57,7 +57,7 @@ class PendingForwards:
         part under the lock. Raises WorkerError ABORTED when that does not happen within ``turn_timeout_s``."""
         ids = set(request_ids)
         deadline = time.monotonic() + self.turn_timeout_s
-        while guard := next((seq for seq, steps in self.entries if ids & getattr(steps, "guarded", frozenset())), 0):
+        while guard := next((seq for seq, steps in self.entries if ids & steps.guarded), 0):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WorkerError("ABORTED", f"a Release of {sorted(ids)} waited {self.turn_timeout_s:g} s for the "
