@@ -29,7 +29,8 @@ KINDS = ("gemm", "attention", "norm", "kv_write", "other")
 def kind(name: str) -> str:
     """The kind of a kernel, from its name."""
     low = name.lower()
-    if "nvjet" in low or "gemm" in low or "xmma" in low or "cutlass" in low or "splitk" in low or "matmul" in low:
+    if "nvjet" in low or "gemm" in low or "xmma" in low or "cutlass" in low or "splitk" in low or "matmul" in low \
+            or "skinny_mm" in low or "resident_mv" in low:  # our Triton GEMMs (model/skinny_gemm, resident_gemv)
         return "gemm"
     if "mqa_decode" in low or "flashinfer" in low or "prefill" in low or "attention" in low:
         return "attention"

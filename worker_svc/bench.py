@@ -33,7 +33,7 @@ import uuid
 
 import torch
 
-from worker_svc.build import (auto_splitk_rows, make_backend, make_extend_graphs, make_graphs,
+from worker_svc.build import (auto_resident_rows, auto_splitk_rows, make_backend, make_extend_graphs, make_graphs,
                               make_whole_graphs, resolve_device, resolve_dtype)
 from worker_svc.engine import Engine
 from worker_svc.kv_pool import KVPool, geometry
@@ -243,6 +243,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--splitk-rows", type=int, default=None,
                     help="projections of batches up to this many rows through the split-K Triton GEMM "
                          "(model/skinny_gemm.py); 0 = cuBLAS; default: the worker's (build.auto_splitk_rows)")
+    ap.add_argument("--resident-rows", type=int, default=None,
+                    help="projections of batches up to this many rows (at most 4) through the resident-weight kernel "
+                         "(model/resident_gemv.py); 0 = off; default: the worker's (build.auto_resident_rows)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
                          "default (build.triton_decode_max_batch)")
@@ -297,8 +300,10 @@ def main(argv: list[str] | None = None) -> None:
         cfg, model = load_model(args.model_path, dtype=dtype, device=device)
     if args.splitk_rows is None:  # as the worker runs (before run 12 this bench ran cuBLAS and no PDL by default)
         args.splitk_rows = auto_splitk_rows(cfg)
+    if args.resident_rows is None:
+        args.resident_rows = auto_resident_rows(cfg)
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
-                            splitk_rows=args.splitk_rows, pdl=args.pdl)
+                            splitk_rows=args.splitk_rows, pdl=args.pdl, resident_rows=args.resident_rows)
     if args.splitk_only:
         names = args.splitk_only.split(",")
         blk = model.transformer.h[0]
@@ -491,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "resident_rows": args.resident_rows, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

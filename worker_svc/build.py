@@ -38,6 +38,7 @@ class WorkerOptions:
     extend_graph_max_tokens: int = 1024  # other batches up to this many tokens replay piecewise graphs; 0 = off
     extend_whole_graph: bool = True  # one-request extends up to extend_graph_max_tokens: one graph of the forward
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
+    resident_rows: int | None = None  # CUDA: batches up to this many rows through model/resident_gemv; None: auto
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
     decode_attention: str = "auto"  # the decode graphs' attention: flashinfer, triton (attention/mqa_decode), or auto
     ragged_prefill: bool = True  # eager extends without a cached prefix: flashinfer's ragged prefill (attention/ragged)
@@ -120,6 +121,12 @@ def auto_splitk_rows(cfg) -> int:
     return 16 if cfg.n_embd <= 1024 else 0
 
 
+def auto_resident_rows(cfg) -> int:
+    """Rows up to which the decode projections use ``model/resident_gemv`` (weights read before the kernel ahead
+    ends) by default: 0 (off) until an A/B on the GPU shows it pays (``worker_svc.bench --resident-rows N``)."""
+    return 0
+
+
 def triton_decode_max_batch(cfg, decode_attention: str, max_batch: int) -> int:
     """Decode-graph buckets of up to this many rows take the Triton multi-query attention (``attention/mqa_decode``),
     the larger ones flashinfer's. ``decode_attention``: ``flashinfer`` (0), ``triton`` (``max_batch``) or ``auto``:
@@ -154,7 +161,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
     cfg, model = load_model(opts.model_path, dtype=dtype, device=device)
     # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused, small batches' split-K GEMMs
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
-                            pdl=opts.pdl)
+                            pdl=opts.pdl,
+                            resident_rows=auto_resident_rows(cfg) if opts.resident_rows is None else opts.resident_rows)
     whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
     triton_max = triton_decode_max_batch(cfg, opts.decode_attention, opts.cuda_graph_max_batch)
     # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches when no

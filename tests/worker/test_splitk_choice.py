@@ -62,11 +62,15 @@ def test_split_k_is_for_16_bit_models_only(monkeypatch, dtype, on):
 
     made = []
     monkeypatch.setattr(fused, "enabled", lambda device: True)
-    monkeypatch.setattr(skinny_gemm, "DecodeGemms", lambda shapes, rows, device, pdl: made.append(rows) or "mm")
+    monkeypatch.setattr(skinny_gemm, "DecodeGemms",
+                        lambda shapes, rows, device, pdl, resident_rows: made.append((rows, resident_rows)) or "mm")
     model = GPTBigCodeForCausalLM(shape_config("default")).to(dtype)
     model.use_fused_kernels(splitk_rows=64, pdl=True)
-    assert (model.mm == "mm") == on and made == ([64] if on else [])
+    assert (model.mm == "mm") == on and made == ([(64, 0)] if on else [])
     assert model.pdl is True  # the fused kernels' PDL does not depend on the dtype
+    made.clear()
+    model.use_fused_kernels(splitk_rows=0, pdl=True, resident_rows=2)  # the resident kernel alone builds it too
+    assert (model.mm == "mm") == on and made == ([(0, 2)] if on else [])
 
 
 def test_splitk_linear_refuses_float32_before_it_needs_triton():
