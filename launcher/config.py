@@ -272,8 +272,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
                        "no level flag, so one launcher flag could not mean the same for all",
     },
     "worker": {
-        "--resident-rows": "the worker picks per model (auto: build.auto_resident_rows, off until measured on the "
-                           "GPU); the flag is an A/B switch for bench/serve_bench --worker-flags and worker_svc.bench",
+        "--resident-rows": "the worker picks per model (auto: build.auto_resident_rows, as measured on an H100, run 31); "
+                           "the flag is an A/B switch for bench/serve_bench --worker-flags and worker_svc.bench",
         "--decode-attention": "the worker picks per model (auto: build.triton_decode_max_batch, as measured on the "
                               "H200); the flag is an A/B switch for bench/serve_bench --worker-flags",
         "--extend-attention": "the worker picks per extend graph bucket (auto: fa2 up to 128 tokens, as measured "

@@ -123,8 +123,14 @@ def auto_splitk_rows(cfg) -> int:
 
 def auto_resident_rows(cfg) -> int:
     """Rows up to which the decode projections use ``model/resident_gemv`` (weights read before the kernel ahead
-    ends) by default: 0 (off) until an A/B on the GPU shows it pays (``worker_svc.bench --resident-rows N``)."""
-    return 0
+    ends) by default: 4 for models of n_embd <= 1024, 1 up to 2048, else 0 (unmeasured). Run 31 on an H100
+    (bench/results/h200-run31/call1, ``worker_svc.bench --resident-rows 0 / 4``, GPU time of a decode step, two
+    alternated runs alike): tiny_starcoder_py B = 1 / 2 / 4: 0.65 / 0.66 / 0.69 ms -> 0.41 / 0.45 / 0.59;
+    starcoderbase-1b: 1.42 / 1.43 / 1.48 -> 1.16 / 1.46 / 1.92 (a row is one more pass of FMAs over the 1B's
+    registers: it loses from 2 rows)."""
+    if cfg.n_embd <= 1024:
+        return 4
+    return 1 if cfg.n_embd <= 2048 else 0
 
 
 def triton_decode_max_batch(cfg, decode_attention: str, max_batch: int) -> int:

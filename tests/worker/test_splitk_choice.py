@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker_svc.build import auto_splitk_rows
+from worker_svc.build import auto_resident_rows, auto_splitk_rows
 from worker_svc.model.config import ModelConfig
 from worker_svc.model.default import SHAPES, model_config
 from worker_svc.model.gpt_bigcode import GPTBigCodeForCausalLM
@@ -42,6 +42,14 @@ def test_split_k_is_on_by_default_for_small_models_only():
     assert auto_splitk_rows(shape_config("default")) == 16
     assert auto_splitk_rows(shape_config("starcoderbase-1b")) == 0
     assert auto_splitk_rows(shape_config("starcoder")) == 0
+
+
+def test_resident_rows_follow_the_measured_sizes():
+    """Run 31 (H100): the resident-weight GEMV pays up to 4 rows on tiny_starcoder_py, at 1 row on the 1B; the larger
+    models keep cuBLAS (unmeasured)."""
+    assert auto_resident_rows(shape_config("tiny_starcoder_py")) == 4
+    assert auto_resident_rows(shape_config("starcoderbase-1b")) == 1
+    assert auto_resident_rows(shape_config("starcoder")) == 0
 
 
 def test_on_the_cpu_the_model_keeps_torch_projections_and_plain_launches():
