@@ -309,10 +309,10 @@ def main(argv: list[str] | None = None) -> None:
         blk = model.transformer.h[0]
         lin = {"c_attn": blk.attn.c_attn, "attn.c_proj": blk.attn.c_proj, "c_fc": blk.mlp.c_fc,
                "mlp.c_proj": blk.mlp.c_proj}
-        if model.mm is None or not set(names) <= set(lin):
+        if model.mm is None or args.splitk_rows <= 0 or not set(names) <= set(lin):
             ap.error(f"--splitk-only needs --splitk-rows > 0 (CUDA, Triton) and names from {', '.join(lin)}")
         model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}
-    if model.mm is None and args.prefetch_blocks != -1:
+    if (model.mm is None or args.splitk_rows <= 0) and args.prefetch_blocks != -1:
         ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0, CUDA, Triton)")
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
