@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> None:
                          "(model/skinny_gemm.py); 0 = cuBLAS; default: the worker's (build.auto_splitk_rows)")
     ap.add_argument("--resident-rows", type=int, default=None,
                     help="projections of batches up to this many rows (at most 4) through the resident-weight kernel "
-                         "(model/resident_gemv.py); 0 = off; default: the worker's (build.auto_resident_rows)")
+                         "(model/resident_gemv.py); 0 = off; default: the worker's (build.auto_resident_rows; 0 with "
+                         "--splitk-only, --prefetch-blocks or --no-pdl)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
                          "default (build.triton_decode_max_batch)")
@@ -300,8 +301,10 @@ def main(argv: list[str] | None = None) -> None:
         cfg, model = load_model(args.model_path, dtype=dtype, device=device)
     if args.splitk_rows is None:  # as the worker runs (before run 12 this bench ran cuBLAS and no PDL by default)
         args.splitk_rows = auto_splitk_rows(cfg)
-    if args.resident_rows is None:
-        args.resident_rows = auto_resident_rows(cfg)
+    if args.resident_rows is None:  # the worker's default; the split-K experiments measure split-K at every row
+        args.resident_rows = 0 if args.splitk_only or args.prefetch_blocks != -1 or not args.pdl else auto_resident_rows(cfg)
+    if not 0 <= args.resident_rows <= 4:
+        ap.error(f"--resident-rows must be in [0, 4] (got {args.resident_rows})")
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
                             splitk_rows=args.splitk_rows, pdl=args.pdl, resident_rows=args.resident_rows)
     if args.splitk_only:

@@ -168,7 +168,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
     # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused, small batches' split-K GEMMs
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
                             pdl=opts.pdl,
-                            resident_rows=auto_resident_rows(cfg) if opts.resident_rows is None else opts.resident_rows)
+                            resident_rows=(auto_resident_rows(cfg) if opts.pdl else 0) if opts.resident_rows is None
+                            else opts.resident_rows)  # its gain is the overlap PDL gives: unmeasured without
     whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
     triton_max = triton_decode_max_batch(cfg, opts.decode_attention, opts.cuda_graph_max_batch)
     # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches when no

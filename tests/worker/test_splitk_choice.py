@@ -52,6 +52,17 @@ def test_resident_rows_follow_the_measured_sizes():
     assert auto_resident_rows(shape_config("starcoder")) == 0
 
 
+def test_the_worker_refuses_resident_rows_the_kernel_is_not_built_for(tmp_path):
+    from worker_svc.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--model-path", str(tmp_path), "--resident-rows", "5"])
+    with pytest.raises(SystemExit):
+        parse_args(["--model-path", str(tmp_path), "--resident-rows", "-1"])
+    assert parse_args(["--model-path", str(tmp_path), "--resident-rows", "4"]).resident_rows == 4
+    assert parse_args(["--model-path", str(tmp_path)]).resident_rows is None  # build.auto_resident_rows
+
+
 def test_on_the_cpu_the_model_keeps_torch_projections_and_plain_launches():
     model = GPTBigCodeForCausalLM(shape_config("default"))
     model.use_fused_kernels(splitk_rows=64, pdl=True)

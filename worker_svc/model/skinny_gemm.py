@@ -204,7 +204,8 @@ class DecodeGemms:
     for the kernel ahead (-1: the whole slab; ``splitk_linear``). ``only`` (None: all): a set of the [N, K] weight
     shapes (tuples) that take the split-K kernel (a shape names a projection where, as in GPTBigCode, the four
     differ); the others run torch's GEMM (``fused.mlp_up`` when ``gelu``): the per-projection A/B of
-    ``worker_svc.bench --splitk-only``."""
+    ``worker_svc.bench --splitk-only`` (which sets ``resident_rows`` 0: rows up to it take the resident kernel
+    before ``only`` is read). Raises ValueError for ``resident_rows`` outside [0, ``resident_gemv.MAX_ROWS``]."""
 
     def __init__(self, shapes, splitk_rows: int, device: torch.device | str, pdl: bool = False,
                  prefetch_blocks: int = -1, resident_rows: int = 0):
