@@ -247,6 +247,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="projections of batches up to this many rows (at most 4) through the resident-weight kernel "
                          "(model/resident_gemv.py); 0 = off; default: the worker's (build.auto_resident_rows; 0 with "
                          "--splitk-only, --prefetch-blocks or --no-pdl)")
+    ap.add_argument("--resident-stream", type=int, default=0,
+                    help="with resident rows: the projections of 16 MB or more through a grid of this many CTAs an SM, "
+                         "each looping over its tiles with the next slab loaded ahead (model/resident_gemv.choose; "
+                         "0: one CTA a tile, as the worker runs)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
                          "default (build.triton_decode_max_batch)")
@@ -319,6 +323,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0, CUDA, Triton)")
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
+        model.mm.stream_per_sm = args.resident_stream
+    elif args.resident_stream:
+        ap.error("--resident-stream needs the resident kernel (--resident-rows > 0, CUDA, Triton)")
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice
@@ -499,7 +506,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "resident_rows": args.resident_rows, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "resident_rows": args.resident_rows, "resident_stream": args.resident_stream, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

@@ -45,6 +45,26 @@ def test_resident_linear_matches_linear(k, n, m, pdl):
     assert torch.equal(resident_linear(x, w, b, choose(k, n, SMS), pdl=pdl), got)  # no cross-CTA sums: same bits
 
 
+@pytest.mark.parametrize("k,n", [(2048, 8192), (8192, 2048), (3072, 768)])
+@pytest.mark.parametrize("stream_per_sm", [1, 2])
+@pytest.mark.parametrize("m", [1, 3])
+def test_the_looping_grid_matches_linear(k, n, stream_per_sm, m):
+    """``choose(stream_per_sm=)``: the 8-warp projections through a grid of CTAs that loop over their tiles (the
+    tiny model's 768-column one keeps one CTA a tile); the same values as one CTA a tile, bit for bit."""
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    x = torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=g, device="cuda") * k ** -0.5).to(torch.bfloat16)
+    b = (torch.randn(n, generator=g, device="cuda") * 0.1).to(torch.bfloat16)
+    cfg = choose(k, n, SMS, stream_per_sm=stream_per_sm)
+    assert (cfg.ctas > 0) == (n * k >= 8 * 1024 * 1024)
+    got = resident_linear(x, w, b, cfg, gelu=True, pdl=True)
+    want = F.gelu(F.linear(x.float(), w.float(), b.float()), approximate="tanh")
+    assert ((got.float() - want).norm() / want.norm()).item() < 1e-2
+    one = resident_linear(x, w, b, choose(k, n, SMS), gelu=True, pdl=True)
+    if cfg.block_n == choose(k, n, SMS).block_n:
+        assert torch.equal(got, one)
+
+
 @pytest.mark.parametrize("rows", [1, 4])
 def test_pdl_launch_reads_x_after_the_kernel_ahead_wrote_it_in_a_graph(rows):
     """add + LayerNorm (PDL, lets the next kernel launch at its start) writes y; the resident kernel (PDL) reads

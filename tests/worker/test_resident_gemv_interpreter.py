@@ -58,6 +58,15 @@ def test_resident_linear_matches_float64_linear_in_the_interpreter(interpreted, 
 
 
 @pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("ctas", [1, 3, 7])
+def test_a_grid_that_loops_over_the_tiles_covers_each_once(interpreted, m, ctas):
+    """``ResidentConfig.ctas``: fewer CTAs than tiles (70 columns, 8 a tile: 9 tiles, the last partial), each
+    looping with the next slab loaded ahead; every column written once, with the bias and GELU."""
+    _check(m, 300, 70, ResidentConfig(8, 512, 4, ctas), True, True)
+    _check(m, 300, 70, ResidentConfig(8, 512, 4, ctas), False, False)
+
+
+@pytest.mark.parametrize("m", [1, 3])
 def test_strided_rows_in_and_out(interpreted, m):
     _check(m, 768, 100, choose(768, 100, 132), True, False, strided=True)
 
@@ -74,8 +83,12 @@ def test_choose_fills_the_sms_and_holds_a_slab_in_registers():
     assert choose(768, 896, 132) == ResidentConfig(4, 1024, 4)  # 224: a small projection spreads over every SM
     for k, n in ((768, 768), (3072, 768), (6144, 24576), (24576, 6144)):
         c = choose(k, n, 132)
-        assert c.block_n * c.k_pad <= c.warps * 32 * 128 and c.k_pad >= k
+        assert c.block_n * c.k_pad <= c.warps * 32 * 128 and c.k_pad >= k and c.ctas == 0
         assert c.block_n == 1 or -(-n // c.block_n) >= 132
+    # the stream experiment: only the 8-warp projections, half the slab, a grid of 2 CTAs an SM looping
+    assert choose(2048, 8192, 132, stream_per_sm=2) == ResidentConfig(8, 2048, 8, 264)  # 1,024 tiles
+    assert choose(8192, 2048, 132, stream_per_sm=2) == ResidentConfig(2, 8192, 8, 264)
+    assert choose(2048, 2304, 132, stream_per_sm=2) == ResidentConfig(8, 2048, 4)  # small: one CTA a tile
 
 
 def test_bad_input_is_a_value_error():

@@ -11,6 +11,11 @@ and only then waits for the kernel ahead (``gdc_wait``) before it reads x. While
 ones after it are already reading their weights, as far as the SMs' registers hold them (a persistent decode
 "megakernel" gets the same overlap by running every layer in one kernel; this keeps one kernel a projection).
 
+With ``ResidentConfig.ctas`` (an experiment, ``worker_svc.bench --resident-stream``) a projection larger than one
+wave of CTAs holds runs on a fixed grid whose CTAs loop over their tiles, each issuing the next slab's loads before
+the current slab's sums (today's one-CTA-a-tile grid of the 33.5 MB projections runs in two waves of
+load-wait-sum-exit at ~1.9 TB/s on the H100, run 31).
+
 Each CTA owns ``BLOCK_N`` whole output columns (no split-K, so no partial sums cross CTAs: deterministic, no
 workspace), sums over K in float32 inside the CTA, adds the bias, applies the tanh GELU on the float32 sum when
 ``gelu`` (as ``fused.mlp_up``'s cuBLASLt epilogue and ``skinny_gemm``), and rounds once to x's dtype. Products are
@@ -42,27 +47,35 @@ def next_pow2(n: int) -> int:
 @dataclass(frozen=True)
 class ResidentConfig:
     """One launch shape: output columns a CTA (``block_n``), K padded to a power of two (``k_pad``, tl.arange's
-    rule), warps."""
+    rule), warps; ``ctas`` > 0: a grid of that many CTAs, each looping over the tiles ``pid, pid + ctas, ...`` with the
+    next tile's slab loaded before the current one's sums (a stream for projections larger than one wave of CTAs
+    holds); 0: one CTA a tile, every slab loaded before the wait."""
 
     block_n: int
     k_pad: int
     warps: int
+    ctas: int = 0
 
 
 @functools.cache
-def choose(k: int, n: int, sms: int, per_thread: int = 128) -> ResidentConfig:
+def choose(k: int, n: int, sms: int, per_thread: int = 128, stream_per_sm: int = 0) -> ResidentConfig:
     """A configuration for W [n, k] on ``sms`` SMs: 8 warps for weights of 8M elements or more (16 MB in bf16), 4
     below; ``block_n`` the largest power of two whose slab (``block_n * k_pad``) is at most ``per_thread``
     elements a thread (64 registers of packed bf16) and that still gives at least ``sms`` CTAs (so a small
     projection spreads its read over every SM), at least 1. 1B shape: c_attn 8 columns (288 CTAs), c_fc 16 (512),
-    mlp.c_proj 4 (512); tiny_starcoder_py's c_attn 4 (224)."""
+    mlp.c_proj 4 (512); tiny_starcoder_py's c_attn 4 (224). ``stream_per_sm`` > 0 (an experiment, run 31's
+    ``--resident-stream``): weights of 8M elements or more take half the slab (two are held: the tile's and the
+    next one's) and a grid of ``stream_per_sm * sms`` CTAs looping over the tiles (``ResidentConfig.ctas``)."""
     k_pad = next_pow2(k)
     warps = 8 if n * k >= 8 * 1024 * 1024 else 4
-    block_n = max(1, (warps * 32 * per_thread) // k_pad)
+    stream = stream_per_sm > 0 and warps == 8
+    block_n = max(1, (warps * 32 * (per_thread // 2 if stream else per_thread)) // k_pad)
     block_n = 1 << (block_n.bit_length() - 1)  # a power of two
     while block_n > 1 and -(-n // block_n) < sms:
         block_n //= 2
-    return ResidentConfig(block_n, k_pad, warps)
+    tiles = -(-n // block_n)
+    ctas = min(tiles, stream_per_sm * sms) if stream and tiles > stream_per_sm * sms else 0
+    return ResidentConfig(block_n, k_pad, warps, ctas)
 
 
 @functools.cache
@@ -71,9 +84,9 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def resident_mv(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_x, stride_y,
+    def resident_mv(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_x, stride_y, TILES,
                     HAS_BIAS: tl.constexpr, GELU: tl.constexpr, PDL: tl.constexpr, ROWS: tl.constexpr,
-                    BLOCK_N: tl.constexpr, K_PAD: tl.constexpr):
+                    BLOCK_N: tl.constexpr, K_PAD: tl.constexpr, LOOP: tl.constexpr):
         pid = tl.program_id(0)
         rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, K_PAD)
@@ -81,23 +94,35 @@ def _kernel():
         k_ok = rk < K
         if PDL:  # the next kernel may launch (and read its own weights) at once
             tl.extra.cuda.gdc_launch_dependents()
-        # this CTA's whole weight slab, issued before the wait: nothing ahead writes W or b
+        # this CTA's (first) weight slab, issued before the wait: nothing ahead writes W or b
         w = tl.load(w_ptr + rn[:, None].to(tl.int64) * K + rk[None, :], mask=n_ok[:, None] & k_ok[None, :],
                     other=0.0)
+        bias = tl.zeros([BLOCK_N], tl.float32)
         if HAS_BIAS:
             bias = tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)
         if PDL:  # x is the kernel ahead's output
             tl.extra.cuda.gdc_wait()
-        for m in tl.static_range(ROWS):
-            if m < M:
-                x = tl.load(x_ptr + m * stride_x + rk, mask=k_ok, other=0.0).to(tl.float32)
-                acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)  # [BLOCK_N]
+        # one tile (LOOP off), or tiles pid, pid + grid, ... with the next slab's loads out before this one's sums
+        step = tl.num_programs(0) if LOOP else 1
+        for _ in range(pid, TILES if LOOP else pid + 1, step):
+            if LOOP:
+                rn_next = rn + step * BLOCK_N
+                ok_next = rn_next < N  # all false past the last tile
+                w_next = tl.load(w_ptr + rn_next[:, None].to(tl.int64) * K + rk[None, :],
+                                 mask=ok_next[:, None] & k_ok[None, :], other=0.0)
+                bias_next = tl.zeros([BLOCK_N], tl.float32)
                 if HAS_BIAS:
-                    acc += bias
-                if GELU:  # 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))), as F.gelu(approximate="tanh")
-                    u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-                    acc = 0.5 * acc * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * u)))
-                tl.store(y_ptr + m * stride_y + rn, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+                    bias_next = tl.load(b_ptr + rn_next, mask=ok_next, other=0.0).to(tl.float32)
+            for m in tl.static_range(ROWS):
+                if m < M:
+                    x = tl.load(x_ptr + m * stride_x + rk, mask=k_ok, other=0.0).to(tl.float32)
+                    acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1) + bias  # [BLOCK_N]
+                    if GELU:  # 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3))), as F.gelu(approximate="tanh")
+                        u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+                        acc = 0.5 * acc * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * u)))
+                    tl.store(y_ptr + m * stride_y + rn, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+            if LOOP:
+                w, bias, rn, n_ok = w_next, bias_next, rn_next, ok_next
 
     return resident_mv
 
@@ -121,9 +146,9 @@ def resident_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     y = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
     if y.shape != (m, n) or y.dtype != x.dtype or y.stride(1) != 1:
         raise ValueError(f"resident_linear: out must be [{m}, {n}] {x.dtype} with unit stride in N")
-    _kernel()[(-(-n // cfg.block_n),)](x, weight, bias if bias is not None else weight, y, m, n, k, x.stride(0),
-                                       y.stride(0), HAS_BIAS=bias is not None, GELU=gelu, PDL=pdl,
-                                       ROWS=next_pow2(m), BLOCK_N=cfg.block_n, K_PAD=cfg.k_pad,
-                                       num_warps=cfg.warps, num_stages=1,
-                                       **({"launch_pdl": True} if pdl else {}))
+    tiles = -(-n // cfg.block_n)
+    _kernel()[(cfg.ctas or tiles,)](x, weight, bias if bias is not None else weight, y, m, n, k, x.stride(0),
+                                    y.stride(0), tiles, HAS_BIAS=bias is not None, GELU=gelu, PDL=pdl,
+                                    ROWS=next_pow2(m), BLOCK_N=cfg.block_n, K_PAD=cfg.k_pad, LOOP=cfg.ctas > 0,
+                                    num_warps=cfg.warps, num_stages=1, **({"launch_pdl": True} if pdl else {}))
     return y

@@ -213,6 +213,7 @@ class DecodeGemms:
             raise ValueError(f"resident_rows must be in [0, {resident_gemv.MAX_ROWS}] (got {resident_rows})")
         self.max_rows = max(splitk_rows, resident_rows)
         self.resident_rows, self.pdl, self.prefetch_blocks = resident_rows, pdl, prefetch_blocks
+        self.stream_per_sm = 0  # resident_gemv.choose's stream experiment (worker_svc.bench --resident-stream)
         self.only: set[tuple[int, int]] | None = None
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
         sizes = [workspace_size(m, n, choose(m, k, n, self.sms))
@@ -224,7 +225,7 @@ class DecodeGemms:
         """x [M, K] (M <= max_rows) -> linear(x) [M, N], tanh GELU after it when ``gelu``."""
         w = linear.weight
         if x.shape[0] <= self.resident_rows:
-            cfg = resident_gemv.choose(w.shape[1], w.shape[0], self.sms)
+            cfg = resident_gemv.choose(w.shape[1], w.shape[0], self.sms, stream_per_sm=self.stream_per_sm)
             return resident_gemv.resident_linear(x, w, linear.bias, cfg, gelu=gelu, pdl=self.pdl)
         if self.only is not None and tuple(w.shape) not in self.only:
             from worker_svc.model import fused  # (fused imports nothing of this module's)
