@@ -151,11 +151,13 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
     launches at each batch in ``batches`` (deduplicated by the caller). ``attn``: ``DecodeConfig`` fields forced
     over ``decode_config``'s choice (a what-if: warps, stages, block_n, splits); ``gemms``: also the split-K GEMM
     (``skinny_gemm.choose``'s configuration) of each projection at every batch, a survey: the worker runs it for
-    models of n_embd <= 1024 and batches up to ``build.auto_splitk_rows`` rows (16 since run 25)."""
+    models of n_embd <= 1024 and batches up to ``build.auto_splitk_rows`` rows (16 since run 25); and at batches of
+    up to ``resident_gemv.MAX_ROWS`` rows the resident-weight GEMV, one CTA a tile and the looping grid
+    (``stream_per_sm`` 2) where ``choose`` gives one."""
     from dataclasses import replace
 
     from worker_svc.attention import mqa_decode
-    from worker_svc.model import fused, greedy, skinny_gemm
+    from worker_svc.model import fused, greedy, resident_gemv, skinny_gemm
     from worker_svc.model.default import model_config
 
     cfg = model_config(shape)
@@ -194,6 +196,18 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
                 grid = -(-n // g.block_n) * vals["SPLIT"] * -(-b // g.block_m)
                 yield skinny_gemm._kernel(), f"{shape} B={b} {name} split={vals['SPLIT']}", vals, consts, g.warps, \
                     g.stages, grid
+                if b <= resident_gemv.MAX_ROWS:  # the resident-weight GEMV: one CTA a tile, and the looping grid
+                    for stream in (0, 2):
+                        r = resident_gemv.choose(k, n, sms, stream_per_sm=stream)
+                        if stream and not r.ctas:
+                            continue
+                        tiles = -(-n // r.block_n)
+                        vals = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16", M=b, N=n, K=k,
+                                    stride_x=k, stride_y=n, TILES=tiles)
+                        consts = dict(HAS_BIAS=True, GELU=gelu, PDL=True, ROWS=resident_gemv.next_pow2(b),
+                                      BLOCK_N=r.block_n, K_PAD=r.k_pad, LOOP=r.ctas > 0)
+                        yield resident_gemv._kernel(), f"{shape} B={b} {name} ctas={r.ctas or tiles}", vals, consts, \
+                            r.warps, 1, r.ctas or tiles
     block = next_pow2(e)
     vals = dict(h_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", sum_ptr="*bf16", y_ptr="*bf16",
                 n_cols=e, eps=1e-5)
@@ -236,7 +250,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shapes", default="starcoderbase-1b,tiny_starcoder_py")
     ap.add_argument("--batches", default="1,16,32,64")
     ap.add_argument("--sms", type=int, default=132, help="SMs of the card (H100 SXM and H200: 132)")
-    ap.add_argument("--gemms", action="store_true", help="also the split-K GEMMs of each projection")
+    ap.add_argument("--gemms", action="store_true", help="also the split-K GEMMs of each projection, and at batches of "
+                    "up to 4 rows the resident-weight GEMV (model/resident_gemv.py), one CTA a tile and looping")
     for field in ("warps", "stages", "block_n", "splits"):
         ap.add_argument(f"--attn-{field.replace('_', '-')}", type=int, default=0,
                         help=f"the decode attention's {field} forced (a what-if; 0: decode_config's)")

@@ -3,7 +3,7 @@
 # defaults of 18ee408 (the resident-weight GEMV on: 1 row on the 1B, 4 on tiny), the GPU tests with that default,
 # serve_bench hf,c64,c256,c1 (transformers' compiled static generate in the same run), worker bench 1B and tiny,
 # c1 with the kernel off against on (--resident-rows=0), and the looping grid for the 33.5 MB projections
-# (worker bench --resident-stream 0 / 2 / 1 at B = 1, alternated). Same carry and prologue as call1.sh.
+# (worker bench --resident-stream 0 / 2 / 3 at B = 1, alternated). Same carry and prologue as call1.sh.
 mkdir -p /tmp/r2; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
 TS=$(date +%s)
 ok() { [ $(( $(date +%s) - TS )) -lt $1 ]; }
@@ -26,6 +26,6 @@ pack; echo "worker after $(( $(date +%s) - TS )) s"
 S() { n=$1; ok $2 || return; shift 2; timeout 45 python3 -m bench.serve_bench --gpu --phases c1 --c1-requests 5 --out /tmp/r2/$n "$@" > /tmp/r2/$n.txt 2>&1
   kill_stack; rm -rf /tmp/r2/$n/logs; echo "$n: $(grep -E "c1:" /tmp/r2/$n.txt | cut -c24-150)"; pack; }
 S c1_off 500 --worker-flags="--resident-rows=0"; S c1_on 530
-for i in 1 2; do for st in 0 2 1; do  # the looping grid for the 16 MB+ projections (--resident-stream), B = 1
+for i in 1 2; do for st in 0 2 3; do  # the looping grid for the 16 MB+ projections (--resident-stream), B = 1
   W 1b_st${st}_$i 570 --shape starcoderbase-1b --context 1152 --batches 1 --prefill "" --resident-stream $st; done; done
 echo "done after $(( $(date +%s) - TS )) s"
