@@ -18,7 +18,7 @@ from worker_svc.kv_pool import KVPool, geometry
 from worker_svc.model import fused
 from worker_svc.model.loader import load_model
 from worker_svc.model.resident_gemv import choose, resident_linear
-from worker_svc.model.skinny_gemm import DecodeGemms
+from worker_svc.model.decode_gemms import DecodeGemms
 
 pytestmark = [
     pytest.mark.gpu,

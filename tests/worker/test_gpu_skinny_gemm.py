@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from worker_svc.model.skinny_gemm import DecodeGemms, GemmConfig, SkinnyLinear
+from worker_svc.model.decode_gemms import DecodeGemms
+from worker_svc.model.skinny_gemm import GemmConfig, SkinnyLinear
 
 pytestmark = [
     pytest.mark.gpu,

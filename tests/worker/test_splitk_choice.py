@@ -77,11 +77,11 @@ def test_split_k_is_for_16_bit_models_only(monkeypatch, dtype, on):
     x and W tiles take twice the shared memory ``choose`` budgets (2 bytes an element): fp32 on CUDA, the
     configuration that must equal transformers token for token, keeps cuBLAS's fp32 GEMMs. Triton and CUDA
     stand-ins (this is about the switch): ``fused.enabled`` says yes, DecodeGemms records its construction."""
-    from worker_svc.model import fused, skinny_gemm
+    from worker_svc.model import decode_gemms, fused
 
     made = []
     monkeypatch.setattr(fused, "enabled", lambda device: True)
-    monkeypatch.setattr(skinny_gemm, "DecodeGemms",
+    monkeypatch.setattr(decode_gemms, "DecodeGemms",
                         lambda shapes, rows, device, pdl, resident_rows: made.append((rows, resident_rows)) or "mm")
     model = GPTBigCodeForCausalLM(shape_config("default")).to(dtype)
     model.use_fused_kernels(splitk_rows=64, pdl=True)

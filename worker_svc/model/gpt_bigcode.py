@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from worker_svc.model import fused, skinny_gemm
+from worker_svc.model import decode_gemms, fused, skinny_gemm
 from worker_svc.model.config import ModelConfig
 
 
@@ -72,7 +72,7 @@ class Attention(nn.Module):
         [T, kv_heads, head_dim] each: views of the c_attn output, what this layer writes into ``kv_pool`` at
         ``out_slots`` [T] (int64); the ragged prefill path reads them, ``attention.ragged``). ``fuse_kv``
         (multi-query, CUDA): K and V written by one kernel from the c_attn output, q a strided view of it
-        (``fused.write_kv``); otherwise q is contiguous. ``mm`` (``skinny_gemm.DecodeGemms``) runs the projection
+        (``fused.write_kv``); otherwise q is contiguous. ``mm`` (``decode_gemms.DecodeGemms``) runs the projection
         when given, on the ``fuse_kv`` path only (the unfused path keeps ``c_attn``); ``pdl``:
         the K/V write as a programmatic dependent launch. ``write_kv`` False (``fuse_kv`` only, else RuntimeError):
         nothing is written here, the attention backend writes the returned (k, v) (``writes_new_kv``)."""
@@ -153,7 +153,7 @@ class GPTBigCodeForCausalLM(nn.Module):
         self.gelu_epilogue = False
         self.fuse_kv = False
         self.pdl = False  # the fused kernels as programmatic dependent launches
-        self.mm = None  # skinny_gemm.DecodeGemms: the projections of batches of few rows
+        self.mm = None  # decode_gemms.DecodeGemms: the projections of batches of few rows
         self.transformer = Transformer(cfg)
         # Only when the checkpoint unties the head (tie_word_embeddings: false); GPTBigCode ties it.
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -236,8 +236,8 @@ class GPTBigCodeForCausalLM(nn.Module):
         blk = self.transformer.h[0]
         linears = (blk.attn.c_attn, blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj)
         half = self.transformer.wte.weight.dtype in skinny_gemm.HALF_DTYPES  # fp32 keeps cuBLAS's fp32 GEMMs
-        self.mm = (skinny_gemm.DecodeGemms([lin.weight.shape for lin in linears], splitk_rows, device, self.pdl,
-                                           resident_rows=resident_rows)
+        self.mm = (decode_gemms.DecodeGemms([lin.weight.shape for lin in linears], splitk_rows, device, self.pdl,
+                                            resident_rows=resident_rows)
                    if max(splitk_rows, resident_rows) > 0 and ok and half else None)
 
     @torch.inference_mode()
