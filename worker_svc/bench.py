@@ -33,8 +33,9 @@ import uuid
 
 import torch
 
-from worker_svc.build import (auto_resident_rows, auto_splitk_rows, make_backend, make_extend_graphs, make_graphs,
-                              make_whole_graphs, resolve_device, resolve_dtype)
+from worker_svc import bench_gemms
+from worker_svc.build import (make_backend, make_extend_graphs, make_graphs, make_whole_graphs, resolve_device,
+                              resolve_dtype)
 from worker_svc.engine import Engine
 from worker_svc.kv_pool import KVPool, geometry
 from worker_svc.model.config import ModelConfig
@@ -240,17 +241,6 @@ def main(argv: list[str] | None = None) -> None:
                          "`ncu --profile-from-start off --graph-profiling node` (per-kernel hardware counters)")
     ap.add_argument("--blas", choices=("default", "cublas", "cublaslt"), default="default",
                     help="torch.backends.cuda.preferred_blas_library for the GEMMs (issue 15 technique 2)")
-    ap.add_argument("--splitk-rows", type=int, default=None,
-                    help="projections of batches up to this many rows through the split-K Triton GEMM "
-                         "(model/skinny_gemm.py); 0 = cuBLAS; default: the worker's (build.auto_splitk_rows)")
-    ap.add_argument("--resident-rows", type=int, default=None,
-                    help="projections of batches up to this many rows (at most 4) through the resident-weight kernel "
-                         "(model/resident_gemv.py); 0 = off; default: the worker's (build.auto_resident_rows; 0 with "
-                         "--splitk-only, --prefetch-blocks or --no-pdl)")
-    ap.add_argument("--resident-stream", type=int, default=0,
-                    help="with resident rows: the projections of 16 MB or more through a grid of this many CTAs an SM, "
-                         "each looping over its tiles with the next slab loaded ahead (model/resident_gemv.choose; "
-                         "0: one CTA a tile, as the worker runs)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode graphs' attention (worker_svc/cuda_graph.DecodeGraphs); auto: the worker's "
                          "default (build.triton_decode_max_batch)")
@@ -258,12 +248,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="flashinfer's paged prefill in the whole extend graphs (the worker's --extend-attention)")
     ap.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
                     help="the Triton kernels as programmatic dependent launches (on, as the worker runs them)")
-    ap.add_argument("--prefetch-blocks", type=int, default=-1,
-                    help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
-                         "it waits for the kernel ahead (-1: all, as the worker runs)")
-    ap.add_argument("--splitk-only", default="",
-                    help="with --splitk-rows: only these projections through the split-K GEMM, comma-separated from "
-                         "c_attn, attn.c_proj, c_fc, mlp.c_proj (default: all); the others take torch's GEMM")
+    bench_gemms.add_args(ap)
     ap.add_argument("--overlap-prefill", type=int, default=0,
                     help="after the largest decode batch's graph: that decode graph and a prefill of this many tokens "
                          "(worker_svc/bench_overlap.py) on two CUDA streams at once against one after the other "
@@ -303,29 +288,7 @@ def main(argv: list[str] | None = None) -> None:
             from worker_svc.model.default import ensure_default_model
             args.model_path = str(ensure_default_model())
         cfg, model = load_model(args.model_path, dtype=dtype, device=device)
-    if args.splitk_rows is None:  # as the worker runs (before run 12 this bench ran cuBLAS and no PDL by default)
-        args.splitk_rows = auto_splitk_rows(cfg)
-    if args.resident_rows is None:  # the worker's default; the split-K experiments measure split-K at every row
-        args.resident_rows = 0 if args.splitk_only or args.prefetch_blocks != -1 or not args.pdl else auto_resident_rows(cfg)
-    if not 0 <= args.resident_rows <= 4:
-        ap.error(f"--resident-rows must be in [0, 4] (got {args.resident_rows})")
-    model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
-                            splitk_rows=args.splitk_rows, pdl=args.pdl, resident_rows=args.resident_rows)
-    if args.splitk_only:
-        names = args.splitk_only.split(",")
-        blk = model.transformer.h[0]
-        lin = {"c_attn": blk.attn.c_attn, "attn.c_proj": blk.attn.c_proj, "c_fc": blk.mlp.c_fc,
-               "mlp.c_proj": blk.mlp.c_proj}
-        if model.mm is None or args.splitk_rows <= 0 or not set(names) <= set(lin):
-            ap.error(f"--splitk-only needs --splitk-rows > 0 (CUDA, Triton) and names from {', '.join(lin)}")
-        model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}
-    if (model.mm is None or args.splitk_rows <= 0) and args.prefetch_blocks != -1:
-        ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0, CUDA, Triton)")
-    if model.mm is not None:
-        model.mm.prefetch_blocks = args.prefetch_blocks
-        model.mm.stream_per_sm = args.resident_stream
-    elif args.resident_stream:
-        ap.error("--resident-stream needs the resident kernel (--resident-rows > 0, CUDA, Triton)")
+    bench_gemms.set_up(ap, args, cfg, model)
     batches = [int(b) for b in args.batches.split(",")]
     ctx = args.context
     chained_calls = 4 * (CHAINED_WARMUP + max(4, args.iters))  # ahead / at launch, alternated twice

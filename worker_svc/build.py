@@ -121,13 +121,16 @@ def auto_splitk_rows(cfg) -> int:
     return 16 if cfg.n_embd <= 1024 else 0
 
 
-def auto_resident_rows(cfg) -> int:
+def auto_resident_rows(cfg, pdl: bool) -> int:
     """Rows up to which the decode projections use ``model/resident_gemv`` (weights read before the kernel ahead
-    ends) by default: 4 for models of n_embd <= 1024, 1 up to 2048, else 0 (unmeasured). Run 31 on an H100
+    ends) by default: 0 without ``pdl`` (its gain is the overlap PDL gives: unmeasured without), else 4 for models
+    of n_embd <= 1024, 1 up to 2048, 0 above (unmeasured). Run 31 on an H100
     (bench/results/h200-run31/call1, ``worker_svc.bench --resident-rows 0 / 4``, GPU time of a decode step, two
     alternated runs alike): tiny_starcoder_py B = 1 / 2 / 4: 0.65 / 0.66 / 0.69 ms -> 0.41 / 0.45 / 0.59;
     starcoderbase-1b: 1.42 / 1.43 / 1.48 -> 1.16 / 1.46 / 1.92 (a row is one more pass of FMAs over the 1B's
     registers: it loses from 2 rows)."""
+    if not pdl:
+        return 0
     if cfg.n_embd <= 1024:
         return 4
     return 1 if cfg.n_embd <= 2048 else 0
@@ -168,8 +171,8 @@ def build_engine(opts: WorkerOptions) -> Engine:
     # CUDA with Triton: residual add + LayerNorm and the GELU epilogue fused, small batches' split-K GEMMs
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
                             pdl=opts.pdl,
-                            resident_rows=(auto_resident_rows(cfg) if opts.pdl else 0) if opts.resident_rows is None
-                            else opts.resident_rows)  # its gain is the overlap PDL gives: unmeasured without
+                            resident_rows=auto_resident_rows(cfg, opts.pdl) if opts.resident_rows is None
+                            else opts.resident_rows)
     whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
     triton_max = triton_decode_max_batch(cfg, opts.decode_attention, opts.cuda_graph_max_batch)
     # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches when no

@@ -35,8 +35,10 @@ from dataclasses import dataclass
 
 import torch
 
-HALF_DTYPES = (torch.float16, torch.bfloat16)
+from worker_svc.model.skinny_gemm import HALF_DTYPES
+
 MAX_ROWS = 4  # the rows the kernel is built for at most: each row is one more pass of FMAs over the registers
+PER_THREAD = 128  # weight elements a thread holds (64 registers of packed bf16), two slabs of half that when looping
 
 
 def next_pow2(n: int) -> int:
@@ -58,9 +60,9 @@ class ResidentConfig:
 
 
 @functools.cache
-def choose(k: int, n: int, sms: int, per_thread: int = 128, stream_per_sm: int = 0) -> ResidentConfig:
+def choose(k: int, n: int, sms: int, stream_per_sm: int = 0) -> ResidentConfig:
     """A configuration for W [n, k] on ``sms`` SMs: 8 warps for weights of 8M elements or more (16 MB in bf16), 4
-    below; ``block_n`` the largest power of two whose slab (``block_n * k_pad``) is at most ``per_thread``
+    below; ``block_n`` the largest power of two whose slab (``block_n * k_pad``) is at most ``PER_THREAD``
     elements a thread (64 registers of packed bf16) and that still gives at least ``sms`` CTAs (so a small
     projection spreads its read over every SM), at least 1. 1B shape: c_attn 8 columns (288 CTAs), c_fc 16 (512),
     mlp.c_proj 4 (512); tiny_starcoder_py's c_attn 4 (224). ``stream_per_sm`` > 0 (an experiment, run 31's
@@ -69,7 +71,7 @@ def choose(k: int, n: int, sms: int, per_thread: int = 128, stream_per_sm: int =
     k_pad = next_pow2(k)
     warps = 8 if n * k >= 8 * 1024 * 1024 else 4
     stream = stream_per_sm > 0 and warps == 8
-    block_n = max(1, (warps * 32 * (per_thread // 2 if stream else per_thread)) // k_pad)
+    block_n = max(1, (warps * 32 * (PER_THREAD // 2 if stream else PER_THREAD)) // k_pad)
     block_n = 1 << (block_n.bit_length() - 1)  # a power of two
     while block_n > 1 and -(-n // block_n) < sms:
         block_n //= 2
