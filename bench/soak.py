@@ -13,7 +13,7 @@ JSON) and must get a 4xx. At the end, at idle: the cache's integrity check is em
 capacity, after a flush available == capacity, every process is alive, its RSS (VmRSS) grew by at most
 --max-rss-growth-mib between two idle points (after --warmup seconds of the same load and the peak, every client's
 largest request at once, and at the end: a process's allocator keeps what the largest batch needed, so a cold start
-is no baseline), and a greedy probe prompt gives the same tokens as at the start. Prints counts and
+is no baseline; the services run with glibc's malloc on a fixed mmap threshold, ``ALLOCATOR_ENV``), and a greedy probe prompt gives the same tokens as at the start. Prints counts and
 p50/p99 latency (and TTFT for streams); exit code 1 when a check failed.
 """
 
@@ -40,6 +40,12 @@ from launcher.stack import Stack
 SERVICES = ("cache", "worker", "scheduler", "gateway")
 VOCAB = 1024          # the embedded default model
 N_POSITIONS = 4096
+# glibc's malloc raises its mmap threshold each time a large mmapped block is freed (up to 32 MiB), after which the
+# worker's activation buffers come from the heap and a freed one stays resident: the worker's idle RSS then moves with
+# whichever batch shapes came last, not with what is live (session 31's CI run: 580 -> 779 MiB at idle, no leak; here
+# 489-651 MiB under load). A fixed threshold keeps blocks over 128 KiB in their own mappings, returned when freed, and
+# two arenas bound what the threads' arenas cache (same run, same load: 451-465 MiB), so growth measures what stays live.
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_ARENA_MAX": "2"}
 
 
 def rss_mib(pid: int) -> float:
@@ -254,7 +260,7 @@ def run(args: argparse.Namespace) -> dict:
     cfg = StackConfig(http_port=0, cache_port=0, worker_port=0, scheduler_port=0, device="cpu", dtype="float32",
                       kv_tokens=args.kv_tokens, chunk_size=args.chunk_size, max_running_requests=args.max_running,
                       max_queued_requests=args.max_queued)
-    stack = Stack(cfg, log_dir)
+    stack = Stack(cfg, log_dir, env=dict(ALLOCATOR_ENV))
     report: dict = {"log_dir": str(log_dir)}
     try:
         stack.start()

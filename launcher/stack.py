@@ -51,12 +51,13 @@ def http_live(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def service_env(environ) -> dict[str, str]:
-    """The environment of a service process: the caller's, unbuffered output, and the repository first on
-    PYTHONPATH with the caller's PYTHONPATH kept after it (packages installed with ``pip --target`` and put
-    on PYTHONPATH must stay importable in the services)."""
+def service_env(environ, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a service process: the caller's, then ``extra`` (``Stack.env``), unbuffered output, and
+    the repository first on PYTHONPATH with the caller's PYTHONPATH kept after it (packages installed with
+    ``pip --target`` and put on PYTHONPATH must stay importable in the services)."""
     kept = environ.get("PYTHONPATH", "")
-    return {**environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT) + (os.pathsep + kept if kept else "")}
+    return {**environ, **(extra or {}), "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(ROOT) + (os.pathsep + kept if kept else "")}
 
 
 @dataclass
@@ -65,7 +66,8 @@ class Stack:
     replica: ``worker``, ``scheduler``), gateway. Ports of 0 are replaced by free ones: ``ports`` holds each
     process's port, and ``cfg`` the first replica's (so ``cfg`` describes a one-replica stack exactly).
 
-    Logs of each service go to ``log_dir/<name>.log``. Use as a context manager or call start()/stop().
+    ``env`` is added to every service's environment (``service_env``). Logs of each service go to
+    ``log_dir/<name>.log``. Use as a context manager or call start()/stop().
     Setting ``interrupt`` (the launcher's signal handler does) makes a start in progress raise
     StartupInterrupted within about a second; the services already started keep running until stop().
     """
@@ -76,6 +78,7 @@ class Stack:
     model_path: str = ""
     interrupt: threading.Event = field(default_factory=threading.Event)
     ports: dict[str, int] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         wanted = service_ports(self.cfg)
@@ -141,7 +144,7 @@ class Stack:
             raise StartupInterrupted(f"interrupted before {name} started")
         argv = argv or self.commands()[name]
         ensure_free(self.cfg.bind_host, self.ports[name], name)
-        env = service_env(os.environ)
+        env = service_env(os.environ, self.env)
         # Each service in its own session: a terminal's Ctrl-C (SIGINT to the foreground process group)
         # reaches only the launcher, which then stops the services in order (gateway first, so it drains).
         with open(self.log_dir / f"{name}.log", "ab") as log:

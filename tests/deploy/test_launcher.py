@@ -55,3 +55,13 @@ def test_service_env_keeps_the_callers_pythonpath_after_the_repository():
     assert env["PYTHONPATH"] == f"{ROOT}{os.pathsep}/opt/site"
     assert env["HOME"] == "/root" and env["PYTHONUNBUFFERED"] == "1"
     assert service_env({})["PYTHONPATH"] == str(ROOT)
+
+
+def test_a_stacks_env_reaches_its_services_over_the_callers():
+    """``Stack.env`` (the soak's allocator settings) overrides the caller's variables in every service's environment,
+    but not the repository's PYTHONPATH or unbuffered output. Was: no way to set a variable for the services alone."""
+    from launcher.stack import ROOT, service_env
+
+    env = service_env({"MALLOC_ARENA_MAX": "8", "HOME": "/root"}, {"MALLOC_ARENA_MAX": "2", "PYTHONPATH": "/x"})
+    assert env["MALLOC_ARENA_MAX"] == "2" and env["HOME"] == "/root"
+    assert env["PYTHONPATH"] == str(ROOT) and env["PYTHONUNBUFFERED"] == "1"
