@@ -5,6 +5,7 @@ server-sent-events response over the opened streams."""
 
 from __future__ import annotations
 
+import uuid
 from typing import AsyncIterator
 
 from fastapi import Request
@@ -19,6 +20,16 @@ from gateway.metrics import GatewayMetrics
 from gateway.middleware import HTTP_IN
 
 
+def as_group(requests: list[scheduler_pb2.GenerateRequest]) -> None:
+    """Marks the calls of one HTTP request with several generations as one group (``group_id``, new for each HTTP
+    request, and ``group_size``): the scheduler applies its queue limits to the group's first call and queues the
+    others with it (scheduler_svc/group_admission.py). One call: left as is."""
+    if len(requests) > 1:
+        group_id = uuid.uuid4().hex
+        for r in requests:
+            r.group_id, r.group_size = group_id, len(requests)
+
+
 async def _start(ctx: GatewayContext, request: scheduler_pb2.GenerateRequest) -> GenerationStream:
     return await ctx.dispatcher.start(request, ctx.settings.retry_after_s, ctx.settings.request_timeout_s)
 
@@ -29,6 +40,7 @@ async def collect_all(
     """Runs every request to the end, results in order. Raises ApiError (the first failure; the
     other calls are cancelled) or ClientDisconnected (all calls cancelled)."""
     streams: list[GenerationStream] = []
+    as_group(requests)
 
     async def run() -> list[GenerationResult]:
         try:
@@ -50,6 +62,7 @@ async def open_streams(
     a stream that already answered 200. Raises ApiError or ClientDisconnected, cancelling all calls.
     The caller owns the returned streams and must cancel them when done."""
     streams: list[GenerationStream] = []
+    as_group(requests)
     try:
         for r in requests:  # a refusal part-way (scheduler known down) cancels those already started
             if HTTP_IN in http_request.scope:

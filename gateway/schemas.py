@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints, field_validator,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
+RequestId = Annotated[str, StringConstraints(min_length=1)]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -58,8 +60,9 @@ class ApiRequest(BaseModel):
 
 
 def _finite(default: float, **constraints: float) -> Any:
-    """A float Field that rejects NaN and infinities ("Input should be a finite number")."""
-    return Field(default, allow_inf_nan=False, **constraints)
+    """A float Field that rejects NaN and infinities ("Input should be a finite number") and, as OpenAI does, a number
+    sent as a string or a boolean ("Input should be a valid number"); a JSON integer is taken."""
+    return Field(default, allow_inf_nan=False, strict=True, **constraints)
 
 
 class StreamOptions(BaseModel):
@@ -230,7 +233,7 @@ class NativeGenerateRequest(ApiRequest):
     logprob_start_len: StrictInt = -1  # -1: none, else 0..prompt length - 1 (checked by native_api per prompt)
     top_logprobs_num: StrictInt = Field(0, ge=0)
     return_text_in_logprobs: StrictBool = False
-    rid: str | list[str] | None = None
+    rid: RequestId | list[RequestId] | None = None  # an empty id is a 400 (was: taken as none, echoed as "")
 
     @model_validator(mode="before")
     @classmethod

@@ -32,14 +32,15 @@ class Intake:
         self.busy_since = time.monotonic()   # when work arrived at an idle scheduler
 
     def submit(self, req: Req, waiting_now: int, on_accept: Callable[[Req, int], None] | None = None) -> None:
-        """Queues a validated request; ``waiting_now`` is the loop's waiting queue length (tokens not counted).
+        """Queues a validated request; ``waiting_now`` is the loop's waiting queue length (tokens not counted), held
+        to --max-queued-requests unless ``req.over_limits``.
         ``on_accept(req, inbox)`` runs once it is accepted, before it is queued, under the lock (``inbox``: requests
         queued ahead of it and not yet taken): ``EarlyMatch.claim``. Raises QueueFull, SchedulerStopped, or
         ValueError when the request id is in use."""
         with self._lock:
             if self.stopped_reason:
                 raise SchedulerStopped(self.stopped_reason)
-            if len(self._inbox) + waiting_now >= self.max_queued:
+            if not req.over_limits and len(self._inbox) + waiting_now >= self.max_queued:
                 raise QueueFull(f"waiting queue is full ({self.max_queued} requests)")
             if req.rid in self._live:
                 raise ValueError(f"request id {req.rid!r} is already in use")

@@ -98,6 +98,7 @@ class Req:
     finish: Finish | None = None
     matched_stop: str = ""
     abort_requested: bool = False
+    over_limits: bool = False            # queued with its group's first call (group_admission.py): no queue limit
     abort_reason: str = ""
     first_sent: bool = False
     sent_tokens: int = 0                 # output tokens already put on the stream

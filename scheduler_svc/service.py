@@ -13,6 +13,7 @@ from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
 from common.counted import COUNTED_MARK
 from common import hop_trace
 from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost, WorkerStalled
+from scheduler_svc.group_admission import GroupAdmission
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import SIBLING_FAILED, Finish, StreamEnd
 from scheduler_svc.request_metrics import RequestMetrics
@@ -47,11 +48,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, scheduler: Scheduler, tokenizer: Tokenizer, log, max_queued_tokens: int = 0,
                  metrics: RequestMetrics | None = None) -> None:
         """``max_queued_tokens``: bound on the prompt tokens waiting (0 = none); a request that would pass it while
-        others wait is RESOURCE_EXHAUSTED (a request alone in the queue is always taken, so any valid one can run).
+        others wait is RESOURCE_EXHAUSTED (a request alone in the queue is always taken, so any valid one can run; the
+        calls of one HTTP request are one request here: ``group_admission.py``).
         ``metrics``: where every Generate call is counted (a new RequestMetrics when None)."""
         self.sched, self.tok, self.log = scheduler, tokenizer, log
         self.metrics = metrics if metrics is not None else RequestMetrics()
         self.max_queued_tokens = max_queued_tokens
+        self.groups = GroupAdmission()  # a prompt list's / n > 1's calls queued or refused together
         self.draining = threading.Event()
         self._open = 0  # Generate calls whose handler has not returned (``open_calls``)
         self._open_changed = threading.Condition()
@@ -133,9 +136,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             req.stream.finish_without_token(Finish.LENGTH)
             req.stream.close()
             return req, log
-        self._check_queued_tokens(req)
+        req.over_limits = self.groups.joins(request.group_id, request.group_size)
+        if not req.over_limits:
+            self._check_queued_tokens(req)
         try:
             self.sched.submit(req)
+            if not req.over_limits:
+                self.groups.queued_first(request.group_id, request.group_size)
         except QueueFull as exc:
             raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from exc
         except (SchedulerStopped, WorkerStalled) as exc:

@@ -14,6 +14,7 @@ from scheduler_svc.request import Params, Req
 MAX_TOP_LOGPROBS = 20
 MAX_STOP_STRINGS = 16  # stop strings per request (the gateway's max_stop_strings default)
 MAX_STOP_CHARS = 1024  # characters per stop string (the gateway's max_stop_chars default)
+MAX_GROUP_SIZE = 1024  # calls of one HTTP request (GenerateRequest.group_size; the gateway sends at most 256)
 
 
 class InvalidRequest(ValueError):
@@ -81,6 +82,8 @@ def build_request(request: scheduler_pb2.GenerateRequest, tokenizer: Tokenizer, 
     _check_sampling(request.sampling)
     if not 0 <= request.top_logprobs_num <= MAX_TOP_LOGPROBS:
         raise InvalidRequest(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}], got {request.top_logprobs_num}")
+    if not 0 <= request.group_size <= MAX_GROUP_SIZE:
+        raise InvalidRequest(f"group_size must be in [0, {MAX_GROUP_SIZE}], got {request.group_size}")
     if len(request.stop) > MAX_STOP_STRINGS:
         raise InvalidRequest(f"stop has {len(request.stop)} strings; the limit is {MAX_STOP_STRINGS}")
     if any(not s for s in request.stop):

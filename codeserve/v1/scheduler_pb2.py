@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from codeserve.v1 import common_pb2 as codeserve_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63odeserve/v1/scheduler.proto\x12\x0c\x63odeserve.v1\x1a\x19\x63odeserve/v1/common.proto\"\xae\x03\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12+\n\tinput_ids\x18\x03 \x01(\x0b\x32\x16.codeserve.v1.TokenIdsH\x00\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.codeserve.v1.SamplingParams\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\x05\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x1b\n\x13skip_special_tokens\x18\t \x01(\x08\x12\x16\n\x0ereturn_logprob\x18\n \x01(\x08\x12\x18\n\x10top_logprobs_num\x18\x0b \x01(\x05\x12\x1e\n\x16return_prompt_logprobs\x18\x0c \x01(\x08\x12\x11\n\tnamespace\x18\r \x01(\t\x12\x14\n\x0cno_stop_trim\x18\x0e \x01(\x08\x12\x14\n\x0chealth_probe\x18\x0f \x01(\x08\x12\x11\n\trouter_id\x18\x10 \x01(\tB\x07\n\x05input\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xeb\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x10\n\x08logprobs\x18\x04 \x03(\x02\x12/\n\x0ctop_logprobs\x18\x05 \x03(\x0b\x32\x19.codeserve.v1.TopLogprobs\x12\x15\n\rprompt_tokens\x18\x06 \x01(\x05\x12\x15\n\rcached_tokens\x18\x07 \x01(\x05\x12\x18\n\x10prompt_token_ids\x18\x08 \x03(\x05\x12\x17\n\x0fprompt_logprobs\x18\t \x03(\x02\x12\x36\n\x13prompt_top_logprobs\x18\n \x03(\x0b\x32\x19.codeserve.v1.TopLogprobs\x12\x15\n\rfinish_reason\x18\x0b \x01(\t\x12\x14\n\x0cmatched_stop\x18\x0c \x01(\t\x12\x19\n\x11\x63ompletion_tokens\x18\r \x01(\x05\":\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x16\n\x0esibling_failed\x18\x02 \x01(\x08\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"<\n\x0eGetLoadRequest\x12\x17\n\x0frequest_metrics\x18\x01 \x01(\x08\x12\x11\n\trouter_id\x18\x02 \x01(\t\"A\n\x08\x43\x61llLoad\x12\x0c\n\x04live\x18\x01 \x01(\x05\x12\x0f\n\x07waiting\x18\x02 \x01(\x05\x12\x16\n\x0ewaiting_tokens\x18\x03 \x01(\x03\"\x87\x01\n\x0cPoolCounters\x12\x0f\n\x07pool_id\x18\x01 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\x03\x12\x11\n\tavailable\x18\x03 \x01(\x03\x12\x11\n\tevictable\x18\x04 \x01(\x03\x12\x11\n\tprotected\x18\x05 \x01(\x03\x12\r\n\x05owned\x18\x07 \x01(\x03J\x04\x08\x06\x10\x07R\x06staged\"\xaf\x03\n\x0fGetLoadResponse\x12\x0f\n\x07running\x18\x01 \x01(\x05\x12\x0f\n\x07waiting\x18\x02 \x01(\x05\x12\x16\n\x0ewaiting_tokens\x18\x03 \x01(\x03\x12)\n\x05pools\x18\x04 \x03(\x0b\x32\x1a.codeserve.v1.PoolCounters\x12 \n\x18seconds_since_last_batch\x18\x05 \x01(\x01\x12\x19\n\x11\x62\x61tches_completed\x18\x06 \x01(\x03\x12\x1b\n\x13prefix_query_tokens\x18\x07 \x01(\x03\x12\x19\n\x11prefix_hit_tokens\x18\x08 \x01(\x03\x12\x1b\n\x13prompt_tokens_total\x18\t \x01(\x03\x12\x1f\n\x17generation_tokens_total\x18\n \x01(\x03\x12\x18\n\x10unhealthy_reason\x18\x0b \x01(\t\x12\x17\n\x0frequest_metrics\x18\x0c \x01(\t\x12\x12\n\npool_error\x18\r \x01(\t\x12\x15\n\routage_reason\x18\x0e \x01(\t\x12&\n\x06others\x18\x0f \x01(\x0b\x32\x16.codeserve.v1.CallLoad\"\x13\n\x11\x46lushCacheRequest\"*\n\x12\x46lushCacheResponse\x12\x14\n\x0c\x66reed_tokens\x18\x01 \x01(\x03\"\x13\n\x11ServerInfoRequest\"\xc2\x02\n\x12ServerInfoResponse\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x13\n\x0bn_positions\x18\x03 \x01(\x05\x12\x12\n\nvocab_size\x18\x04 \x01(\x05\x12\x14\n\x0c\x65os_token_id\x18\x05 \x01(\x05\x12\x1c\n\x14max_running_requests\x18\x06 \x01(\x05\x12\x12\n\nchunk_size\x18\x07 \x01(\x05\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x1b\n\x13max_queued_requests\x18\t \x01(\x05\x12)\n\x05pools\x18\n \x03(\x0b\x32\x1a.codeserve.v1.PoolCounters\x12\x19\n\x11\x61ttention_backend\x18\x0b \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x0c \x01(\t\x12\r\n\x05\x64type\x18\r \x01(\t2\x84\x03\n\tScheduler\x12K\n\x08Generate\x12\x1d.codeserve.v1.GenerateRequest\x1a\x1e.codeserve.v1.GenerateResponse0\x01\x12@\n\x05\x41\x62ort\x12\x1a.codeserve.v1.AbortRequest\x1a\x1b.codeserve.v1.AbortResponse\x12\x46\n\x07GetLoad\x12\x1c.codeserve.v1.GetLoadRequest\x1a\x1d.codeserve.v1.GetLoadResponse\x12O\n\nFlushCache\x12\x1f.codeserve.v1.FlushCacheRequest\x1a .codeserve.v1.FlushCacheResponse\x12O\n\nServerInfo\x12\x1f.codeserve.v1.ServerInfoRequest\x1a .codeserve.v1.ServerInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x63odeserve/v1/scheduler.proto\x12\x0c\x63odeserve.v1\x1a\x19\x63odeserve/v1/common.proto\"\xd4\x03\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12+\n\tinput_ids\x18\x03 \x01(\x0b\x32\x16.codeserve.v1.TokenIdsH\x00\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.codeserve.v1.SamplingParams\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\x05\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x1b\n\x13skip_special_tokens\x18\t \x01(\x08\x12\x16\n\x0ereturn_logprob\x18\n \x01(\x08\x12\x18\n\x10top_logprobs_num\x18\x0b \x01(\x05\x12\x1e\n\x16return_prompt_logprobs\x18\x0c \x01(\x08\x12\x11\n\tnamespace\x18\r \x01(\t\x12\x14\n\x0cno_stop_trim\x18\x0e \x01(\x08\x12\x14\n\x0chealth_probe\x18\x0f \x01(\x08\x12\x11\n\trouter_id\x18\x10 \x01(\t\x12\x10\n\x08group_id\x18\x11 \x01(\t\x12\x12\n\ngroup_size\x18\x12 \x01(\x05\x42\x07\n\x05input\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xeb\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x10\n\x08logprobs\x18\x04 \x03(\x02\x12/\n\x0ctop_logprobs\x18\x05 \x03(\x0b\x32\x19.codeserve.v1.TopLogprobs\x12\x15\n\rprompt_tokens\x18\x06 \x01(\x05\x12\x15\n\rcached_tokens\x18\x07 \x01(\x05\x12\x18\n\x10prompt_token_ids\x18\x08 \x03(\x05\x12\x17\n\x0fprompt_logprobs\x18\t \x03(\x02\x12\x36\n\x13prompt_top_logprobs\x18\n \x03(\x0b\x32\x19.codeserve.v1.TopLogprobs\x12\x15\n\rfinish_reason\x18\x0b \x01(\t\x12\x14\n\x0cmatched_stop\x18\x0c \x01(\t\x12\x19\n\x11\x63ompletion_tokens\x18\r \x01(\x05\":\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x16\n\x0esibling_failed\x18\x02 \x01(\x08\"\x1e\n\rAbortResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"<\n\x0eGetLoadRequest\x12\x17\n\x0frequest_metrics\x18\x01 \x01(\x08\x12\x11\n\trouter_id\x18\x02 \x01(\t\"A\n\x08\x43\x61llLoad\x12\x0c\n\x04live\x18\x01 \x01(\x05\x12\x0f\n\x07waiting\x18\x02 \x01(\x05\x12\x16\n\x0ewaiting_tokens\x18\x03 \x01(\x03\"\x87\x01\n\x0cPoolCounters\x12\x0f\n\x07pool_id\x18\x01 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\x03\x12\x11\n\tavailable\x18\x03 \x01(\x03\x12\x11\n\tevictable\x18\x04 \x01(\x03\x12\x11\n\tprotected\x18\x05 \x01(\x03\x12\r\n\x05owned\x18\x07 \x01(\x03J\x04\x08\x06\x10\x07R\x06staged\"\xaf\x03\n\x0fGetLoadResponse\x12\x0f\n\x07running\x18\x01 \x01(\x05\x12\x0f\n\x07waiting\x18\x02 \x01(\x05\x12\x16\n\x0ewaiting_tokens\x18\x03 \x01(\x03\x12)\n\x05pools\x18\x04 \x03(\x0b\x32\x1a.codeserve.v1.PoolCounters\x12 \n\x18seconds_since_last_batch\x18\x05 \x01(\x01\x12\x19\n\x11\x62\x61tches_completed\x18\x06 \x01(\x03\x12\x1b\n\x13prefix_query_tokens\x18\x07 \x01(\x03\x12\x19\n\x11prefix_hit_tokens\x18\x08 \x01(\x03\x12\x1b\n\x13prompt_tokens_total\x18\t \x01(\x03\x12\x1f\n\x17generation_tokens_total\x18\n \x01(\x03\x12\x18\n\x10unhealthy_reason\x18\x0b \x01(\t\x12\x17\n\x0frequest_metrics\x18\x0c \x01(\t\x12\x12\n\npool_error\x18\r \x01(\t\x12\x15\n\routage_reason\x18\x0e \x01(\t\x12&\n\x06others\x18\x0f \x01(\x0b\x32\x16.codeserve.v1.CallLoad\"\x13\n\x11\x46lushCacheRequest\"*\n\x12\x46lushCacheResponse\x12\x14\n\x0c\x66reed_tokens\x18\x01 \x01(\x03\"\x13\n\x11ServerInfoRequest\"\xc2\x02\n\x12ServerInfoResponse\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x13\n\x0bn_positions\x18\x03 \x01(\x05\x12\x12\n\nvocab_size\x18\x04 \x01(\x05\x12\x14\n\x0c\x65os_token_id\x18\x05 \x01(\x05\x12\x1c\n\x14max_running_requests\x18\x06 \x01(\x05\x12\x12\n\nchunk_size\x18\x07 \x01(\x05\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x1b\n\x13max_queued_requests\x18\t \x01(\x05\x12)\n\x05pools\x18\n \x03(\x0b\x32\x1a.codeserve.v1.PoolCounters\x12\x19\n\x11\x61ttention_backend\x18\x0b \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x0c \x01(\t\x12\r\n\x05\x64type\x18\r \x01(\t2\x84\x03\n\tScheduler\x12K\n\x08Generate\x12\x1d.codeserve.v1.GenerateRequest\x1a\x1e.codeserve.v1.GenerateResponse0\x01\x12@\n\x05\x41\x62ort\x12\x1a.codeserve.v1.AbortRequest\x1a\x1b.codeserve.v1.AbortResponse\x12\x46\n\x07GetLoad\x12\x1c.codeserve.v1.GetLoadRequest\x1a\x1d.codeserve.v1.GetLoadResponse\x12O\n\nFlushCache\x12\x1f.codeserve.v1.FlushCacheRequest\x1a .codeserve.v1.FlushCacheResponse\x12O\n\nServerInfo\x12\x1f.codeserve.v1.ServerInfoRequest\x1a .codeserve.v1.ServerInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,31 +33,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'codeserve.v1.scheduler_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GENERATEREQUEST']._serialized_start=74
-  _globals['_GENERATEREQUEST']._serialized_end=504
-  _globals['_TOKENIDS']._serialized_start=506
-  _globals['_TOKENIDS']._serialized_end=529
-  _globals['_GENERATERESPONSE']._serialized_start=532
-  _globals['_GENERATERESPONSE']._serialized_end=895
-  _globals['_ABORTREQUEST']._serialized_start=897
-  _globals['_ABORTREQUEST']._serialized_end=955
-  _globals['_ABORTRESPONSE']._serialized_start=957
-  _globals['_ABORTRESPONSE']._serialized_end=987
-  _globals['_GETLOADREQUEST']._serialized_start=989
-  _globals['_GETLOADREQUEST']._serialized_end=1049
-  _globals['_CALLLOAD']._serialized_start=1051
-  _globals['_CALLLOAD']._serialized_end=1116
-  _globals['_POOLCOUNTERS']._serialized_start=1119
-  _globals['_POOLCOUNTERS']._serialized_end=1254
-  _globals['_GETLOADRESPONSE']._serialized_start=1257
-  _globals['_GETLOADRESPONSE']._serialized_end=1688
-  _globals['_FLUSHCACHEREQUEST']._serialized_start=1690
-  _globals['_FLUSHCACHEREQUEST']._serialized_end=1709
-  _globals['_FLUSHCACHERESPONSE']._serialized_start=1711
-  _globals['_FLUSHCACHERESPONSE']._serialized_end=1753
-  _globals['_SERVERINFOREQUEST']._serialized_start=1755
-  _globals['_SERVERINFOREQUEST']._serialized_end=1774
-  _globals['_SERVERINFORESPONSE']._serialized_start=1777
-  _globals['_SERVERINFORESPONSE']._serialized_end=2099
-  _globals['_SCHEDULER']._serialized_start=2102
-  _globals['_SCHEDULER']._serialized_end=2490
+  _globals['_GENERATEREQUEST']._serialized_end=542
+  _globals['_TOKENIDS']._serialized_start=544
+  _globals['_TOKENIDS']._serialized_end=567
+  _globals['_GENERATERESPONSE']._serialized_start=570
+  _globals['_GENERATERESPONSE']._serialized_end=933
+  _globals['_ABORTREQUEST']._serialized_start=935
+  _globals['_ABORTREQUEST']._serialized_end=993
+  _globals['_ABORTRESPONSE']._serialized_start=995
+  _globals['_ABORTRESPONSE']._serialized_end=1025
+  _globals['_GETLOADREQUEST']._serialized_start=1027
+  _globals['_GETLOADREQUEST']._serialized_end=1087
+  _globals['_CALLLOAD']._serialized_start=1089
+  _globals['_CALLLOAD']._serialized_end=1154
+  _globals['_POOLCOUNTERS']._serialized_start=1157
+  _globals['_POOLCOUNTERS']._serialized_end=1292
+  _globals['_GETLOADRESPONSE']._serialized_start=1295
+  _globals['_GETLOADRESPONSE']._serialized_end=1726
+  _globals['_FLUSHCACHEREQUEST']._serialized_start=1728
+  _globals['_FLUSHCACHEREQUEST']._serialized_end=1747
+  _globals['_FLUSHCACHERESPONSE']._serialized_start=1749
+  _globals['_FLUSHCACHERESPONSE']._serialized_end=1791
+  _globals['_SERVERINFOREQUEST']._serialized_start=1793
+  _globals['_SERVERINFOREQUEST']._serialized_end=1812
+  _globals['_SERVERINFORESPONSE']._serialized_start=1815
+  _globals['_SERVERINFORESPONSE']._serialized_end=2137
+  _globals['_SCHEDULER']._serialized_start=2140
+  _globals['_SCHEDULER']._serialized_end=2528
 # @@protoc_insertion_point(module_scope)

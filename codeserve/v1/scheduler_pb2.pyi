@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "text", "input_ids", "sampling", "max_new_tokens", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "return_logprob", "top_logprobs_num", "return_prompt_logprobs", "namespace", "no_stop_trim", "health_probe", "router_id")
+    __slots__ = ("request_id", "text", "input_ids", "sampling", "max_new_tokens", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "return_logprob", "top_logprobs_num", "return_prompt_logprobs", "namespace", "no_stop_trim", "health_probe", "router_id", "group_id", "group_size")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,8 @@ class GenerateRequest(_message.Message):
     NO_STOP_TRIM_FIELD_NUMBER: _ClassVar[int]
     HEALTH_PROBE_FIELD_NUMBER: _ClassVar[int]
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     text: str
     input_ids: TokenIds
@@ -41,7 +43,9 @@ class GenerateRequest(_message.Message):
     no_stop_trim: bool
     health_probe: bool
     router_id: str
-    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., input_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., return_logprob: _Optional[bool] = ..., top_logprobs_num: _Optional[int] = ..., return_prompt_logprobs: _Optional[bool] = ..., namespace: _Optional[str] = ..., no_stop_trim: _Optional[bool] = ..., health_probe: _Optional[bool] = ..., router_id: _Optional[str] = ...) -> None: ...
+    group_id: str
+    group_size: int
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., input_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., max_new_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., return_logprob: _Optional[bool] = ..., top_logprobs_num: _Optional[int] = ..., return_prompt_logprobs: _Optional[bool] = ..., namespace: _Optional[str] = ..., no_stop_trim: _Optional[bool] = ..., health_probe: _Optional[bool] = ..., router_id: _Optional[str] = ..., group_id: _Optional[str] = ..., group_size: _Optional[int] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)

@@ -170,6 +170,15 @@ def test_b3_a_slow_tokenization_does_not_block_other_requests(fake_server, fake,
     ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": True}}, "sampling_params.max_new_tokens"),
     ("/generate", {"input_ids": [1.0, 2]}, None),
     ("/detokenize", {"tokens": [1.0]}, "tokens[0]"),
+    # numbers sent as strings or booleans (was: taken, "0" as 0.0; OpenAI refuses them)
+    ("/v1/completions", {"prompt": "a", "temperature": "0"}, "temperature"),
+    ("/v1/completions", {"prompt": "a", "top_p": "0.5"}, "top_p"),
+    ("/v1/completions", {"prompt": "a", "min_p": "0.1"}, "min_p"),
+    ("/v1/completions", {"prompt": "a", "presence_penalty": "1"}, "presence_penalty"),
+    ("/v1/completions", {"prompt": "a", "temperature": True}, "temperature"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "top_p": "1"}, "top_p"),
+    ("/generate", {"text": "a", "sampling_params": {"temperature": "0"}}, "sampling_params.temperature"),
+    ("/generate", {"text": "a", "rid": ""}, "rid"),  # was: taken as no id and echoed as meta_info.id ""
 ])
 def test_l1_loose_types_are_400(gateway, fake, path, payload, param):
     r = httpx.post(f"{gateway.url}{path}", json=payload, timeout=30)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 
+import httpx
 import pytest
 
 from tests.reliability.client import generate
@@ -63,3 +64,26 @@ def test_queue_bounds_in_requests_and_tokens_then_deadlines_abort_everything(sys
     print(f"\noverload: 429 for tokens ({too_many_tokens.error!r}) and count ({too_many.error!r}); all four "
           f"requests ended by the {TIMEOUT} s deadline (slowest call {max(o.seconds for o in outs):.2f} s) and "
           f"were aborted at the scheduler")
+
+
+def test_one_request_of_several_prompts_over_the_limits_runs_when_nothing_else_waits(sys_, settled):
+    """A prompt list whose generations alone pass both limits (5 prompts of 40 tokens against 3 queued requests and
+    100 queued tokens) is taken whole on an idle server: the limits apply to its first call, the others queue with
+    it (scheduler_svc/group_admission.py). Was: each call checked alone, so the 3rd or 4th was refused with a 429
+    that no retry could pass (the queue held only its own siblings), and the others were aborted as siblings."""
+    settled(sys_)
+    wait_for(lambda: sys_.be.load().running + sys_.be.load().waiting == 0, 10, "an idle scheduler")
+    batch = prompts(5, 40, seed=11)
+    for stream in (False, True):
+        body = {"prompt": batch, "max_tokens": 2, "temperature": 0, "stream": stream}
+        r = httpx.post(f"{sys_.url}/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        if stream:
+            events = [json.loads(line[6:]) for line in r.text.splitlines()
+                      if line.startswith("data: {") and '"choices"' in line]
+            assert {c["index"] for e in events for c in e["choices"]} == set(range(5)), r.text
+        else:
+            choices = r.json()["choices"]
+            assert [c["index"] for c in choices] == list(range(5)) and all(c["finish_reason"] in ("length", "stop")
+                                                                          for c in choices), choices
+    wait_for(lambda: sys_.be.load().running + sys_.be.load().waiting == 0, 10, "the scheduler idle again")
