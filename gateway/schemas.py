@@ -5,15 +5,13 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
-RequestId = Annotated[str, StringConstraints(min_length=1)]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -233,7 +231,15 @@ class NativeGenerateRequest(ApiRequest):
     logprob_start_len: StrictInt = -1  # -1: none, else 0..prompt length - 1 (checked by native_api per prompt)
     top_logprobs_num: StrictInt = Field(0, ge=0)
     return_text_in_logprobs: StrictBool = False
-    rid: RequestId | list[RequestId] | None = None  # an empty id is a 400 (was: taken as none, echoed as "")
+    rid: str | list[str] | None = None
+
+    @field_validator("rid")
+    @classmethod
+    def _rid_not_empty(cls, rid: str | list[str] | None) -> str | list[str] | None:
+        """An empty request id is a 400 (was: taken as none, yet echoed back as ``meta_info.id`` "")."""
+        if rid == "" or (isinstance(rid, list) and "" in rid):
+            raise PydanticCustomError("empty_rid", "a request id must be a non-empty string")
+        return rid
 
     @model_validator(mode="before")
     @classmethod

@@ -179,6 +179,7 @@ def test_b3_a_slow_tokenization_does_not_block_other_requests(fake_server, fake,
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "top_p": "1"}, "top_p"),
     ("/generate", {"text": "a", "sampling_params": {"temperature": "0"}}, "sampling_params.temperature"),
     ("/generate", {"text": "a", "rid": ""}, "rid"),  # was: taken as no id and echoed as meta_info.id ""
+    ("/generate", {"text": ["a", "b"], "rid": ["x", ""]}, "rid"),
 ])
 def test_l1_loose_types_are_400(gateway, fake, path, payload, param):
     r = httpx.post(f"{gateway.url}{path}", json=payload, timeout=30)
