@@ -366,7 +366,7 @@ class Scheduler:
                 nxt_request.after_seq = extend_after
                 self.pipeline.send(nxt, nxt_request)
                 self._stats.add("decode_chained")
-            reply = cur.pending.result()
+            reply = self.recovery.reply(cur.pending)  # a stall ends the wait (an extend at the head admits nothing)
         self.pipeline.pop()
         if self.cfg.deliver_after_send and nxt is not None and cur.batch.kind == "decode":  # (an extend's first tokens: now)
             self.outbox.hold()  # N's messages go out once the next round sent its Forward (outbox.py)

@@ -240,8 +240,12 @@ def test_a_frozen_worker_fails_requests_fast_and_the_resync_waits_for_its_stale_
     assert_pool_clean(sched, core)
 
 
-def test_a_worker_frozen_in_an_extend_fails_it_and_is_released_after_its_stale_forward(frozen_loop):
-    sched, worker, clock, liveness, submit, core = frozen_loop(overlap=False)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_worker_frozen_in_an_extend_fails_it_and_is_released_after_its_stale_forward(frozen_loop, overlap):
+    """overlap=True: the extend is chained (``Scheduler._chain`` with an extend at its head, nothing admitted while it
+    runs). Was: that wait was a bare ``result()``, blind to the stall: the request hung until the Forward's 120 s
+    deadline (a fresh helper's SIGSTOP of an idle worker, 3 of 3)."""
+    sched, worker, clock, liveness, submit, core = frozen_loop(overlap=overlap)
     worker.freeze()
     x = submit("x", 4)
     wait_until(lambda: worker.held, "the extend sent to the frozen worker")
