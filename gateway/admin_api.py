@@ -29,8 +29,12 @@ async def health():
 
 @router.get("/ready")
 async def ready(request: Request):
-    """Cheap readiness: the scheduler answers grpc.health.v1 with SERVING within ``probe_timeout_s``.
-    200 ``{"status": "ok"}``, or 503 with Retry-After naming why (unreachable, NOT_SERVING)."""
+    """Cheap readiness: the scheduler answers grpc.health.v1 with SERVING within ``probe_timeout_s`` and its GetLoad
+    names no outage (its worker or cache unreachable: it would only queue the request, or fail it fast). 200
+    ``{"status": "ok"}``, or 503 with Retry-After naming why (unreachable, NOT_SERVING, the outage, GetLoad's own
+    failure). Was: health alone, so /ready said 200 through a worker outage once the requests in flight had failed
+    (no work left, so no progress timeout) while every new request got a 503 (a fresh helper's SIGKILL with the
+    launcher stopped)."""
     ctx = get_ctx(request)
     if not ctx.replicas.single:
         return await replica_admin.ready(ctx)
@@ -44,6 +48,14 @@ async def ready(request: Request):
     ctx.client.down = None  # it answered: new requests need not wait for the next background probe
     if status != health_pb2.HealthCheckResponse.SERVING:
         raise await _not_serving(ctx, status)
+    try:
+        outage = (await ctx.client.get_load()).outage_reason
+    except ApiError as exc:
+        raise ApiError(503, f"scheduler health is SERVING, but its load could not be read: GetLoad answered "
+                            f"{exc.status} {exc.message}", "service_unavailable", retry_after_s=retry) from exc
+    if outage:
+        raise ApiError(503, f"the scheduler at {ctx.client.target} reports an outage: {outage}", "service_unavailable",
+                       retry_after_s=retry)
     return {"status": "ok"}
 
 

@@ -156,6 +156,14 @@ def test_retrieve_model(gateway):
 
 def test_ready(gateway, fake_server, fake):
     assert httpx.get(f"{gateway.url}/ready").json() == {"status": "ok"}
+    # SERVING, but its worker or cache is down (was: 200 while every request got a 503)
+    fake.load.outage_reason = "worker service at 127.0.0.1:50052 unavailable: connection refused for 12 s"
+    assert_error(httpx.get(f"{gateway.url}/ready"), 503, "reports an outage: worker service at 127.0.0.1:50052")
+    fake.load.outage_reason = ""
+    fake.error = (grpc.StatusCode.INTERNAL, "load broke")
+    assert_error(httpx.get(f"{gateway.url}/ready"), 503, "SERVING, but its load could not be read", "load broke")
+    fake.error = None
+    assert httpx.get(f"{gateway.url}/ready").json() == {"status": "ok"}
     fake_server[1].set_serving(False)
     assert_error(httpx.get(f"{gateway.url}/ready"), 503, "NOT_SERVING")
     fake.load.unhealthy_reason = "worker w0 has not answered health checks for 12.0 s"

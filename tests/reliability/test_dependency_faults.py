@@ -108,8 +108,9 @@ def test_cache_sigkill_under_load_resyncs_and_every_call_completes_or_fails_expl
 
 def test_a_dead_worker_is_named_in_get_load_as_an_outage_while_health_stays_serving(sys_, settled):
     """Idle, the worker SIGKILLed: within 3 s GetLoad.outage_reason names the worker (its refused health check; a
-    router over several replicas routes around it), while /ready stays 200 (one scheduler alone keeps queueing, as
-    before); once the worker is back the reason is empty again. Was: no field; a router could not tell."""
+    router over several replicas routes around it), and /ready is 503 naming it (was 200: a load balancer kept sending
+    requests that could only wait or fail; a fresh helper's finding); once the worker is back the reason is empty and
+    /ready 200 again. Was: no field; a router could not tell."""
     from codeserve.v1 import scheduler_pb2
 
     settled(sys_)
@@ -119,6 +120,8 @@ def test_a_dead_worker_is_named_in_get_load_as_an_outage_while_health_stays_serv
     sys_.kill("worker")
     reason = wait_for(lambda: load().outage_reason, 10, "GetLoad.outage_reason")
     assert time.monotonic() - t0 < 3.0 and reason.startswith("worker service at ") and "refused" in reason, reason
-    assert sys_.status("/ready") == 200
+    ready = sys_.http.get("/ready", timeout=10)
+    assert ready.status_code == 503 and "reports an outage: worker service at " in ready.json()["error"]["message"]
     sys_.restart("worker")
     wait_for(lambda: load().outage_reason == "", 10, "no outage once the worker is back")
+    wait_for(lambda: sys_.status("/ready") == 200, 10, "/ready 200 once the worker is back")
