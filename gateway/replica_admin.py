@@ -57,9 +57,14 @@ async def ready(ctx: GatewayContext):
         r.client.down = None
         if r.watch is not None:
             r.watch.last_status = status
-        if status != SERVING:
-            return {**_where(r), "state": "not_serving",
-                    "reason": health_pb2.HealthCheckResponse.ServingStatus.Name(status)}
+        if status != SERVING:  # with the scheduler's reason, as one scheduler's /ready (was: the status alone)
+            name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+            try:
+                why = (await r.client.get_load()).unhealthy_reason
+                reason = f"{name}: {why}" if why else name
+            except ApiError as exc:
+                reason = f"{name} (its reason could not be read: GetLoad answered {exc.status} {exc.message})"
+            return {**_where(r), "state": "not_serving", "reason": reason}
         if r.excluded is not None:
             return {**_where(r), "state": "excluded", "reason": r.excluded}
         if r.load.outage:

@@ -271,3 +271,6 @@ def test_ready_and_health_generate_list_each_replica(two, servers):
     assert ready.status_code == 503
     assert [(e["state"], e["reason"]) for e in ready.json()["replicas"]] == [
         ("not_serving", "NOT_SERVING"), ("unreachable", "no answer to its health check within 2.0 s: UNAVAILABLE")]
+    f0.load.unhealthy_reason = "worker w0 has not answered health checks for 12.0 s"  # was: "NOT_SERVING" alone
+    ready = httpx.get(f"{gw.url}/ready", timeout=10)
+    assert ready.json()["replicas"][0]["reason"] == "NOT_SERVING: worker w0 has not answered health checks for 12.0 s"
