@@ -209,3 +209,31 @@ def test_metrics_count_error_answers_by_status_and_type(start_gateway, fake):
     s = _samples(httpx.get(f"{gateway.url}/metrics").text)
     assert s["codeserve:request_errors_total|status=400|type=invalid_request_error"] == 2
     assert s["codeserve:request_errors_total|status=429|type=rate_limit_error"] == 1
+
+
+def test_metrics_and_server_info_answer_at_once_while_the_scheduler_is_frozen(start_gateway, fake):
+    """A scheduler that accepts connections and answers nothing (SIGSTOP; here a listening socket nobody reads): once
+    the background probe marked it down, /metrics says ``codeserve:scheduler_up 0`` and /server_info 503 without
+    waiting for the unary deadline (2 s here). Was: every scrape waited the whole deadline (5 s at the defaults)."""
+    import re
+    import socket
+    import time
+
+    from tests.gateway.conftest import wait_until
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        gw = start_gateway(target=f"127.0.0.1:{silent.getsockname()[1]}", probe_interval_s=0.1, probe_timeout_s=0.3)
+        assert wait_until(lambda: "did not answer a health check" in httpx.post(
+            f"{gw.url}/v1/completions", json={"prompt": "x"}, timeout=30).text)
+        t0 = time.monotonic()
+        scrape = httpx.get(f"{gw.url}/metrics", timeout=30)
+        info = httpx.get(f"{gw.url}/server_info", timeout=30)
+        took = time.monotonic() - t0
+        assert scrape.status_code == 200 and re.search(r"^codeserve:scheduler_up\{[^}]*\} 0\.0$", scrape.text, re.M)
+        assert_error(info, 503, "did not answer a health check")
+        assert took < 1.0, took  # a bound well under one unary deadline (2 s), not a measured speed
+    finally:
+        silent.close()
