@@ -16,6 +16,7 @@ from gateway import replica_admin
 from gateway.context import get_ctx
 from gateway.errors import ApiError
 from gateway.generation import SamplingRequest
+from gateway.readiness import not_serving_reason
 from gateway.scheduler_client import SchedulerClient
 
 router = APIRouter()
@@ -60,15 +61,9 @@ async def ready(request: Request):
 
 
 async def _not_serving(ctx, status: int, client: SchedulerClient | None = None) -> ApiError:
-    """The 503 for a scheduler whose health is ``status`` (not SERVING), with the reason from its GetLoad (a
-    frozen worker, no progress, stopping) when it gives one; when GetLoad itself fails, that failure is named
-    (the 503 stands either way)."""
-    try:
-        reason = (await (client or ctx.client).get_load()).unhealthy_reason
-        why = f": {reason}" if reason else ""
-    except ApiError as exc:
-        why = f" (its reason could not be read: GetLoad answered {exc.status} {exc.message})"
-    return ApiError(503, f"scheduler health is {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}{why}",
+    """The 503 for a scheduler whose health is ``status`` (not SERVING), naming why (``not_serving_reason``: its
+    GetLoad's reason, or GetLoad's own failure; the 503 stands either way)."""
+    return ApiError(503, f"scheduler health is {await not_serving_reason(client or ctx.client, status)}",
                     "service_unavailable", retry_after_s=ctx.settings.retry_after_s)
 
 

@@ -10,6 +10,7 @@ import time
 
 import grpc
 import structlog
+from grpc_health.v1 import health_pb2
 
 from gateway.errors import ApiError
 from gateway.scheduler_client import SchedulerClient
@@ -74,3 +75,15 @@ class SchedulerWatch:
         except Exception:
             log.exception("scheduler_watch_failed", scheduler=self.client.target)
             raise
+
+
+async def not_serving_reason(client: SchedulerClient, status: int) -> str:
+    """Why a scheduler whose health is ``status`` (not SERVING) does not serve: the status name, then its GetLoad's
+    ``unhealthy_reason`` (a frozen worker, no progress, stopping) when it gives one; when GetLoad itself fails, that
+    failure is named instead. For /ready, with one scheduler and with replicas."""
+    name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+    try:
+        why = (await client.get_load()).unhealthy_reason
+    except ApiError as exc:
+        return f"{name} (its reason could not be read: GetLoad answered {exc.status} {exc.message})"
+    return f"{name}: {why}" if why else name

@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2
 from codeserve.v1 import scheduler_pb2
 from gateway.context import GatewayContext
 from gateway.errors import ApiError
+from gateway.readiness import not_serving_reason
 from gateway.replicas import Replica
 
 T = TypeVar("T")
@@ -58,13 +59,7 @@ async def ready(ctx: GatewayContext):
         if r.watch is not None:
             r.watch.last_status = status
         if status != SERVING:  # with the scheduler's reason, as one scheduler's /ready (was: the status alone)
-            name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
-            try:
-                why = (await r.client.get_load()).unhealthy_reason
-                reason = f"{name}: {why}" if why else name
-            except ApiError as exc:
-                reason = f"{name} (its reason could not be read: GetLoad answered {exc.status} {exc.message})"
-            return {**_where(r), "state": "not_serving", "reason": reason}
+            return {**_where(r), "state": "not_serving", "reason": await not_serving_reason(r.client, status)}
         if r.excluded is not None:
             return {**_where(r), "state": "excluded", "reason": r.excluded}
         if r.load.outage:
