@@ -23,7 +23,6 @@ from typing import Sequence
 
 from codeserve.v1 import cache_pb2
 from common import hop_trace
-from common.proto_ints import as_tuple
 from scheduler_svc.admission import Ledger, NewTokenRatio, reserved_for_running
 from scheduler_svc.admission_match import locked_from, match_item, match_key
 from scheduler_svc.batch import Batch, Entry, slots_by_request
