@@ -54,8 +54,3 @@ class WorkerEpochChanged(RuntimeError):
 class WorkerStalled(RuntimeError):
     """The worker has not answered health checks for longer than the stall timeout (frozen: SIGSTOP, wedged);
     the message names the worker and the seconds (``liveness.WorkerLiveness``)."""
-
-
-class OutagePastTimeout(RuntimeError):
-    """The cache or the worker has been unreachable for longer than ``--outage-timeout``: a new request is refused at
-    once (UNAVAILABLE) instead of waiting for the next resync attempt to fail it; the message names the service."""

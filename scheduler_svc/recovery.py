@@ -36,7 +36,7 @@ import grpc
 
 from codeserve.v1 import cache_pb2
 from scheduler_svc.config import SchedulerConfig
-from scheduler_svc.errors import DependencyUnavailable, OutagePastTimeout, WorkerStalled
+from scheduler_svc.errors import DependencyUnavailable, WorkerStalled
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.pipeline import Pipeline
 from scheduler_svc.requests import RequestTable
@@ -99,17 +99,6 @@ class Recovery:
         if self.liveness is not None and self.liveness.refused():
             return f"worker service at {self.worker.target} refused its health check: {self.liveness.last_error}"
         return ""
-
-    def refusal(self) -> WorkerStalled | OutagePastTimeout | None:
-        """Why a new request is refused at once, None when it is taken: the worker stalled, or an outage past
-        ``outage_timeout`` (was: taken, then failed by the next resync attempt, ~2.5 s later: the retry ladder and
-        the back-off; a fresh helper's finding). Thread-safe as ``outage_reason``."""
-        if self.worker_stalled():
-            return self.stall_error()
-        since, error = self._down_since, self._down_error
-        if since is not None and error and (down := time.monotonic() - since) > self.cfg.outage_timeout:
-            return OutagePastTimeout(f"{error} for {down:.0f} s; request not completed (retry later)")
-        return None
 
     def note_worker_refusal(self) -> None:
         """Marks a resync when the worker refused a health check since the last look (it died; idle, no Forward

@@ -124,10 +124,10 @@ class Scheduler:
 
     # ---- thread-safe API -------------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
-        """Queues a validated request. Raises QueueFull, SchedulerStopped, ValueError (id in use), WorkerStalled or
-        OutagePastTimeout (a frozen worker, an outage past its timeout: fail fast, never queue behind them)."""
-        if (refused := self.recovery.refusal()) is not None:
-            raise refused
+        """Queues a validated request. Raises QueueFull, SchedulerStopped, ValueError (id in use), WorkerStalled
+        (the worker does not answer health checks: fail fast, never queue behind a frozen worker)."""
+        if self.worker_stalled():
+            raise self.recovery.stall_error()
         self.early.submit(req, lambda on_accept: self.intake.submit(req, self.table.snapshot[1], on_accept))
 
     def worker_stalled(self) -> bool:

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from codeserve.v1 import cache_pb2, scheduler_pb2, scheduler_pb2_grpc
 from common.counted import COUNTED_MARK
 from common import hop_trace
-from scheduler_svc.errors import DependencyError, DependencyUnavailable, OutagePastTimeout, SessionLost, WorkerStalled
+from scheduler_svc.errors import DependencyError, DependencyUnavailable, SessionLost, WorkerStalled
 from scheduler_svc.group_admission import GroupAdmission
 from scheduler_svc.output import OutputStream
 from scheduler_svc.request import SIBLING_FAILED, Finish, StreamEnd
@@ -145,7 +145,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 self.groups.queued_first(request.group_id, request.group_size)
         except QueueFull as exc:
             raise _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from exc
-        except (SchedulerStopped, WorkerStalled, OutagePastTimeout) as exc:
+        except (SchedulerStopped, WorkerStalled) as exc:
             raise _Refused(grpc.StatusCode.UNAVAILABLE, str(exc)) from exc
         except ValueError as exc:
             raise _Refused(grpc.StatusCode.ALREADY_EXISTS, str(exc)) from exc

@@ -74,12 +74,6 @@ def test_worker_down_past_the_outage_timeout_fails_requests_with_503_then_serves
                                    and o.error], OUTAGE + 10, "requests failed after the outage timeout")
         failed_at = time.monotonic() - t0
         assert any("worker" in o.error and "unavailable" in o.error.lower() for o in failed), failed
-        # past the outage timeout a new request is refused at submit (was: taken, then failed by the next resync
-        # attempt ~2.5 s later, a fresh helper's finding); the bound is a third of that, not a measured speed
-        t2 = time.monotonic()
-        fresh = generate(sys_.url, PROMPTS[0], 4, stream=False)
-        fresh_s = time.monotonic() - t2
-        assert fresh.status == 503 and "worker service at" in fresh.error and fresh_s < 0.8, (fresh, fresh_s)
         t1 = time.monotonic()
         sys_.restart("worker")
         wait_for(lambda: any(o.ok and s > t1 for s, o in load.outcomes), 30, "served after the worker returned")
