@@ -13,8 +13,9 @@ JSON) and must get a 4xx. At the end, at idle: the cache's integrity check is em
 capacity, after a flush available == capacity, every process is alive, its RSS (VmRSS) grew by at most
 --max-rss-growth-mib between two idle points (after --warmup seconds of the same load and the peak, every client's
 largest request at once, and at the end: a process's allocator keeps what the largest batch needed, so a cold start
-is no baseline; the services run with glibc's malloc on a fixed mmap threshold, ``ALLOCATOR_ENV``), and a greedy probe prompt gives the same tokens as at the start. Prints counts and
-p50/p99 latency (and TTFT for streams); exit code 1 when a check failed.
+is no baseline; the services run with glibc's malloc on a fixed mmap threshold, ``ALLOCATOR_ENV``), and a greedy
+probe prompt gives the same tokens as at the start. Prints counts and p50/p99 latency (and TTFT for streams); exit
+code 1 when a check failed.
 """
 
 from __future__ import annotations

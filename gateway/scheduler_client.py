@@ -61,16 +61,19 @@ class SchedulerClient:
         """Starts a server-streaming Generate call (never waiting for a connection: wait_for_ready=False).
         Cancelling the returned call aborts the request at the scheduler. Raises ApiError 503 at once while
         the scheduler is known to be unreachable (``down``)."""
+        self._refuse_if_down()
+        return self._scheduler().Generate(request, timeout=timeout_s, wait_for_ready=False)
+
+    def _refuse_if_down(self) -> None:
+        """Raises ApiError 503 naming why while the scheduler is known to be unreachable (``down``)."""
         if self.down is not None:
             raise ApiError(503, self.down, "service_unavailable", retry_after_s=self._retry_after_s)
-        return self._scheduler().Generate(request, timeout=timeout_s, wait_for_ready=False)
 
     async def _unary(self, method: str, request):
         """One unary call with the unary deadline. Raises ApiError, 503 at once while the scheduler is known to be
         unreachable (``down``: was a wait for the whole deadline, so /metrics and /server_info took 5 s a scrape
         while a scheduler was frozen, a fresh helper's finding; the health probe, which lifts ``down``, is not one)."""
-        if self.down is not None:
-            raise ApiError(503, self.down, "service_unavailable", retry_after_s=self._retry_after_s)
+        self._refuse_if_down()
         try:
             return await getattr(self._scheduler(), method)(request, timeout=self._unary_timeout_s)
         except grpc.aio.AioRpcError as exc:
