@@ -157,7 +157,7 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
     from dataclasses import replace
 
     from worker_svc.attention import mqa_decode
-    from worker_svc.model import fused, greedy, resident_gemv, skinny_gemm
+    from worker_svc.model import fused, greedy, resident_gemm, resident_gemv, skinny_gemm
     from worker_svc.model.default import model_config
 
     cfg = model_config(shape)
@@ -196,6 +196,14 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
                 grid = -(-n // g.block_n) * vals["SPLIT"] * -(-b // g.block_m)
                 yield skinny_gemm._kernel(), f"{shape} B={b} {name} split={vals['SPLIT']}", vals, consts, g.warps, \
                     g.stages, grid
+                if b > resident_gemv.MAX_ROWS and resident_gemm.takes(n, k):  # the resident tensor-core GEMM
+                    r = resident_gemm.choose(b, k, n, sms)
+                    vals = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32",
+                                cnt_ptr="*i32", M=b, N=n, K=k, KS=r.ks, stride_x=k)
+                    consts = dict(HAS_BIAS=True, GELU=gelu, PDL=True, BLOCK_M=r.block_m, BLOCK_N=r.block_n,
+                                  K_PAD=r.k_pad)
+                    yield resident_gemm._kernel(), f"{shape} B={b} {name} resident_mm split={r.split}", vals, consts, \
+                        r.warps, 1, -(-n // r.block_n) * r.split
                 if b <= resident_gemv.MAX_ROWS:  # the resident-weight GEMV: one CTA a tile, and the looping grid
                     for stream in (0, 2):
                         r = resident_gemv.choose(k, n, sms, stream_per_sm=stream)
@@ -251,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", default="1,16,32,64")
     ap.add_argument("--sms", type=int, default=132, help="SMs of the card (H100 SXM and H200: 132)")
     ap.add_argument("--gemms", action="store_true", help="also the split-K GEMMs of each projection, and at batches of "
-                    "up to 4 rows the resident-weight GEMV (model/resident_gemv.py), one CTA a tile and looping")
+                    "up to 4 rows the resident-weight GEMV (model/resident_gemv.py), one CTA a tile and looping, above 4 the "
+                    "resident tensor-core GEMM of the small projections (model/resident_gemm.py)")
     for field in ("warps", "stages", "block_n", "splits"):
         ap.add_argument(f"--attn-{field.replace('_', '-')}", type=int, default=0,
                         help=f"the decode attention's {field} forced (a what-if; 0: decode_config's)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from worker_svc.build import auto_resident_rows, auto_splitk_rows
+from worker_svc.model import resident_gemm
 from worker_svc.model.resident_gemv import MAX_ROWS
 
 
@@ -23,6 +24,10 @@ def add_args(ap: argparse.ArgumentParser) -> None:
                     help="with resident rows: the projections of 16 MB or more through a grid of this many CTAs an SM, "
                          "each looping over its tiles with the next slab loaded ahead (model/resident_gemv.choose; "
                          "0: one CTA a tile, as the worker runs)")
+    ap.add_argument("--resident-mm-rows", type=int, default=0,
+                    help=f"the small projections (16 MB or less) of batches above the resident rows up to this many "
+                         f"(at most {resident_gemm.MAX_ROWS}) through the resident-weight tensor-core GEMM "
+                         "(model/resident_gemm.py, an experiment); 0 = off, as the worker runs")
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
@@ -42,8 +47,11 @@ def set_up(ap: argparse.ArgumentParser, args: argparse.Namespace, cfg, model) ->
         args.resident_rows = 0 if split_k_arm else auto_resident_rows(cfg, args.pdl)
     if not 0 <= args.resident_rows <= MAX_ROWS:
         ap.error(f"--resident-rows must be in [0, {MAX_ROWS}] (got {args.resident_rows})")
+    if not 0 <= args.resident_mm_rows <= resident_gemm.MAX_ROWS:
+        ap.error(f"--resident-mm-rows must be in [0, {resident_gemm.MAX_ROWS}] (got {args.resident_mm_rows})")
     model.use_fused_kernels(norms=args.fused != "none", gelu=args.fused in ("gelu", "all"), kv=args.fused == "all",
-                            splitk_rows=args.splitk_rows, pdl=args.pdl, resident_rows=args.resident_rows)
+                            splitk_rows=args.splitk_rows, pdl=args.pdl, resident_rows=args.resident_rows,
+                            resident_mm_rows=args.resident_mm_rows)
     if args.splitk_only:
         names = args.splitk_only.split(",")
         blk = model.transformer.h[0]

@@ -113,11 +113,12 @@ def test_decode_gemms_take_the_resident_kernel_up_to_its_rows_then_split_k_then_
             assert rel < 1e-2
 
 
-def _engine(model_dir, resident_rows: int):
+def _engine(model_dir, resident_rows: int, mm_rows: int = 0):
+    """A GPU engine over the checkpoint, CUDA graphs up to 8 rows, cuBLAS but for the resident kernels' rows."""
     dev, dtype = torch.device("cuda:0"), torch.bfloat16
     cfg, model = load_model(model_dir, dtype=dtype, device=dev)
-    model.use_fused_kernels(splitk_rows=0, pdl=True, resident_rows=resident_rows)
-    assert (model.mm is not None) == (resident_rows > 0)
+    model.use_fused_kernels(splitk_rows=0, pdl=True, resident_rows=resident_rows, resident_mm_rows=mm_rows)
+    assert (model.mm is not None) == (max(resident_rows, mm_rows) > 0)
     backend = make_backend("flashinfer", cfg, dtype, dev, 8)
     pool = KVPool(cfg, geometry(cfg, dtype, kv_tokens=16384), dtype, dev)
     eng = Engine(cfg, model, pool, backend, epoch="gpu", model_path=str(model_dir))

@@ -1,5 +1,6 @@
 """The model's projections for decode batches of few rows, CUDA only (Triton): one runner that picks, per call,
-the resident-weight GEMV (``resident_gemv``: 1 to ``resident_rows`` rows), the split-K GEMM (``skinny_gemm``: up to
+the resident-weight GEMV (``resident_gemv``: 1 to ``resident_rows`` rows), the resident-weight tensor-core GEMM for
+the small projections (``resident_gemm``: up to ``mm_rows``), the split-K GEMM (``skinny_gemm``: up to
 ``splitk_rows``) or torch's GEMM (a projection ``only`` leaves out), with one split-K workspace for all.
 
 Imports on a CPU-only machine (the kernels import Triton on first use).
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from worker_svc.model import resident_gemv
+from worker_svc.model import resident_gemm, resident_gemv
 from worker_svc.model.skinny_gemm import SplitKWorkspace, choose, splitk_linear, workspace_size
 
 
@@ -17,7 +18,9 @@ class DecodeGemms:
     """The model's projections for batches of at most ``max_rows`` rows: up to ``resident_rows`` rows through
     ``resident_gemv.resident_linear`` (the weights read before the kernel ahead ends), the others up to
     ``splitk_rows`` through ``splitk_linear``: one configuration per (rows, K, N) from ``choose``, one workspace
-    sized for the largest of them.
+    sized for the largest of them. ``mm_rows`` > ``resident_rows`` (at most ``resident_gemm.MAX_ROWS``; an experiment,
+    ``worker_svc.bench --resident-mm-rows``): rows above ``resident_rows`` up to it take ``resident_gemm`` for the
+    weights it is meant for (``resident_gemm.takes``) before the split-K GEMM or torch's.
 
     ``shapes``: the [N, K] weight shapes it will be called with. Call as ``mm(x, linear, gelu=False)``.
     ``prefetch_blocks``: with ``pdl``, the K blocks of its weight slab each CTA prefetches into L2 before it waits
@@ -25,19 +28,25 @@ class DecodeGemms:
     shapes (tuples) that take the split-K kernel (a shape names a projection where, as in GPTBigCode, the four
     differ); the others run torch's GEMM (``fused.mlp_up`` when ``gelu``): the per-projection A/B of
     ``worker_svc.bench --splitk-only`` (which sets ``resident_rows`` 0: rows up to it take the resident kernel
-    before ``only`` is read). Raises ValueError for ``resident_rows`` outside [0, ``resident_gemv.MAX_ROWS``]."""
+    before ``only`` is read). Raises ValueError for ``resident_rows`` outside [0, ``resident_gemv.MAX_ROWS``] or
+    ``mm_rows`` outside [0, ``resident_gemm.MAX_ROWS``]."""
 
     def __init__(self, shapes, splitk_rows: int, device: torch.device | str, pdl: bool = False,
-                 prefetch_blocks: int = -1, resident_rows: int = 0):
+                 prefetch_blocks: int = -1, resident_rows: int = 0, mm_rows: int = 0):
         if not 0 <= resident_rows <= resident_gemv.MAX_ROWS:
             raise ValueError(f"resident_rows must be in [0, {resident_gemv.MAX_ROWS}] (got {resident_rows})")
-        self.max_rows = max(splitk_rows, resident_rows)
+        if not 0 <= mm_rows <= resident_gemm.MAX_ROWS:
+            raise ValueError(f"mm_rows must be in [0, {resident_gemm.MAX_ROWS}] (got {mm_rows})")
+        self.max_rows = max(splitk_rows, resident_rows, mm_rows)
         self.resident_rows, self.pdl, self.prefetch_blocks = resident_rows, pdl, prefetch_blocks
+        self.splitk_rows, self.mm_rows = splitk_rows, mm_rows
         self.stream_per_sm = 0  # resident_gemv.choose's stream experiment (worker_svc.bench --resident-stream)
         self.only: set[tuple[int, int]] | None = None
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
         sizes = [workspace_size(m, n, choose(m, k, n, self.sms))
                  for n, k in shapes for m in range(resident_rows + 1, splitk_rows + 1)]
+        sizes += [resident_gemm.workspace_size(m, n, resident_gemm.choose(m, k, n, self.sms))
+                  for n, k in shapes if resident_gemm.takes(n, k) for m in range(resident_rows + 1, mm_rows + 1)]
         self.ws = SplitKWorkspace(max((f for f, _ in sizes), default=1), max((t for _, t in sizes), default=1),
                                   device)
 
@@ -47,7 +56,10 @@ class DecodeGemms:
         if x.shape[0] <= self.resident_rows:
             cfg = resident_gemv.choose(w.shape[1], w.shape[0], self.sms, stream_per_sm=self.stream_per_sm)
             return resident_gemv.resident_linear(x, w, linear.bias, cfg, gelu=gelu, pdl=self.pdl)
-        if self.only is not None and tuple(w.shape) not in self.only:
+        if x.shape[0] <= self.mm_rows and resident_gemm.takes(*w.shape):
+            cfg = resident_gemm.choose(x.shape[0], w.shape[1], w.shape[0], self.sms)
+            return resident_gemm.resident_mm_linear(x, w, linear.bias, cfg, self.ws, gelu=gelu, pdl=self.pdl)
+        if x.shape[0] > self.splitk_rows or (self.only is not None and tuple(w.shape) not in self.only):
             from worker_svc.model import fused  # (fused imports nothing of this module's)
 
             return fused.mlp_up(x, linear) if gelu else torch.nn.functional.linear(x, w, linear.bias)

@@ -218,14 +218,16 @@ class GPTBigCodeForCausalLM(nn.Module):
         return h, after(h)
 
     def use_fused_kernels(self, norms: bool = True, gelu: bool = True, kv: bool = True, splitk_rows: int = 0,
-                          pdl: bool = False, resident_rows: int = 0) -> None:
+                          pdl: bool = False, resident_rows: int = 0, resident_mm_rows: int = 0) -> None:
         """Turns the fused kernels on where they can run (CUDA with Triton; the GELU epilogue only for
         ``gelu_pytorch_tanh``, the family's activation; the K/V write (``kv``) only for multi-query layers,
         and with the fused norms, whose path it rides), off otherwise. ``splitk_rows`` > 0: the projections of
         batches up to that many rows through ``skinny_gemm`` (split-K Triton GEMMs; float16 / bfloat16 models
         only: in float32 Triton's dot rounds to TF32, so fp32 keeps cuBLAS); ``resident_rows`` > 0 (at most
         ``resident_gemv.MAX_ROWS``): the projections of batches up to that many rows through ``resident_gemv``
-        (each CTA reads its weights before the kernel ahead ends; same dtypes); ``pdl``: the Triton kernels as
+        (each CTA reads its weights before the kernel ahead ends; same dtypes); ``resident_mm_rows`` (at most
+        ``resident_gemm.MAX_ROWS``, an experiment): the small projections of batches above ``resident_rows`` up to that
+        many rows through ``resident_gemm`` (the same, on tensor cores); ``pdl``: the Triton kernels as
         programmatic dependent launches. Call before capturing graphs."""
         device = self.transformer.wte.weight.device
         ok = fused.enabled(device)
@@ -237,8 +239,8 @@ class GPTBigCodeForCausalLM(nn.Module):
         linears = (blk.attn.c_attn, blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj)
         half = self.transformer.wte.weight.dtype in skinny_gemm.HALF_DTYPES  # fp32 keeps cuBLAS's fp32 GEMMs
         self.mm = (decode_gemms.DecodeGemms([lin.weight.shape for lin in linears], splitk_rows, device, self.pdl,
-                                            resident_rows=resident_rows)
-                   if max(splitk_rows, resident_rows) > 0 and ok and half else None)
+                                            resident_rows=resident_rows, mm_rows=resident_mm_rows)
+                   if max(splitk_rows, resident_rows, resident_mm_rows) > 0 and ok and half else None)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
