@@ -28,6 +28,8 @@ def add_args(ap: argparse.ArgumentParser) -> None:
                     help=f"the small projections (16 MB or less) of batches above the resident rows up to this many "
                          f"(at most {resident_gemm.MAX_ROWS}) through the resident-weight tensor-core GEMM "
                          "(model/resident_gemm.py, an experiment); 0 = off, as the worker runs")
+    ap.add_argument("--resident-mm-shape", default="8x64",
+                    help="with --resident-mm-rows: WARPSxCOLUMNS of its CTAs (resident_gemm.choose's warps, block_n)")
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
@@ -65,5 +67,8 @@ def set_up(ap: argparse.ArgumentParser, args: argparse.Namespace, cfg, model) ->
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
         model.mm.stream_per_sm = args.resident_stream
+        warps, cols = (int(v) for v in args.resident_mm_shape.split("x"))
+        model.mm.mm_shape = (warps, cols)
+        model.mm.ws = model.mm.workspace()
     elif args.resident_stream:
         ap.error("--resident-stream needs the resident kernel (--resident-rows > 0, CUDA, Triton)")

@@ -41,14 +41,23 @@ class DecodeGemms:
         self.resident_rows, self.pdl, self.prefetch_blocks = resident_rows, pdl, prefetch_blocks
         self.splitk_rows, self.mm_rows = splitk_rows, mm_rows
         self.stream_per_sm = 0  # resident_gemv.choose's stream experiment (worker_svc.bench --resident-stream)
+        self.mm_shape = (8, 64)  # resident_gemm.choose's (warps, block_n) (worker_svc.bench --resident-mm-shape)
         self.only: set[tuple[int, int]] | None = None
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
-        sizes = [workspace_size(m, n, choose(m, k, n, self.sms))
-                 for n, k in shapes for m in range(resident_rows + 1, splitk_rows + 1)]
-        sizes += [resident_gemm.workspace_size(m, n, resident_gemm.choose(m, k, n, self.sms))
-                  for n, k in shapes if resident_gemm.takes(n, k) for m in range(resident_rows + 1, mm_rows + 1)]
-        self.ws = SplitKWorkspace(max((f for f, _ in sizes), default=1), max((t for _, t in sizes), default=1),
-                                  device)
+        self.device = device
+        self.shapes = [tuple(shape) for shape in shapes]
+        self.ws = self.workspace()
+
+    def workspace(self) -> SplitKWorkspace:
+        """A workspace for the largest call the shapes, rows and ``mm_shape`` give (set ``ws`` to a new one after
+        changing ``mm_shape``)."""
+        rows = range(self.resident_rows + 1, self.splitk_rows + 1)
+        sizes = [workspace_size(m, n, choose(m, k, n, self.sms)) for n, k in self.shapes for m in rows]
+        sizes += [resident_gemm.workspace_size(m, n, resident_gemm.choose(m, k, n, self.sms, *self.mm_shape))
+                  for n, k in self.shapes if resident_gemm.takes(n, k)
+                  for m in range(self.resident_rows + 1, self.mm_rows + 1)]
+        return SplitKWorkspace(max((f for f, _ in sizes), default=1), max((t for _, t in sizes), default=1),
+                               self.device)
 
     def __call__(self, x: torch.Tensor, linear, gelu: bool = False) -> torch.Tensor:
         """x [M, K] (M <= max_rows) -> linear(x) [M, N], tanh GELU after it when ``gelu``."""
@@ -57,7 +66,7 @@ class DecodeGemms:
             cfg = resident_gemv.choose(w.shape[1], w.shape[0], self.sms, stream_per_sm=self.stream_per_sm)
             return resident_gemv.resident_linear(x, w, linear.bias, cfg, gelu=gelu, pdl=self.pdl)
         if x.shape[0] <= self.mm_rows and resident_gemm.takes(*w.shape):
-            cfg = resident_gemm.choose(x.shape[0], w.shape[1], w.shape[0], self.sms)
+            cfg = resident_gemm.choose(x.shape[0], w.shape[1], w.shape[0], self.sms, *self.mm_shape)
             return resident_gemm.resident_mm_linear(x, w, linear.bias, cfg, self.ws, gelu=gelu, pdl=self.pdl)
         if x.shape[0] > self.splitk_rows or (self.only is not None and tuple(w.shape) not in self.only):
             from worker_svc.model import fused  # (fused imports nothing of this module's)

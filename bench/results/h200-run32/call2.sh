@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 32 call 2: the resident-weight tensor-core GEMM (model/resident_gemm.py, new: c_attn and attn.c_proj at 5-64
 # rows, each CTA's weight slab loaded before its PDL wait) -- its GPU tests, then the worker bench A/B
-# (--resident-mm-rows 0 against 64; GPU time of a decode step at B = 16 / 32 / 64, 1B and tiny, alternated twice),
+# (--resident-mm-rows 0 against 64, CTAs of 8 warps x 64 columns and 4 x 64 (tiny 4 x 32); GPU time of a decode step at B = 16 / 32 / 64, 1B and tiny, alternated twice),
 # then a profile of the 1B's B = 64 step with it. Carry [".whl", ".jit"], prologue as call1.sh plus the .jit untar.
 mkdir -p /tmp/r3; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
 TS=$(date +%s)
@@ -15,9 +15,10 @@ W() { n=$1; shift; ok $1 || return; shift; timeout 70 python3 -m worker_svc.benc
   --context 1152 --prefill "" --json-out /tmp/r3/w_$n.json "$@" > /tmp/r3/w_$n.txt 2>&1; echo "$n: $(grep -E "replay alone" /tmp/r3/w_$n.txt | awk '{print $(NF-8)}' | tr '\n' ' ')"; }
 for i in 1 2; do
   W 1b_mm0_$i 420 --shape starcoderbase-1b --batches 16,32,64 --resident-mm-rows 0
-  W 1b_mm64_$i 420 --shape starcoderbase-1b --batches 16,32,64 --resident-mm-rows 64
+  W 1b_mm8x64_$i 420 --shape starcoderbase-1b --batches 16,32,64 --resident-mm-rows 64
+  W 1b_mm4x64_$i 420 --shape starcoderbase-1b --batches 16,32,64 --resident-mm-rows 64 --resident-mm-shape 4x64
   W tiny_mm0_$i 420 --shape tiny_starcoder_py --batches 16,32,64 --resident-mm-rows 0
-  W tiny_mm64_$i 420 --shape tiny_starcoder_py --batches 16,32,64 --resident-mm-rows 64
+  W tiny_mm4x32_$i 420 --shape tiny_starcoder_py --batches 16,32,64 --resident-mm-rows 64 --resident-mm-shape 4x32
 done
 pack; echo "A/B after $(( $(date +%s) - TS )) s"
 ok 500 && { timeout 60 python3 -m worker_svc.bench --dtype bfloat16 --decode-steps 8 --context 1152 --prefill "" \
