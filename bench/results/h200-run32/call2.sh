@@ -2,7 +2,7 @@
 # Session 32 call 2: the resident-weight tensor-core GEMM (model/resident_gemm.py, new: c_attn and attn.c_proj at 5-64
 # rows, each CTA's weight slab loaded before its PDL wait) -- its GPU tests, then the worker bench A/B
 # (--resident-mm-rows 0 against 64, CTAs of 8 warps x 64 columns and 4 x 64 (tiny 4 x 32); GPU time of a decode step at B = 16 / 32 / 64, 1B and tiny, alternated twice),
-# then a profile of the 1B's B = 64 step with it. Carry [".whl", ".jit"], prologue as call1.sh plus the .jit untar.
+# then a profile of the 1B's B = 64 step with it. Carry [".whl"] (the JIT cache built here, packed to $OUT/jit.part* at the end), prologue as call1.sh.
 mkdir -p /tmp/r3; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
 TS=$(date +%s)
 ok() { [ $(( $(date +%s) - TS )) -lt $1 ]; }
@@ -21,8 +21,9 @@ for i in 1 2; do
   W tiny_mm4x32_$i 420 --shape tiny_starcoder_py --batches 16,32,64 --resident-mm-rows 64 --resident-mm-shape 4x32
 done
 pack; echo "A/B after $(( $(date +%s) - TS )) s"
-ok 500 && { timeout 60 python3 -m worker_svc.bench --dtype bfloat16 --decode-steps 8 --context 1152 --prefill "" \
+ok 480 && { timeout 60 python3 -m worker_svc.bench --dtype bfloat16 --decode-steps 8 --context 1152 --prefill "" \
   --shape starcoderbase-1b --batches 64 --resident-mm-rows 64 --profile /tmp/r3/prof_mm > /tmp/r3/prof_mm.txt 2>&1
   for f in /tmp/r3/prof_mm/trace-b64.json*; do python3 -m bench.kernel_breakdown $f --hbm-tbs 4.8 > /tmp/r3/breakdown_mm_b64.txt 2>&1; done
   head -20 /tmp/r3/breakdown_mm_b64.txt; gzip -f /tmp/r3/prof_mm/*.json 2>/dev/null; pack; }
+timeout 12 bash -c "tar czf - -C ~ .cache/flashinfer .triton 2>/dev/null | split -b 15M - $OUT/jit.part"; ls -la $OUT
 echo "done after $(( $(date +%s) - TS )) s"
