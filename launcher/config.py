@@ -274,6 +274,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
     "worker": {
         "--resident-rows": "the worker picks per model (auto: build.auto_resident_rows, as measured on an H100, run 31); "
                            "the flag is an A/B switch for bench/serve_bench --worker-flags and worker_svc.bench",
+        "--resident-mm-rows": "the worker picks per model (auto: build.auto_resident_mm_rows, as measured on an H100, "
+                              "run 32); the flag is an A/B switch for bench/serve_bench --worker-flags and worker_svc.bench",
         "--decode-attention": "the worker picks per model (auto: build.triton_decode_max_batch, as measured on the "
                               "H200); the flag is an A/B switch for bench/serve_bench --worker-flags",
         "--extend-attention": "the worker picks per extend graph bucket (auto: fa2 up to 128 tokens, as measured "

@@ -76,6 +76,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CUDA, float16 / bfloat16 models: projections of batches up to this many rows (at most 4) "
                          "through the resident-weight Triton kernel, whose CTAs read their weights before the kernel "
                          "ahead ends (worker_svc/model/resident_gemv.py; 0 = off; default: build.auto_resident_rows)")
+    ap.add_argument("--resident-mm-rows", type=int, default=None,
+                    help="CUDA, float16 / bfloat16 models: the small projections (16 MB or less) of batches above "
+                         "--resident-rows up to this many rows (at most 64) through the resident-weight tensor-core "
+                         "Triton GEMM (worker_svc/model/resident_gemm.py; 0 = off; default: build.auto_resident_mm_rows)")
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "flashinfer", "triton"],
                     help="the decode CUDA graphs' attention: flashinfer's tensor-core decode, or the Triton multi-query "
                          "kernel (worker_svc/attention/mqa_decode.py; no per-step plan); auto (default): triton for "
@@ -119,6 +123,8 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--splitk-rows must be in [0, 256] (got {args.splitk_rows})")
     if args.resident_rows is not None and not 0 <= args.resident_rows <= 4:
         ap.error(f"--resident-rows must be in [0, 4] (got {args.resident_rows})")
+    if args.resident_mm_rows is not None and not 0 <= args.resident_mm_rows <= 64:
+        ap.error(f"--resident-mm-rows must be in [0, 64] (got {args.resident_mm_rows})")
     if not -2**63 <= args.seed < 2**64:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
     if args.launch_lead_steps < 1:
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                          kv_fraction=args.kv_fraction, page_size=args.page_size, attention=args.attention,
                          worker_id=args.worker_id, seed=args.seed, cuda_graph_max_batch=args.cuda_graph_max_batch,
                          extend_graph_max_tokens=args.extend_graph_max_tokens, splitk_rows=args.splitk_rows,
-                         resident_rows=args.resident_rows, pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
+                         resident_rows=args.resident_rows, resident_mm_rows=args.resident_mm_rows, pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
                          extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill,
                          prepare_ahead=args.prepare_ahead, launch_behind=args.launch_behind,
                          launch_lead_steps=args.launch_lead_steps,

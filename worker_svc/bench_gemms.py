@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from worker_svc.build import auto_resident_rows, auto_splitk_rows
-from worker_svc.model import resident_gemm
+from worker_svc.build import auto_resident_mm_rows, auto_resident_rows, auto_splitk_rows
+from worker_svc.model import resident_gemm, resident_gemv
 from worker_svc.model.resident_gemv import MAX_ROWS
 
 
@@ -20,15 +20,16 @@ def add_args(ap: argparse.ArgumentParser) -> None:
                     help=f"projections of batches up to this many rows (at most {MAX_ROWS}) through the resident-weight "
                          "kernel (model/resident_gemv.py); 0 = off; default: the worker's (build.auto_resident_rows; "
                          "0 with --splitk-only or --prefetch-blocks)")
-    ap.add_argument("--resident-stream", type=int, default=0,
+    ap.add_argument("--resident-stream", type=int, default=resident_gemv.STREAM_PER_SM,
                     help="with resident rows: the projections of 16 MB or more through a grid of this many CTAs an SM, "
                          "each looping over its tiles with the next slab loaded ahead (model/resident_gemv.choose; "
-                         "0: one CTA a tile, as the worker runs)")
-    ap.add_argument("--resident-mm-rows", type=int, default=0,
+                         "0: one CTA a tile; default: the worker's, resident_gemv.STREAM_PER_SM)")
+    ap.add_argument("--resident-mm-rows", type=int, default=None,
                     help=f"the small projections (16 MB or less) of batches above the resident rows up to this many "
                          f"(at most {resident_gemm.MAX_ROWS}) through the resident-weight tensor-core GEMM "
-                         "(model/resident_gemm.py, an experiment); 0 = off, as the worker runs")
-    ap.add_argument("--resident-mm-shape", default="8x64",
+                         "(model/resident_gemm.py); 0 = off; default: the worker's (build.auto_resident_mm_rows; 0 with "
+                         "--splitk-only or --prefetch-blocks)")
+    ap.add_argument("--resident-mm-shape", default="x".join(map(str, resident_gemm.SHAPE)),
                     help="with --resident-mm-rows: WARPSxCOLUMNS of its CTAs (resident_gemm.choose's warps, block_n)")
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
@@ -40,13 +41,15 @@ def add_args(ap: argparse.ArgumentParser) -> None:
 
 def set_up(ap: argparse.ArgumentParser, args: argparse.Namespace, cfg, model) -> None:
     """Turns ``model``'s fused kernels on (``args.fused``, ``args.pdl``) with the GEMMs ``args`` name, filling in the
-    worker's defaults (``args.splitk_rows``, ``args.resident_rows`` are set). Exits through ``ap.error`` for a
+    worker's defaults (``args.splitk_rows``, ``args.resident_rows``, ``args.resident_mm_rows`` are set). Exits through ``ap.error`` for a
     combination that cannot run."""
     if args.splitk_rows is None:  # as the worker runs (before run 12 this bench ran cuBLAS and no PDL by default)
         args.splitk_rows = auto_splitk_rows(cfg)
-    if args.resident_rows is None:  # the worker's default; the split-K experiments measure split-K at every row
-        split_k_arm = args.splitk_only or args.prefetch_blocks != -1
+    split_k_arm = args.splitk_only or args.prefetch_blocks != -1  # these measure split-K at every row
+    if args.resident_rows is None:  # the worker's defaults but in the split-K experiments
         args.resident_rows = 0 if split_k_arm else auto_resident_rows(cfg, args.pdl)
+    if args.resident_mm_rows is None:
+        args.resident_mm_rows = 0 if split_k_arm else auto_resident_mm_rows(cfg, args.pdl)
     if not 0 <= args.resident_rows <= MAX_ROWS:
         ap.error(f"--resident-rows must be in [0, {MAX_ROWS}] (got {args.resident_rows})")
     if not 0 <= args.resident_mm_rows <= resident_gemm.MAX_ROWS:

@@ -39,6 +39,7 @@ class WorkerOptions:
     extend_whole_graph: bool = True  # one-request extends up to extend_graph_max_tokens: one graph of the forward
     splitk_rows: int | None = None  # CUDA: batches up to this many rows through model/skinny_gemm; None: auto_splitk_rows
     resident_rows: int | None = None  # CUDA: batches up to this many rows through model/resident_gemv; None: auto
+    resident_mm_rows: int | None = None  # CUDA: ... then up to this many through model/resident_gemm; None: auto
     pdl: bool = True  # CUDA: the Triton kernels as programmatic dependent launches (weights prefetched to L2)
     decode_attention: str = "auto"  # the decode graphs' attention: flashinfer, triton (attention/mqa_decode), or auto
     ragged_prefill: bool = True  # eager extends without a cached prefix: flashinfer's ragged prefill (attention/ragged)
@@ -136,6 +137,19 @@ def auto_resident_rows(cfg, pdl: bool) -> int:
     return 1 if cfg.n_embd <= 2048 else 0
 
 
+def auto_resident_mm_rows(cfg, pdl: bool) -> int:
+    """Rows up to which the small decode projections use ``model/resident_gemm`` (the weights read before the kernel
+    ahead ends, tensor cores) above ``auto_resident_rows`` by default: 0 without ``pdl``, 32 for models of n_embd <=
+    1024, else 0. Run 32 on an H100 (bench/results/h200-run32/call3, call4; ``worker_svc.bench``, GPU time of a
+    decode step, CTAs of 8 warps x 32 columns): tiny_starcoder_py B = 8 / 16 / 32 / 64: 0.71 / 0.74 / 0.79 / 0.89 ms
+    (split-K up to 16 rows, cuBLAS above) -> 0.57 / 0.60 / 0.70 / 0.89; starcoderbase-1b B = 2 / 4 / 8 / 16: 1.44 /
+    1.49 / 1.51 / 1.61 -> 1.40 / 1.47 / 1.50 / 1.61 (8 x 64; call 2: B = 32 / 64 1.71 / 1.90 -> 1.78 / 2.07): within
+    3% where it does not lose, so not for the 1B."""
+    if not pdl:
+        return 0
+    return 32 if cfg.n_embd <= 1024 else 0
+
+
 def triton_decode_max_batch(cfg, decode_attention: str, max_batch: int) -> int:
     """Decode-graph buckets of up to this many rows take the Triton multi-query attention (``attention/mqa_decode``),
     the larger ones flashinfer's. ``decode_attention``: ``flashinfer`` (0), ``triton`` (``max_batch``) or ``auto``:
@@ -172,7 +186,9 @@ def build_engine(opts: WorkerOptions) -> Engine:
     model.use_fused_kernels(splitk_rows=auto_splitk_rows(cfg) if opts.splitk_rows is None else opts.splitk_rows,
                             pdl=opts.pdl,
                             resident_rows=auto_resident_rows(cfg, opts.pdl) if opts.resident_rows is None
-                            else opts.resident_rows)
+                            else opts.resident_rows,
+                            resident_mm_rows=auto_resident_mm_rows(cfg, opts.pdl) if opts.resident_mm_rows is None
+                            else opts.resident_mm_rows)
     whole_tokens = opts.extend_graph_max_tokens if opts.extend_whole_graph else 0
     triton_max = triton_decode_max_batch(cfg, opts.decode_attention, opts.cuda_graph_max_batch)
     # the Triton decode graphs keep their own merge workspace: flashinfer's is sized for eager batches when no

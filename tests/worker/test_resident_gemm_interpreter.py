@@ -74,8 +74,9 @@ def test_chosen_configurations_in_the_interpreter(interpreted, k, n):
 
 
 def test_choose_splits_k_so_a_slab_fits_the_registers():
-    cfg = choose(64, 2048, 2304, 132)  # the 1B's c_attn: 36 column tiles x 4 splits of 512
+    cfg = choose(64, 2048, 2304, 132, warps=8, block_n=64)  # the 1B's c_attn: 36 column tiles x 4 splits of 512
     assert cfg == ResidentMMConfig(64, 64, 512, 512, 4, 8)
+    assert choose(64, 3072, 768, 132) == ResidentMMConfig(64, 32, 1024, 1024, 3, 8)  # tiny's mlp.c_proj, SHAPE
     assert cfg.block_n * cfg.k_pad <= cfg.warps * 32 * resident_gemm.SLAB
     assert choose(5, 2048, 2048, 132).block_m == 16 and choose(17, 2048, 2048, 132).block_m == 32
     assert choose(64, 768, 896, 132, warps=4, block_n=32).split == 2  # K 768 in spans of 512: the last one partial

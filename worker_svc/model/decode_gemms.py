@@ -40,8 +40,8 @@ class DecodeGemms:
         self.max_rows = max(splitk_rows, resident_rows, mm_rows)
         self.resident_rows, self.pdl, self.prefetch_blocks = resident_rows, pdl, prefetch_blocks
         self.splitk_rows, self.mm_rows = splitk_rows, mm_rows
-        self.stream_per_sm = 0  # resident_gemv.choose's stream experiment (worker_svc.bench --resident-stream)
-        self.mm_shape = (8, 64)  # resident_gemm.choose's (warps, block_n) (worker_svc.bench --resident-mm-shape)
+        self.stream_per_sm = resident_gemv.STREAM_PER_SM  # resident_gemv.choose's grid (worker_svc.bench --resident-stream)
+        self.mm_shape = resident_gemm.SHAPE  # resident_gemm.choose's (warps, block_n) (worker_svc.bench --resident-mm-shape)
         self.only: set[tuple[int, int]] | None = None
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
         self.device = device

@@ -17,8 +17,9 @@ split order, adds the bias, applies the tanh GELU when ``gelu``, rounds once and
 
 Not bit-equal to cuBLAS (another summation order). tests/worker/test_resident_gemm_interpreter.py checks it against
 a float64 reference in Triton's interpreter (no PDL there); tests/worker/test_gpu_resident_gemm.py against F.linear
-on the GPU, with PDL, in a CUDA graph. An experiment (``worker_svc.bench --resident-mm-rows``) until a GPU A/B says
-it pays.
+on the GPU, with PDL, in a CUDA graph. Served (``build.auto_resident_mm_rows``) where run 32 measured a gain: models of
+n_embd <= 1024 up to 32 rows; on the 1B it lost at 32-64 rows and tied below (``worker_svc.bench
+--resident-mm-rows``).
 
 Triton is imported on first use, so this module imports on a CPU-only machine.
 """
@@ -36,6 +37,11 @@ from worker_svc.model.skinny_gemm import HALF_DTYPES, SplitKWorkspace
 MAX_ROWS = 64  # rows of x a call takes: one tensor-core tile of rows
 MAX_WEIGHT = 8 * 1024 * 1024  # weight elements (16 MB in bf16) it is meant for: above, cuBLAS already streams
 SLAB = 128  # weight elements a thread holds before the wait (64 registers of packed bf16)
+# The served CTA shape (warps, output columns). Run 32 on an H100 (bench/results/h200-run32/call2-call4, worker_svc.bench,
+# GPU time of a decode step): tiny_starcoder_py B = 8 / 16 / 32 / 64 0.57 / 0.60 / 0.70 / 0.89 ms at 8 x 32, 0.58 / 0.61 /
+# 0.75 / 0.98 at 4 x 16; starcoderbase-1b B = 2-16 at 8 x 64 1.40-1.61, at 8 x 32 1.50-1.70; B = 16 / 32 / 64 at 4 x 64
+# 1.67 / 1.88 / 2.42, at 8 x 64 1.62 / 1.78 / 2.07.
+SHAPE = (8, 32)
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,12 @@ def takes(n: int, k: int) -> bool:
 
 
 @functools.cache
-def choose(m: int, k: int, n: int, sms: int, warps: int = 8, block_n: int = 64) -> ResidentMMConfig:
+def choose(m: int, k: int, n: int, sms: int, warps: int = SHAPE[0], block_n: int = SHAPE[1]) -> ResidentMMConfig:
     """A configuration for x [m, k] @ W[n, k].T on ``sms`` SMs: ``block_n`` columns a CTA, a K span of the largest
-    power of two whose slab is at most ``SLAB`` elements a thread of ``warps`` warps (1B at 8 warps, 64 columns: 512,
-    so c_attn 36 x 4 = 144 CTAs, attn.c_proj 32 x 4 = 128), ``block_m`` the rows padded to a power of two (at least
-    16, tl.dot's smallest). Raises ValueError for m outside [1, ``MAX_ROWS``]."""
+    power of two whose slab is at most ``SLAB`` elements a thread of ``warps`` warps (at most K's next power of two),
+    ``block_m`` the rows padded to a power of two (at least 16, tl.dot's smallest). At ``SHAPE`` (8 warps x 32
+    columns) spans of 1,024: tiny_starcoder_py's c_attn 28 tiles x 1 split, c_fc 96 x 1, mlp.c_proj 24 x 3; the 1B's
+    c_attn 72 x 2. Raises ValueError for m outside [1, ``MAX_ROWS``]."""
     if not 1 <= m <= MAX_ROWS:
         raise ValueError(f"resident_gemm takes 1..{MAX_ROWS} rows, got {m}")
     ks = next_pow2(max(16, (warps * 32 * SLAB) // block_n))

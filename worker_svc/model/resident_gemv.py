@@ -39,6 +39,11 @@ from worker_svc.model.skinny_gemm import HALF_DTYPES
 
 MAX_ROWS = 4  # the rows the kernel is built for at most: each row is one more pass of FMAs over the registers
 PER_THREAD = 128  # weight elements a thread holds (64 registers of packed bf16), two slabs of half that when looping
+# The served grid of the 16 MB+ projections: this many CTAs an SM, looping (``choose(stream_per_sm=)``). Run 32 on an
+# H100 (bench/results/h200-run32/call1, call3; worker_svc.bench --resident-stream, starcoderbase-1b B = 1, GPU time of
+# a decode step, alternated): 0 (one CTA a tile) 1.17 / 1.15 / 1.16 / 1.16 / 1.16 ms, 2: 1.13 / 1.12 / 1.12 / 1.12 /
+# 1.12, 3: 1.22.
+STREAM_PER_SM = 2
 
 
 def next_pow2(n: int) -> int:
