@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> None:
                        "cuda_graphs": eng.graphs is not None, "extend_graphs_max_tokens": args.extend_graph_max_tokens
                        if eng.extend_graphs is not None else 0,
                        "whole_graph_max_tokens": whole_tokens if whole is not None else 0,
-                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "resident_rows": args.resident_rows, "resident_stream": args.resident_stream, "resident_mm_rows": args.resident_mm_rows, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
+                       "ragged_prefill": eng.ragged_prefill, "fused": args.fused, "splitk_rows": args.splitk_rows, "resident_rows": args.resident_rows, "resident_stream": args.resident_stream, "resident_mm_rows": args.resident_mm_rows, "resident_mm_shape": list(model.mm.mm_shape) if model.mm is not None else None, "splitk_only": args.splitk_only, "temperature": args.temperature, "attn_forced": forced,
                        "pdl": model.pdl, "prefetch_blocks": args.prefetch_blocks, "decode_attention": eng.attention_name(),
                        "fuse_norms": model.fuse_norms, "gelu_epilogue": model.gelu_epilogue, "fuse_kv": model.fuse_kv, "copy_bandwidth_bytes_per_s": bw, "results": results}, f, indent=2)
 

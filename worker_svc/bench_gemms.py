@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from worker_svc.build import auto_resident_mm_rows, auto_resident_rows, auto_splitk_rows
-from worker_svc.model import resident_gemm, resident_gemv
+from worker_svc.model import resident_gemm
 from worker_svc.model.resident_gemv import MAX_ROWS
 
 
@@ -20,17 +20,18 @@ def add_args(ap: argparse.ArgumentParser) -> None:
                     help=f"projections of batches up to this many rows (at most {MAX_ROWS}) through the resident-weight "
                          "kernel (model/resident_gemv.py); 0 = off; default: the worker's (build.auto_resident_rows; "
                          "0 with --splitk-only or --prefetch-blocks)")
-    ap.add_argument("--resident-stream", type=int, default=resident_gemv.STREAM_PER_SM,
+    ap.add_argument("--resident-stream", type=int, default=None,
                     help="with resident rows: the projections of 16 MB or more through a grid of this many CTAs an SM, "
                          "each looping over its tiles with the next slab loaded ahead (model/resident_gemv.choose; "
-                         "0: one CTA a tile; default: the worker's, resident_gemv.STREAM_PER_SM)")
+                         "0: one CTA a tile; default: the worker's, resident_gemv.STREAM_PER_SM, where the kernels run)")
     ap.add_argument("--resident-mm-rows", type=int, default=None,
                     help=f"the small projections (16 MB or less) of batches above the resident rows up to this many "
                          f"(at most {resident_gemm.MAX_ROWS}) through the resident-weight tensor-core GEMM "
                          "(model/resident_gemm.py); 0 = off; default: the worker's (build.auto_resident_mm_rows; 0 with "
                          "--splitk-only or --prefetch-blocks)")
-    ap.add_argument("--resident-mm-shape", default="x".join(map(str, resident_gemm.SHAPE)),
-                    help="with --resident-mm-rows: WARPSxCOLUMNS of its CTAs (resident_gemm.choose's warps, block_n)")
+    ap.add_argument("--resident-mm-shape", default=None,
+                    help="with --resident-mm-rows: WARPSxCOLUMNS of its CTAs (resident_gemm.choose's warps, block_n: "
+                         "4 or 8 warps, a power of two of 16-128 columns; default: the worker's, resident_gemm.SHAPE)")
     ap.add_argument("--prefetch-blocks", type=int, default=-1,
                     help="with split-K and PDL: the K blocks of its weight slab each CTA prefetches into L2 before "
                          "it waits for the kernel ahead (-1: all, as the worker runs)")
@@ -67,11 +68,30 @@ def set_up(ap: argparse.ArgumentParser, args: argparse.Namespace, cfg, model) ->
         model.mm.only = {tuple(lin[nm].weight.shape) for nm in names}
     if (model.mm is None or args.splitk_rows <= 0) and args.prefetch_blocks != -1:
         ap.error("--prefetch-blocks needs the split-K GEMMs (--splitk-rows > 0, CUDA, Triton)")
+    shape = mm_shape(ap, args.resident_mm_shape)
     if model.mm is not None:
         model.mm.prefetch_blocks = args.prefetch_blocks
-        model.mm.stream_per_sm = args.resident_stream
-        warps, cols = (int(v) for v in args.resident_mm_shape.split("x"))
-        model.mm.mm_shape = (warps, cols)
-        model.mm.ws = model.mm.workspace()
-    elif args.resident_stream:
-        ap.error("--resident-stream needs the resident kernel (--resident-rows > 0, CUDA, Triton)")
+        if args.resident_stream is not None:
+            model.mm.stream_per_sm = args.resident_stream
+        args.resident_stream = model.mm.stream_per_sm  # (the JSON records what ran)
+        if shape is not None:
+            model.mm.mm_shape = shape
+            model.mm.ws = model.mm.workspace()
+    elif args.resident_stream or shape is not None:
+        ap.error("--resident-stream and --resident-mm-shape need the resident kernels (--resident-rows or "
+                 "--resident-mm-rows > 0, CUDA, Triton, a float16 / bfloat16 model)")
+    else:
+        args.resident_stream = 0
+
+
+def mm_shape(ap: argparse.ArgumentParser, text: str | None) -> tuple[int, int] | None:
+    """``--resident-mm-shape`` WARPSxCOLUMNS as (warps, columns), None when not given; exits through ``ap.error``
+    unless warps is 4 or 8 and columns a power of two in [16, 128] (the K span, ``SLAB`` elements a thread over the
+    columns, then stays >= 16, tl.dot's smallest)."""
+    if text is None:
+        return None
+    warps, _, cols = text.partition("x")
+    if not (warps in ("4", "8") and cols.isdigit() and int(cols) in (16, 32, 64, 128)):
+        ap.error(f"--resident-mm-shape must be WARPSxCOLUMNS with 4 or 8 warps and 16, 32, 64 or 128 columns "
+                 f"(got {text!r})")
+    return int(warps), int(cols)

@@ -59,7 +59,8 @@ def test_pdl_launch_reads_x_after_the_kernel_ahead_wrote_it_in_a_graph(rows):
     qkv = nn.Linear(2048, 2304, device="cuda", dtype=torch.bfloat16)
     proj = nn.Linear(2304, 2048, device="cuda", dtype=torch.bfloat16)
     cq, cp = choose(rows, 2048, 2304, SMS), choose(rows, 2304, 2048, SMS)
-    ws = SplitKWorkspace(max(workspace_size(rows, 2304, cq)[0], workspace_size(rows, 2048, cp)[0]), 64, "cuda")
+    sizes = (workspace_size(rows, 2304, cq), workspace_size(rows, 2048, cp))
+    ws = SplitKWorkspace(max(f for f, _ in sizes), max(t for _, t in sizes), "cuda")
     out = torch.empty(rows, 2048, device="cuda", dtype=torch.bfloat16)
 
     def step(pdl: bool) -> torch.Tensor:

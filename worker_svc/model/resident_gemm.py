@@ -7,8 +7,10 @@ tail, none of it overlapped with the kernels around it (cuBLAS's kernels do not 
 ``resident_gemv`` removed that at one row by loading each CTA's weight slab into registers before it waits for the
 kernel ahead (programmatic dependent launch); past a few rows its FMAs cost more than the read. Here the same
 order, with the product on tensor cores: each CTA lets the next kernel launch, loads its slab (``BLOCK_N`` rows of W
-times a ``KS``-wide span of K, ``BLOCK_N * K_PAD`` elements held in registers), then waits for the kernel ahead,
-reads x's span ``[M, KS]`` (from L2: the kernel ahead just wrote it) and takes one ``tl.dot``.
+times a ``KS``-wide span of K, ``BLOCK_N * K_PAD`` elements, loaded into registers; at up to 32 rows the compiler
+also copies it on to shared memory, the ``tl.dot`` operand, before the wait: ``bench/kernel_static.py --gemms``), then
+waits for the kernel ahead, reads x's span ``[M, KS]`` (from L2: the kernel ahead just wrote it) and takes one
+``tl.dot``.
 
 The grid is ``(N / BLOCK_N, SPLIT)``: the K split keeps a slab small enough to hold and x's span small enough to
 read fast after the wait (each CTA reads ``M * KS`` of x). The split partials are reduced in the same kernel as in
