@@ -58,7 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "many from that one's end (1, default: its last step). 2: a 256-row launch (~3-4 ms of host "
                          "work on the H100 host, a step ~3.3 ms) ends before the one ahead does (H100, session 29: c256 "
                          "decode gaps -50 ms a phase), but an arrival's extend reaching the worker in that step waits for "
-                         "the whole Forward launched behind (c64 -1.1k tok/s, TTFT p50 +40 ms)")
+                         "the whole Forward launched behind (c64 -1.1k tok/s, TTFT p50 +40 ms). 0: 2 for Forwards of "
+                         "more than 64 rows, 1 for the others (worker_svc/multistep.py: lead_steps; unmeasured)")
     ap.add_argument("--extend-ahead", action=argparse.BooleanOptionalAction, default=True,
                     help="an eager extend whose items bring their prefixes (fresh prompts) or continue a prompt "
                          "(launched behind only) is validated, laid out and "
@@ -127,8 +128,8 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--resident-mm-rows must be in [0, 64] (got {args.resident_mm_rows})")
     if not -2**63 <= args.seed < 2**64:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
-    if args.launch_lead_steps < 1:
-        ap.error(f"--launch-lead-steps must be >= 1 (got {args.launch_lead_steps})")
+    if args.launch_lead_steps < 0:
+        ap.error(f"--launch-lead-steps must be >= 0 (got {args.launch_lead_steps})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,11 +82,12 @@ class Engine:
         not at its turn.
         ``extend_behind``: such a batch that follows another one enqueued and not yet committed is launched
         behind it on the device (``_extend_behind``; needs ``extend_ahead``).
-        ``launch_lead_steps`` (>= 1, else ValueError): a Forward launched behind a multi-step one starts its launch
-        when the device starts that one's step ``K - launch_lead_steps`` (1: its last step; ``EnqueuedSteps.near_end``).
+        ``launch_lead_steps`` (>= 0, else ValueError): a Forward launched behind a multi-step one starts its launch
+        when the device starts that one's step ``K - launch_lead_steps`` (1: its last step; ``EnqueuedSteps.near_end``);
+        0: per Forward, ``multistep.lead_steps``.
         An extend inserted ahead (``before_seq``) that reaches the worker after then runs after the launched one."""
-        if launch_lead_steps < 1:
-            raise ValueError(f"launch_lead_steps must be >= 1, got {launch_lead_steps}")
+        if launch_lead_steps < 0:
+            raise ValueError(f"launch_lead_steps must be >= 0, got {launch_lead_steps}")
         self.prepare_ahead, self.launch_behind, self.extend_ahead = prepare_ahead, launch_behind, extend_ahead
         # a Forward behind a multi-step one launches once the device starts that one's step K - launch_lead_steps
         self.launch_lead_steps = launch_lead_steps

@@ -56,6 +56,21 @@ def _host_copy(t: torch.Tensor, cuda: bool) -> torch.Tensor:
     return out
 
 
+AUTO_LEAD_ROWS = 64  # ``launch_lead_steps`` 0: Forwards of more rows are launched behind two steps from their end
+
+
+def lead_steps(launch_lead_steps: int, rows: int) -> int:
+    """The steps from the end of a multi-step Forward of ``rows`` rows at whose start the Forward behind it is
+    launched (``Engine._launch_behind``): ``launch_lead_steps``, or with 0 (auto, an A/B arm until measured) 2 above
+    ``AUTO_LEAD_ROWS`` rows and 1 at or below. Session 29 (H100, bench/README.md): lead 2 took ~50 ms of decode gaps
+    off a c256 phase (a 256-row launch, 3-4 ms of host work, about one step, then ends before the Forward ahead does)
+    but cost c64 ~1.1k tok/s (an arrival's extend reaching the worker in the last two steps waits for the Forward
+    launched behind)."""
+    if launch_lead_steps:
+        return launch_lead_steps
+    return 2 if rows > AUTO_LEAD_ROWS else 1
+
+
 class EnqueuedSteps:
     """The enqueued steps of one multi-step decode Forward, rows ordered by steps (largest first).
 
@@ -63,7 +78,7 @@ class EnqueuedSteps:
     token of step j; ``host_toks``/``host_lps``: their asynchronous copies (page-locked on CUDA), valid once
     ``wait()`` returned. ``states``: the request state each row was validated against (None for a ``has_prefix``
     row), so a row whose request was released meanwhile is answered ``skipped`` instead of committed. ``near_end``:
-    a CUDA event recorded before the launch of step ``K - engine.launch_lead_steps`` (the first when K is no larger;
+    a CUDA event recorded before the launch of step ``K - lead_steps(engine.launch_lead_steps, B)`` (the first when K is no larger;
     None on the CPU or for one step), which a Forward launched
     behind this one waits for (``Engine._launch_behind``). ``expect``: for a Forward launched behind another
     (``launch_behind``), each row's (table length, commits) that the Forward ahead's commit must leave for the row's
@@ -251,7 +266,7 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
     # buffer and copies it to the device asynchronously: the next plan must not overwrite it before that copy ran)
     clock.start()
     for j in range(steps):
-        if j == max(steps - engine.launch_lead_steps, 0) and steps > 1 and dev.type == "cuda":
+        if j == max(steps - lead_steps(engine.launch_lead_steps, len(its)), 0) and steps > 1 and dev.type == "cuda":
             near_end = torch.cuda.Event()  # completes when the device starts step K - lead (a Forward behind waits)
             near_end.record()
         n = active[j]

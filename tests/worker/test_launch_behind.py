@@ -274,16 +274,20 @@ def test_an_explicit_input_row_of_a_request_the_forward_ahead_runs_waits_for_its
     assert eng.prepared_ahead["behind"] == 0
 
 
-def test_the_launch_lead_is_at_least_one_step(model_dir):
-    """``launch_lead_steps`` < 1 (no step would record the event the Forward behind waits for: it would launch at
-    once, before the Forward ahead even started) is refused by the engine and by the worker's command line."""
+def test_the_launch_lead_is_a_step_count_or_auto(model_dir):
+    """``launch_lead_steps`` < 0 is refused by the engine and by the worker's command line; 0 is auto
+    (``multistep.lead_steps``: 2 above 64 rows, 1 at or below; a fixed lead is used at every size)."""
     eng = make_engine(model_dir)
-    with pytest.raises(ValueError, match="launch_lead_steps must be >= 1"):
-        Engine(eng.cfg, eng.model, eng.kv_pool, eng.backend, epoch="epoch-1", launch_lead_steps=0)
+    with pytest.raises(ValueError, match="launch_lead_steps must be >= 0"):
+        Engine(eng.cfg, eng.model, eng.kv_pool, eng.backend, epoch="epoch-1", launch_lead_steps=-1)
     from worker_svc.__main__ import parse_args
     with pytest.raises(SystemExit):
-        parse_args(["--model-path", str(model_dir), "--launch-lead-steps", "0"])
+        parse_args(["--model-path", str(model_dir), "--launch-lead-steps", "-1"])
     assert parse_args(["--model-path", str(model_dir)]).launch_lead_steps == 1
+    assert parse_args(["--model-path", str(model_dir), "--launch-lead-steps", "0"]).launch_lead_steps == 0
+    from worker_svc.multistep import lead_steps
+    assert [lead_steps(0, rows) for rows in (1, 64, 65, 256)] == [1, 1, 2, 2]
+    assert [lead_steps(3, rows) for rows in (1, 256)] == [3, 3]
 
 
 class _Event:
