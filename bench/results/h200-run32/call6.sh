@@ -1,0 +1,16 @@
+#!/bin/bash
+# Written in session 32 for the next session (after call5.sh, on the same warm machine; carry [".whl"] or with the JIT
+# cache call5 returned). The A/B of --launch-lead-steps 0 (auto, new: 2 steps ahead for Forwards of more than 64 rows,
+# 1 at or below; worker_svc/multistep.py lead_steps) against 1 (the default), c64 and c256, alternated twice; the
+# decode -> decode gaps of each arm from its Forward timeline. Prologue as call5.sh.
+mkdir -p /tmp/r6; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
+arm() { name=$1; shift
+  timeout 130 python3 -m bench.serve_bench --gpu --phases c64,c256 --out /tmp/r6/$name --worker-flags="$*" > /tmp/r6/$name.txt 2>&1
+  pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
+  echo "== $name ($*)"; grep -E "c64:|c256:" /tmp/r6/$name.txt | cut -c24-220
+  python3 -m bench.forward_timeline /tmp/r6/$name/forwards.tsv 2>&1 | grep -E "segment|gap decode->decode|stages decode" | tail -6
+  rm -rf /tmp/r6/$name/logs; tar czf $OUT/r6.tgz -C /tmp/r6 .; }
+arm auto1 --launch-lead-steps 0
+arm lead1 --launch-lead-steps 1
+arm lead1b --launch-lead-steps 1
+arm auto2 --launch-lead-steps 0
