@@ -2,8 +2,12 @@
 # Written in session 32 for the next session (after call5.sh, on the same warm machine; carry [".whl"] or with the JIT
 # cache call5 returned). The A/B of --launch-lead-steps 0 (auto, new: 2 steps ahead for Forwards of more than 64 rows,
 # 1 at or below; worker_svc/multistep.py lead_steps) against 1 (the default), c64 and c256, alternated twice; the
-# decode -> decode gaps of each arm from its Forward timeline. Prologue as call5.sh.
+# decode -> decode gaps of each arm from its Forward timeline. First, where the resident GEMM's time goes on the 1B
+# (bench/resident_gemm_bench.py: one split against several, one wave against two, behind a PDL add + LayerNorm, against
+# cuBLAS). Prologue as call5.sh.
 mkdir -p /tmp/r6; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
+timeout 120 python3 -m bench.resident_gemm_bench --shape starcoderbase-1b --rows 16,32,64 \
+  --specs 8x32x1024,8x64x512,8x16x2048,4x32x512,4x16x1024 --out /tmp/r6/rmm > /tmp/r6/rmm.txt 2>&1; cat /tmp/r6/rmm.txt
 arm() { name=$1; shift
   timeout 130 python3 -m bench.serve_bench --gpu --phases c64,c256 --out /tmp/r6/$name --worker-flags="$*" > /tmp/r6/$name.txt 2>&1
   pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
