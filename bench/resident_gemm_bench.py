@@ -46,6 +46,14 @@ def arms(m: int, k: int, n: int, specs: list[str]) -> list[tuple[str, ResidentMM
     return out
 
 
+SHARED_MEMORY = 227 * 1024  # bytes a CTA may take on sm90
+
+
+def tile_bytes(cfg: ResidentMMConfig) -> int:
+    """Shared memory of the ``tl.dot`` operands at least: x's span and the weight slab, 2 bytes an element."""
+    return (cfg.block_m + cfg.block_n) * cfg.k_pad * 2
+
+
 def main() -> None:
     from torch import nn
     import torch.nn.functional as F
@@ -92,6 +100,10 @@ def main() -> None:
                   f"({wbytes / base / 1e12 / args.hbm_tbs:.0%})", flush=True)
             row = {"name": name, "m": m, "k": k, "n": n, "cublas_us": base * 1e6, "arms": []}
             for spec, cfg in cands:
+                if tile_bytes(cfg) > SHARED_MEMORY:  # would not launch: say so and time the others
+                    row["arms"].append({"spec": spec, "skipped": f"{tile_bytes(cfg)} B of operands > {SHARED_MEMORY}"})
+                    print(f"    {spec:12s} skipped: {tile_bytes(cfg)} B of operands in shared memory", flush=True)
+                    continue
                 t = graph_time(lambda: run(cfg)) / args.layers
                 ctas = -(-n // cfg.block_n) * cfg.split
                 row["arms"].append({"spec": spec, "split": cfg.split, "ctas": ctas, "us": t * 1e6,

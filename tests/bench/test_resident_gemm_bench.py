@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.resident_gemm_bench import arms
+from bench.resident_gemm_bench import SHARED_MEMORY, arms, tile_bytes
 from worker_svc.model.resident_gemm import ResidentMMConfig
 
 
@@ -20,3 +20,10 @@ def test_each_spec_covers_k_with_its_span():
 def test_a_malformed_spec_is_refused(spec):
     with pytest.raises(ValueError):
         arms(64, 2048, 2048, [spec])
+
+
+def test_a_span_whose_operands_pass_shared_memory_is_flagged():
+    (_, wide), = arms(64, 2048, 2304, ["8x16x2048"])
+    assert tile_bytes(wide) == (64 + 16) * 2048 * 2 > SHARED_MEMORY  # x's span alone is 256 KB at 64 rows
+    (_, fits), = arms(16, 2048, 2304, ["8x16x2048"])
+    assert tile_bytes(fits) <= SHARED_MEMORY
