@@ -118,7 +118,9 @@ def auto_splitk_rows(cfg) -> int:
     with them (then up to 64 rows); starcoderbase-1b (2048): 1.43 / 1.85 / 2.80 with cuBLAS, 1.57 / 1.94 / 4.33 with
     them. H200 run 25 (bench/results/h200-run25/call6.txt, with the Triton attention and the fused kernels since):
     tiny B = 1 / 16 / 64 split-K 0.62-0.63 / 0.71-0.72 / 0.89, cuBLAS 0.66 / 0.74 / 0.87-0.88; split-K up to 16 rows
-    B = 24 / 32 / 48 / 64: 0.79 / 0.79 / 0.86-0.87 / 0.87 against 0.79 / 0.80 / 0.87 / 0.89 up to 64."""
+    B = 24 / 32 / 48 / 64: 0.79 / 0.79 / 0.86-0.87 / 0.87 against 0.79 / 0.80 / 0.87 / 0.89 up to 64. With PDL on,
+    the resident kernels take these rows first (``auto_resident_rows``, ``auto_resident_mm_rows``: up to 32 rows on
+    such models since run 32), so split-K runs them only with ``--no-pdl`` or those set lower."""
     return 16 if cfg.n_embd <= 1024 else 0
 
 
