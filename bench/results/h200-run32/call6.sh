@@ -2,10 +2,17 @@
 # Written in session 32 for the next session (after call5.sh, on the same warm machine; carry [".whl"] or with the JIT
 # cache call5 returned). The A/B of --launch-lead-steps 0 (auto, new: 2 steps ahead for Forwards of more than 64 rows,
 # 1 at or below; worker_svc/multistep.py lead_steps) against 1 (the default), c64 and c256, alternated twice; the
-# decode -> decode gaps of each arm from its Forward timeline. First, where the resident GEMM's time goes on the 1B
+# decode -> decode gaps of each arm from its Forward timeline. First, tiny's resident GEMM up to 32 rows (the default)
+# against 64 and off (worker bench, alternated), and where the resident GEMM's time goes on the 1B
 # (bench/resident_gemm_bench.py: one split against several, one wave against two, behind a PDL add + LayerNorm, against
 # cuBLAS). Prologue as call5.sh.
 mkdir -p /tmp/r6; pkill -9 -f "worker_svc|scheduler_svc|cache_svc|gateway|launcher"; sleep 1
+find /tmp/site/flashinfer /tmp/site/tvm_ffi -exec touch -h -d '2020-01-01 00:00' {} +
+[ -d .jit ] && cat .jit/jit.part* | tar xzf - -C ~ && echo "jit cache restored"
+W() { n=$1; shift; timeout 60 python3 -m worker_svc.bench --dtype bfloat16 --decode-steps 8 --context 1152 --prefill "" \
+  --json-out /tmp/r6/w_$n.json "$@" > /tmp/r6/w_$n.txt 2>&1; echo "$n: $(grep -E "replay alone" /tmp/r6/w_$n.txt | awk '{print $(NF-8)}' | tr '\n' ' ')"; }
+W tiny_mm32 --shape tiny_starcoder_py --batches 8,32,64; W tiny_mm64 --shape tiny_starcoder_py --batches 8,32,64 --resident-mm-rows 64
+W tiny_mm0 --shape tiny_starcoder_py --batches 8,32,64 --resident-mm-rows 0; W tiny_mm32b --shape tiny_starcoder_py --batches 8,32,64
 timeout 120 python3 -m bench.resident_gemm_bench --shape starcoderbase-1b --rows 16,32,64 \
   --specs 8x32x1024,8x64x512,8x16x2048,4x32x512,4x16x1024 --out /tmp/r6/rmm > /tmp/r6/rmm.txt 2>&1; cat /tmp/r6/rmm.txt
 arm() { name=$1; shift
