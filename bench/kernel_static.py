@@ -197,7 +197,7 @@ def decode_cases(shape: str, batches: list[int], sms: int, attn: dict | None = N
                 yield skinny_gemm._kernel(), f"{shape} B={b} {name} split={vals['SPLIT']}", vals, consts, g.warps, \
                     g.stages, grid
                 if b > resident_gemv.MAX_ROWS and resident_gemm.takes(n, k):  # the resident tensor-core GEMM
-                    r = resident_gemm.choose(b, k, n, sms)
+                    r = resident_gemm.choose(b, k, n)
                     vals = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", y_ptr="*bf16", ws_ptr="*fp32",
                                 cnt_ptr="*i32", M=b, N=n, K=k, KS=r.ks, stride_x=k)
                     consts = dict(HAS_BIAS=True, GELU=gelu, PDL=True, BLOCK_M=r.block_m, BLOCK_N=r.block_n,

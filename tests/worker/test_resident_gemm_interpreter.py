@@ -70,23 +70,23 @@ def test_a_k_span_that_is_not_a_power_of_two(interpreted):
 
 @pytest.mark.parametrize("k,n", [(768, 896), (2048, 2304), (2048, 2048)])  # tiny's c_attn; the 1B's c_attn, c_proj
 def test_chosen_configurations_in_the_interpreter(interpreted, k, n):
-    _check(64, k, n, choose(64, k, n, 132), True, False, calls=1)
+    _check(64, k, n, choose(64, k, n), True, False, calls=1)
 
 
 def test_choose_splits_k_so_a_slab_fits_the_registers():
-    cfg = choose(64, 2048, 2304, 132, warps=8, block_n=64)  # the 1B's c_attn: 36 column tiles x 4 splits of 512
+    cfg = choose(64, 2048, 2304, warps=8, block_n=64)  # the 1B's c_attn: 36 column tiles x 4 splits of 512
     assert cfg == ResidentMMConfig(64, 64, 512, 512, 4, 8)
-    assert choose(64, 3072, 768, 132) == ResidentMMConfig(64, 32, 1024, 1024, 3, 8)  # tiny's mlp.c_proj, SHAPE
+    assert choose(64, 3072, 768) == ResidentMMConfig(64, 32, 1024, 1024, 3, 8)  # tiny's mlp.c_proj, SHAPE
     assert cfg.block_n * cfg.k_pad <= cfg.warps * 32 * resident_gemm.SLAB
-    assert choose(5, 2048, 2048, 132).block_m == 16 and choose(17, 2048, 2048, 132).block_m == 32
-    assert choose(64, 768, 896, 132, warps=4, block_n=32).split == 2  # K 768 in spans of 512: the last one partial
+    assert choose(5, 2048, 2048).block_m == 16 and choose(17, 2048, 2048).block_m == 32
+    assert choose(64, 768, 896, warps=4, block_n=32).split == 2  # K 768 in spans of 512: the last one partial
     with pytest.raises(ValueError, match="1..64 rows"):
-        choose(65, 2048, 2048, 132)
+        choose(65, 2048, 2048)
     assert resident_gemm.takes(2304, 2048) and not resident_gemm.takes(8192, 2048)  # c_fc (33.5 MB) stays cuBLAS
 
 
 def test_bad_input_raises_before_any_launch():
-    cfg = choose(16, 64, 32, 132)
+    cfg = choose(16, 64, 32)
     ws = SplitKWorkspace(*workspace_size(16, 32, cfg), "cpu")
     x, w = torch.zeros(16, 64).half(), torch.zeros(32, 64).half()
     with pytest.raises(ValueError, match="float16 or bfloat16"):

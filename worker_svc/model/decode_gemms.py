@@ -53,7 +53,7 @@ class DecodeGemms:
         changing ``mm_shape``)."""
         rows = range(self.resident_rows + 1, self.splitk_rows + 1)
         sizes = [workspace_size(m, n, choose(m, k, n, self.sms)) for n, k in self.shapes for m in rows]
-        sizes += [resident_gemm.workspace_size(m, n, resident_gemm.choose(m, k, n, self.sms, *self.mm_shape))
+        sizes += [resident_gemm.workspace_size(m, n, resident_gemm.choose(m, k, n, *self.mm_shape))
                   for n, k in self.shapes if resident_gemm.takes(n, k)
                   for m in range(self.resident_rows + 1, self.mm_rows + 1)]
         return SplitKWorkspace(max((f for f, _ in sizes), default=1), max((t for _, t in sizes), default=1),
@@ -66,7 +66,7 @@ class DecodeGemms:
             cfg = resident_gemv.choose(w.shape[1], w.shape[0], self.sms, stream_per_sm=self.stream_per_sm)
             return resident_gemv.resident_linear(x, w, linear.bias, cfg, gelu=gelu, pdl=self.pdl)
         if x.shape[0] <= self.mm_rows and resident_gemm.takes(*w.shape):
-            cfg = resident_gemm.choose(x.shape[0], w.shape[1], w.shape[0], self.sms, *self.mm_shape)
+            cfg = resident_gemm.choose(x.shape[0], w.shape[1], w.shape[0], *self.mm_shape)
             return resident_gemm.resident_mm_linear(x, w, linear.bias, cfg, self.ws, gelu=gelu, pdl=self.pdl)
         if x.shape[0] > self.splitk_rows or (self.only is not None and tuple(w.shape) not in self.only):
             from worker_svc.model import fused  # (fused imports nothing of this module's)

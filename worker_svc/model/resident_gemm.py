@@ -65,8 +65,8 @@ def takes(n: int, k: int) -> bool:
 
 
 @functools.cache
-def choose(m: int, k: int, n: int, sms: int, warps: int = SHAPE[0], block_n: int = SHAPE[1]) -> ResidentMMConfig:
-    """A configuration for x [m, k] @ W[n, k].T on ``sms`` SMs: ``block_n`` columns a CTA, a K span of the largest
+def choose(m: int, k: int, n: int, warps: int = SHAPE[0], block_n: int = SHAPE[1]) -> ResidentMMConfig:
+    """A configuration for x [m, k] @ W[n, k].T: ``block_n`` columns a CTA, a K span of the largest
     power of two whose slab is at most ``SLAB`` elements a thread of ``warps`` warps (at most K's next power of two),
     ``block_m`` the rows padded to a power of two (at least 16, tl.dot's smallest). At ``SHAPE`` (8 warps x 32
     columns) spans of 1,024: tiny_starcoder_py's c_attn 28 tiles x 1 split, c_fc 96 x 1, mlp.c_proj 24 x 3; the 1B's
