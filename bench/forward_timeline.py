@@ -19,8 +19,9 @@ idles longer than ``--split-s`` (the phases of a benchmark: c64, then c1, ...). 
 ``bench/serve_bench.py`` turns the log on for its worker and adds ``summarize`` of each phase's window to the
 phase's results (``timeline``; the table's ``busy`` column).
 
-Usage: ``python -m bench.forward_timeline PATH [--split-s 1.0] [--json OUT]``. Prints a table; ``--json`` keeps
-the figures.
+Usage: ``python -m bench.forward_timeline PATH [--split-s 1.0] [--json OUT] [--list KIND[:MIN_ROWS]]``. Prints a
+table; ``--json`` keeps the figures; ``--list`` then prints the Forwards of that kind (of at least MIN_ROWS rows) one
+by one (``listing``: the device's idle before each, its arrival against the end of the Forward ahead, its marks).
 """
 
 from __future__ import annotations
@@ -156,6 +157,23 @@ def summarize(seg: list[Fwd]) -> dict:
             "forwards": len(seg), "kinds": kinds, "gaps": gaps, "stages_p50_ms": stages(seg)}
 
 
+def listing(fwds: list[Fwd], kind: str, min_rows: int = 0) -> list[str]:
+    """One line per Forward of ``kind`` with at least ``min_rows`` rows (not the first of the log), in device order:
+    its launch (``behind`` / ``turn``), the kind of the Forward ahead on the device, the device's idle before it (ms),
+    its arrival at the worker against that one's end (ms; negative: before it ended, positive: the device waited for
+    it to arrive) and its marks (stage: ms after arrival). Run 32 read c256's 256-row decodes so
+    (bench/results/h200-run32/call1/c256_decodes.txt)."""
+    lines = []
+    for ahead, f in zip(fwds, fwds[1:]):
+        if f.kind != kind or f.rows < min_rows:
+            continue
+        marks = " ".join(f"{name} {us / 1e3:.1f}" for name, us in f.marks)
+        lines.append(f"seq {f.seq} {f.kind} rows {f.rows:>4} {'behind' if f.behind else 'turn':6s} ahead "
+                     f"{ahead.kind:6s} idle {(f.start - ahead.end) / 1e6:6.1f} arrived {(f.in_ns - ahead.end) / 1e6:7.1f}"
+                     f"  {marks}")
+    return lines
+
+
 def table(summaries: list[dict]) -> str:
     """The segments' figures as text."""
     lines = []
@@ -179,9 +197,18 @@ def main(argv=None) -> int:
     ap.add_argument("path", help="a CODESERVE_FORWARD_LOG file")
     ap.add_argument("--split-s", type=float, default=1.0, help="device idle (s) that starts a new segment")
     ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--list", default=None, metavar="KIND[:MIN_ROWS]",
+                    help="then the Forwards of that kind (of at least MIN_ROWS rows) one by one")
     a = ap.parse_args(argv)
-    summaries = [summarize(seg) for seg in segments(read(a.path), int(a.split_s * 1e9))]
+    fwds = read(a.path)
+    summaries = [summarize(seg) for seg in segments(fwds, int(a.split_s * 1e9))]
     print(table(summaries))
+    if a.list:
+        kind, _, rows = a.list.partition(":")
+        if kind not in {f.kind for f in fwds} or (rows and not rows.isdigit()):
+            ap.error(f"--list takes KIND[:MIN_ROWS] with a kind in the log ({sorted({f.kind for f in fwds})}), "
+                     f"got {a.list!r}")
+        print("\n".join(listing(fwds, kind, int(rows or 0))))
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump({"source": a.path, "split_s": a.split_s, "segments": summaries}, f, indent=1)

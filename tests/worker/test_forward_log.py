@@ -120,3 +120,19 @@ def test_the_report_counts_forwards_launched_behind_and_gaps_whose_next_forward_
     assert s["kinds"]["decode"]["behind"] == 1
     g = s["gaps"]["decode->decode"]
     assert g["n"] == 2 and g["prepared_late"] == 1 and g["ms"] == pytest.approx(5.0)
+
+
+def test_the_listing_gives_each_forward_of_a_kind_its_idle_and_arrival_against_the_one_ahead():
+    ms = 10**6
+    fwds = [forward_timeline.Fwd(1, "extend", 8, 8192, 1, 0, 0, 10 * ms),
+            forward_timeline.Fwd(2, "decode", 256, 256, 8, 7 * ms, 10 * ms, 36 * ms, 8 * ms, True,
+                                 (("items", 1000), ("near_end", 2500))),  # arrived 3 ms before the extend ended
+            forward_timeline.Fwd(3, "decode", 256, 256, 8, 40 * ms, 44 * ms, 70 * ms),  # arrived 4 ms after it
+            forward_timeline.Fwd(4, "decode", 8, 8, 8, 70 * ms, 71 * ms, 80 * ms)]
+    lines = forward_timeline.listing(fwds, "decode", min_rows=64)
+    assert len(lines) == 2
+    assert "rows  256 behind ahead extend idle    0.0 arrived    -3.0  items 1.0 near_end 2.5" in lines[0]
+    assert "turn   ahead decode idle    8.0 arrived     4.0" in lines[1]
+    assert len(forward_timeline.listing(fwds, "decode")) == 3 and forward_timeline.listing(fwds, "extend") == []
+    with pytest.raises(SystemExit):
+        forward_timeline.main(["/dev/null", "--list", "decode:x"])
