@@ -23,9 +23,9 @@ ok 250 && timeout 140 python3 -m bench.serve_bench --gpu --phases hf,c64,c256,c1
   --out /tmp/r5/serve > /tmp/r5/serve.txt 2>&1
 kill_stack; rm -rf /tmp/r5/serve/logs; grep -E "c64:|c256:|c1:|static_compiled:" /tmp/r5/serve.txt | cut -c1-240
 pack; echo "serve after $(( $(date +%s) - TS )) s"
-ok 400 && timeout $(( 560 - $(date +%s) + TS )) python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu.py \
+ok 400 && timeout $(( 548 - $(date +%s) + TS )) python3 -m pytest -o addopts="" -q -p no:warnings -rf tests/worker/test_gpu.py \
   tests/worker/test_gpu_resident_gemm.py tests/worker/test_gpu_resident_gemv.py > /tmp/r5/tests.txt 2>&1; tail -3 /tmp/r5/tests.txt
 pack; echo "tests after $(( $(date +%s) - TS )) s"
-W tiny 560 30 --shape tiny_starcoder_py --context 1152 --batches 1,8,32,64 --prefill 1024
+W tiny 550 40 --shape tiny_starcoder_py --context 1152 --batches 1,8,32,64 --prefill 1024
 timeout 8 bash -c "tar czf - -C ~ .cache/flashinfer .triton 2>/dev/null | split -b 15M - $OUT/jit.part"; pack; ls -la $OUT
 echo "done after $(( $(date +%s) - TS )) s"
