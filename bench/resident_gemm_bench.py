@@ -26,21 +26,21 @@ from pathlib import Path
 
 import torch
 
-from worker_svc.model.resident_gemm import ResidentMMConfig, next_pow2, workspace_size
+from worker_svc.model.resident_gemm import COLUMNS, WARPS, ResidentMMConfig, next_pow2, workspace_size
 
 
 def arms(m: int, k: int, n: int, specs: list[str]) -> list[tuple[str, ResidentMMConfig]]:
     """(name, configuration) of each ``WARPSxCOLUMNSxSPAN`` in ``specs`` for x [m, k] @ W[n, k].T: the span capped at
-    K's next power of two, the splits to cover K. Raises ValueError for a malformed entry (warps 4 or 8, columns and
-    span powers of two, columns 16-128, span >= 16)."""
+    K's next power of two, the splits to cover K. Raises ValueError for a malformed entry (warps in ``WARPS``, columns
+    in ``COLUMNS``, a span that is a power of two >= 16)."""
     out = []
     for spec in specs:
         parts = spec.split("x")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise ValueError(f"a spec is WARPSxCOLUMNSxSPAN, got {spec!r}")
         warps, cols, span = (int(p) for p in parts)
-        if warps not in (4, 8) or cols not in (16, 32, 64, 128) or span < 16 or span & (span - 1):
-            raise ValueError(f"{spec!r}: 4 or 8 warps, 16-128 columns, a span that is a power of two >= 16")
+        if warps not in WARPS or cols not in COLUMNS or span < 16 or span & (span - 1):
+            raise ValueError(f"{spec!r}: warps in {WARPS}, columns in {COLUMNS}, a span that is a power of two >= 16")
         ks = min(span, next_pow2(k))
         out.append((spec, ResidentMMConfig(max(16, next_pow2(m)), cols, ks, ks, -(-k // ks), warps)))
     return out

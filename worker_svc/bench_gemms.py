@@ -86,12 +86,12 @@ def set_up(ap: argparse.ArgumentParser, args: argparse.Namespace, cfg, model) ->
 
 def mm_shape(ap: argparse.ArgumentParser, text: str | None) -> tuple[int, int] | None:
     """``--resident-mm-shape`` WARPSxCOLUMNS as (warps, columns), None when not given; exits through ``ap.error``
-    unless warps is 4 or 8 and columns a power of two in [16, 128] (the K span, ``SLAB`` elements a thread over the
-    columns, then stays >= 16, tl.dot's smallest)."""
+    unless warps are in ``resident_gemm.WARPS`` and columns in ``resident_gemm.COLUMNS``."""
     if text is None:
         return None
     warps, _, cols = text.partition("x")
-    if not (warps in ("4", "8") and cols.isdigit() and int(cols) in (16, 32, 64, 128)):
-        ap.error(f"--resident-mm-shape must be WARPSxCOLUMNS with 4 or 8 warps and 16, 32, 64 or 128 columns "
-                 f"(got {text!r})")
+    if not (warps.isdigit() and cols.isdigit() and int(warps) in resident_gemm.WARPS
+            and int(cols) in resident_gemm.COLUMNS):
+        ap.error(f"--resident-mm-shape must be WARPSxCOLUMNS with warps in {resident_gemm.WARPS} and columns in "
+                 f"{resident_gemm.COLUMNS} (got {text!r})")
     return int(warps), int(cols)

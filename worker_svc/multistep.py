@@ -264,9 +264,10 @@ def enqueue_multistep(engine, items: Sequence[ForwardItem], clock, prepared: Pre
     near_end = None
     planned = None  # eager steps on CUDA: an event after the last plan's copies (flashinfer plans into one page-locked
     # buffer and copies it to the device asynchronously: the next plan must not overwrite it before that copy ran)
+    near_step = max(steps - lead_steps(engine.launch_lead_steps, len(its)), 0)
     clock.start()
     for j in range(steps):
-        if j == max(steps - lead_steps(engine.launch_lead_steps, len(its)), 0) and steps > 1 and dev.type == "cuda":
+        if j == near_step and steps > 1 and dev.type == "cuda":
             near_end = torch.cuda.Event()  # completes when the device starts step K - lead (a Forward behind waits)
             near_end.record()
         n = active[j]

@@ -18,9 +18,9 @@ class DecodeGemms:
     """The model's projections for batches of at most ``max_rows`` rows: up to ``resident_rows`` rows through
     ``resident_gemv.resident_linear`` (the weights read before the kernel ahead ends), the others up to
     ``splitk_rows`` through ``splitk_linear``: one configuration per (rows, K, N) from ``choose``, one workspace
-    sized for the largest of them. ``mm_rows`` > ``resident_rows`` (at most ``resident_gemm.MAX_ROWS``; an experiment,
-    ``worker_svc.bench --resident-mm-rows``): rows above ``resident_rows`` up to it take ``resident_gemm`` for the
-    weights it is meant for (``resident_gemm.takes``) before the split-K GEMM or torch's.
+    sized for the largest of them. ``mm_rows`` > ``resident_rows`` (at most ``resident_gemm.MAX_ROWS``): rows above
+    ``resident_rows`` up to it take ``resident_gemm`` for the weights it is meant for (``resident_gemm.takes``) before
+    the split-K GEMM or torch's.
 
     ``shapes``: the [N, K] weight shapes it will be called with. Call as ``mm(x, linear, gelu=False)``.
     ``prefetch_blocks``: with ``pdl``, the K blocks of its weight slab each CTA prefetches into L2 before it waits

@@ -226,7 +226,7 @@ class GPTBigCodeForCausalLM(nn.Module):
         only: in float32 Triton's dot rounds to TF32, so fp32 keeps cuBLAS); ``resident_rows`` > 0 (at most
         ``resident_gemv.MAX_ROWS``): the projections of batches up to that many rows through ``resident_gemv``
         (each CTA reads its weights before the kernel ahead ends; same dtypes); ``resident_mm_rows`` (at most
-        ``resident_gemm.MAX_ROWS``, an experiment): the small projections of batches above ``resident_rows`` up to that
+        ``resident_gemm.MAX_ROWS``): the small projections of batches above ``resident_rows`` up to that
         many rows through ``resident_gemm`` (the same, on tensor cores); ``pdl``: the Triton kernels as
         programmatic dependent launches. Call before capturing graphs."""
         device = self.transformer.wte.weight.device

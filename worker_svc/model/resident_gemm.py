@@ -44,6 +44,10 @@ SLAB = 128  # weight elements a thread holds before the wait (64 registers of pa
 # 0.75 / 0.98 at 4 x 16; starcoderbase-1b B = 2-16 at 8 x 64 1.40-1.61, at 8 x 32 1.50-1.70; B = 16 / 32 / 64 at 4 x 64
 # 1.67 / 1.88 / 2.42, at 8 x 64 1.62 / 1.78 / 2.07.
 SHAPE = (8, 32)
+# The CTA shapes ``choose`` is meant for (the bench flags check against them): with these warps and output columns
+# the K span, ``SLAB`` elements a thread over the columns, stays >= 128 (tl.dot takes 16 at least).
+WARPS = (4, 8)
+COLUMNS = (16, 32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -73,10 +77,8 @@ def choose(m: int, k: int, n: int, warps: int = SHAPE[0], block_n: int = SHAPE[1
     c_attn 72 x 2. Raises ValueError for m outside [1, ``MAX_ROWS``]."""
     if not 1 <= m <= MAX_ROWS:
         raise ValueError(f"resident_gemm takes 1..{MAX_ROWS} rows, got {m}")
-    ks = next_pow2(max(16, (warps * 32 * SLAB) // block_n))
-    while ks > warps * 32 * SLAB // block_n:
-        ks //= 2
-    ks = min(ks, next_pow2(k))
+    budget = warps * 32 * SLAB // block_n  # elements of K a column's slab may span
+    ks = min(1 << (budget.bit_length() - 1), next_pow2(k))
     split = -(-k // ks)
     return ResidentMMConfig(max(16, next_pow2(m)), block_n, ks, next_pow2(ks), split, warps)
 
