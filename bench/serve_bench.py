@@ -189,7 +189,7 @@ class Bench:
         d = {k: after.get(k, 0) - before.get(k, 0) for k in (
             "decode_batches", "decode_steps", "decode_wall_seconds", "decode_forward_seconds", "generation_tokens",
             "batches", "decode_alloc_seconds", "decode_rpc_seconds", "decode_process_seconds", "decode_chained",
-            "decode_after_extend", "decode_past_extends", "decode_dropped")}
+            "decode_after_extend", "decode_past_extends", "decode_chained_ahead", "decode_dropped")}
         if d["decode_steps"]:
             d["decode_step_ms"] = round(1000 * d["decode_wall_seconds"] / d["decode_steps"], 3)
             d["worker_forward_step_ms"] = round(1000 * d["decode_forward_seconds"] / d["decode_steps"], 3)

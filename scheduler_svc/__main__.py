@@ -77,6 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--deliver-after-send", action=argparse.BooleanOptionalAction, default=True,
                    help="hand the stream messages of a chained decode Forward to their streams once the next Forward "
                         "is sent, not while it is built (scheduler_svc/outbox.py; --no-deliver-after-send for the A/B)")
+    p.add_argument("--chain-depth", type=int, choices=(1, 2), default=1,
+                   help="decode Forwards the overlapped chain keeps queued at the worker: 1 sends N+2 once N's reply "
+                        "is applied; 2 as soon as N's reply is in, before it is applied (queued mode; "
+                        "scheduler_svc/chain.py chain_ahead)")
     p.add_argument("--overlap-mode", choices=OVERLAP_MODES, default=DEFAULT_OVERLAP_MODE,
                    help="when overlapped decode sends Forward N+1: queued = at once, waiting at the worker behind N "
                         "(an arrival's extend that reaches the worker before N+1 started still goes first); "
@@ -127,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                           progress_timeout=args.progress_timeout,
                           outage_timeout=args.outage_timeout, owner=args.owner, lease_seconds=args.lease_seconds,
                           decode_steps=max(args.decode_steps, 1), adaptive_steps=args.adaptive_steps,
-                          overlap=args.overlap, overlap_mode=args.overlap_mode, mixed_chunk=args.mixed_chunk,
+                          overlap=args.overlap, overlap_mode=args.overlap_mode, chain_depth=args.chain_depth,
+                          mixed_chunk=args.mixed_chunk,
                           chunk_pipeline=args.chunk_pipeline, chain_admissions=args.chain_admissions,
                           arrival_gate=args.arrival_gate,
                           chain_after_extend=args.chain_after_extend, early_match=args.early_match, deliver_after_send=args.deliver_after_send)
@@ -172,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
              worker=args.worker,
              n_positions=sched.info.n_positions, capacity=sched.capacity, chunk_size=cfg.chunk_size, policy=cfg.policy,
              decode_steps=sched.cfg.decode_steps, adaptive_steps=cfg.adaptive_steps,
-             overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, mixed_chunk=cfg.mixed_chunk,
+             overlap=cfg.overlap, overlap_mode=cfg.overlap_mode, chain_depth=cfg.chain_depth, mixed_chunk=cfg.mixed_chunk,
              chunk_pipeline=cfg.chunk_pipeline, chain_admissions=cfg.chain_admissions, chain_after_extend=cfg.chain_after_extend,
              arrival_gate=cfg.arrival_gate,
              early_match=cfg.early_match, deliver_after_send=cfg.deliver_after_send,

@@ -95,19 +95,53 @@ def chain_past(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: 
     return tail
 
 
-def continuation(inflight: Batch, max_steps: int) -> list[tuple[Entry, int]]:
+def chain_ahead(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: Callable[[Batch], list],
+                stats: Stats) -> bool:
+    """Chain depth 2 (``cfg.chain_depth``): with ``pipeline`` [N, N+1], both decode and nothing between them, and
+    N's reply in but not applied, sends N+2 now, after N+1 (``planner.continuation(N+1, unapplied=(N,))``: N's
+    tokens counted as in flight, ``items(batch)`` its ForwardItems), so it reaches the worker while N+1 runs, in
+    time to be prepared and launched behind it; N is applied after. Depth 1 sends N+2 only once N is applied: at
+    c256 on an H100 (run 32, ``bench/results/h200-run32/call1/c256_decodes.txt``) 26 of 30 256-row decodes
+    reached the worker 1-9 ms before the Forward ahead ended and waited 6-18 ms for their launch. Only in the
+    ``queued`` overlap mode, in steady decode (``can_chain`` of N+1) with nothing waiting (an arrival's extend goes
+    ahead of N+2 while N+2 has not started at the worker, ``before_seq``). Returns True when N+2 was sent."""
+    if cfg.chain_depth < 2 or cfg.overlap_mode != "queued" or len(pipeline) != 2 or table.waiting:
+        return False
+    head, tail = pipeline.inflight
+    if (head.batch.kind != "decode" or tail.batch.kind != "decode" or not head.pending.ok()
+            or not can_chain(tail.batch, table.running, 0, cfg)):
+        return False
+    nxt = planner.continuation(tail.batch, unapplied=(head.batch,))
+    table.publish()
+    if nxt is None:
+        return False
+    pipeline.send(nxt, pipeline.prepare(items(nxt), after_seq=tail.seq))
+    stats.add("decode_chained")
+    stats.add("decode_chained_ahead")
+    return True
+
+
+def chained_pair(pipeline: Pipeline) -> bool:
+    """True when ``pipeline`` is [N, N+1], both decode: N+1 was sent by ``chain_ahead`` before N was applied (the
+    loop's next round waits for N's reply, ``Scheduler._chain``)."""
+    return len(pipeline) == 2 and all(f.batch.kind == "decode" for f in pipeline.inflight)
+
+
+def continuation(inflight: Batch, max_steps: int, ahead: dict[str, int] | None = None) -> list[tuple[Entry, int]]:
     """(in-flight entry, decode steps) for each request that continues in the next Forward: not finished (a
     request finished while an earlier Forward was processed is in ``inflight`` only to be dropped), no abort
     pending, and tokens left after the in-flight entry's (it yields exactly ``steps`` tokens unless the request
     ends at a stop token, which the worker then knows). In an extend: its decode riders, and the requests whose
     last prefill chunk it is (they sample their first token there). ``max_steps``: 1 when any request of the next
-    Forward is not multi-step eligible (``Planner.continuation`` decides it once for all of them)."""
+    Forward is not multi-step eligible (``Planner.continuation`` decides it once for all of them). ``ahead``: per
+    request id, the tokens of Forwards before ``inflight`` whose replies are not applied yet (``chain_ahead``)."""
+    ahead = ahead or {}
     plan = []
     for e in inflight.entries:
         req = e.req
         if not (req.state == State.DECODE or (inflight.kind == "extend" and last_chunk(e))) or req.abort_requested:
             continue
-        after = req.remaining_new_tokens - e.steps
+        after = req.remaining_new_tokens - ahead.get(req.rid, 0) - e.steps
         if after > 0:
             plan.append((e, steps_for(req, max_steps, after)))
     return plan

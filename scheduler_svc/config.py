@@ -36,6 +36,9 @@ class SchedulerConfig:
     arrival_gate: bool = True
     # when N+1 is sent (overlap_mode.OVERLAP_MODES): "queued" at once; "just-in-time" when N's reply is in
     overlap_mode: str = DEFAULT_OVERLAP_MODE
+    # decode Forwards the chain keeps queued at the worker: 1 sends N+2 once N is applied; 2 sends it as soon as N's
+    # reply is in, before N is applied, so it can be launched behind N+1 (chain.chain_ahead; "queued" mode only)
+    chain_depth: int = 1
     # decoding requests ride in extend batches, one step each (vLLM's chunked prefill, SGLang's mixed chunk), so
     # a decode never stalls for a whole prefill (scheduler_svc/planner.py: Planner.extend). Off by default: on the
     # H200 it cut ITL p99 4-10x but cost 5% (c64) and 20% (c256) of throughput (bench/README.md, run 6)
@@ -53,3 +56,5 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.overlap_mode not in OVERLAP_MODES:
             raise ValueError(f"overlap_mode must be one of {', '.join(OVERLAP_MODES)}, got {self.overlap_mode!r}")
+        if self.chain_depth not in (1, 2):
+            raise ValueError(f"chain_depth must be 1 or 2, got {self.chain_depth}")

@@ -11,16 +11,14 @@ of its N entry, and ``after_seq = N.seq`` makes the worker run it after N. A req
 max_new_tokens (capped by the context limit) in N is left out of N+1; one that ends at a stop token in N is in N+1
 and the worker skips it. N's stream messages are handed to their streams once N+2 is sent (``outbox.py``).
 
-While N runs the loop waits for N's reply or an arrival. An arrival with room is admitted at once (Match, Allocate)
-and its extend sent to run right after N (``after_seq = N.seq``), ahead of N+1 when N+1 has not started at the worker
-(``before_seq``; ``--overlap-mode queued``, the default, sends N+1 at once; ``just-in-time`` after N's reply and the
-last extend: docs/scheduler.md). The decode after such extends is sent behind the last one (``chain.chain_past``).
-
-Chaining happens in steady decode (``chain.py``; waiting requests admitted first, extends ahead of the decode in
-flight applied first, ``_drain_extends``), else the loop drains. A request finishing in N but in a Forward still in
-flight streams its end at once, released after that one (FINISHING). Steps: ``step_budget.py``; docs/scheduler.md.
-Chunked prefill pipelined (``chunk_ahead.py``): the extend behind one whose prefill continues (or with requests
-waiting) is sent next round, then the first applied. Worker releases ride on the next ForwardRequest, or a Release.
+While N runs the loop waits for N's reply or an arrival. An arrival with room is admitted at once (Match, Allocate),
+its extend sent to run after N (``after_seq``), ahead of N+1 if N+1 has not started at the worker (``before_seq``;
+``--overlap-mode queued``, the default, sends N+1 at once; ``just-in-time`` after N's reply and the last extend). The
+decode after such extends is sent behind the last one (``chain.chain_past``). ``--chain-depth 2``: N+2 is sent once
+N's reply is in, before N is applied (``chain.chain_ahead``). Chaining happens in steady decode (``chain.py``), else
+the loop drains. A request finishing in N but in a Forward still in flight streams its end at once, released after
+that one (FINISHING). Chunked prefill pipelined: ``chunk_ahead.py``. Worker releases ride on the next ForwardRequest,
+or a Release. Steps: ``step_budget.py``; all of it: docs/scheduler.md.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ from scheduler_svc.intake import Intake
 from scheduler_svc.liveness import WorkerLiveness
 from scheduler_svc.outbox import Outbox
 from scheduler_svc.pipeline import Pipeline
-from scheduler_svc.chain import admits_first, can_chain, chain_past, wait_reply_or_arrival
+from scheduler_svc.chain import admits_first, can_chain, chain_ahead, chain_past, chained_pair, wait_reply_or_arrival
 from scheduler_svc.planner import Planner
 from scheduler_svc.recovery import Recovery
 from scheduler_svc.request import Req
@@ -110,17 +108,9 @@ class Scheduler:
         """The loop's Prometheus metrics as text (``Stats.render_metrics``: decode steps per Forward)."""
         return self._stats.render_metrics()
 
-    @property
-    def last_batch_at(self) -> float:
-        return self._stats.last_batch_at
-
-    @property
-    def running(self) -> list[Req]:
-        return self.table.running
-
-    @property
-    def waiting(self):
-        return self.table.waiting
+    last_batch_at = property(lambda self: self._stats.last_batch_at)  # time.monotonic() of the last Forward
+    running = property(lambda self: self.table.running)  # list[Req]
+    waiting = property(lambda self: self.table.waiting)
 
     # ---- thread-safe API -------------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
@@ -239,7 +229,8 @@ class Scheduler:
                 self.outbox.release()
                 self._drain_extends()  # arrivals' extends sent ahead of a decode Forward: theirs first
                 table.abort(held=self.pipeline.request_ids())  # and those that came while it drained
-            if len(self.pipeline) == 1 and can_chain(self.pipeline.head().batch, table.running, len(table.waiting), self.cfg):
+            if ((len(self.pipeline) == 1 or chained_pair(self.pipeline))
+                    and can_chain(self.pipeline.head().batch, table.running, len(table.waiting), self.cfg)):
                 self._chain()  # releases the outbox once its Forward is sent
                 table.abort(held=self.pipeline.request_ids())
                 table.publish()
@@ -344,17 +335,20 @@ class Scheduler:
     def _chain(self) -> None:
         """Steady decode, or N an extend ending every prefill (``can_chain``): allocate N+1 while N runs (``queued``: send it
         now; the outbox goes out); until N's reply, arrivals are admitted, each extend after N (``queued``: ahead of N+1;
-        not behind an extend: a burst waits for one extend next round); (``just-in-time``) N+1 sent; N applied."""
+        not behind an extend: a burst waits for one extend next round); (``just-in-time``) N+1 sent; N applied. Chain
+        depth 2: N+1 may be in flight already (``chained_pair``: nothing is built), and N+2 goes once N's reply is in,
+        before N is applied (``chain_ahead``; then N's messages are not held)."""
         t0 = time.perf_counter()
         cur, queued = self.pipeline.head(), self.cfg.overlap_mode == "queued"
-        nxt = self.planner.continuation(cur.batch)
+        sent = self.pipeline.inflight[-1] if chained_pair(self.pipeline) else None
+        nxt = None if sent else self.planner.continuation(cur.batch)
         # built now, while N runs: only the send waits for N's reply (just-in-time)
         nxt_request = self.pipeline.prepare(self._items(nxt), after_seq=cur.seq) if nxt is not None else None
         if nxt is None or not queued:  # the messages held since the last round wait for N+1's build (queued: send)
             self.outbox.release()
         t1 = time.perf_counter()
         with self.recovery.dropping_in_flight():  # N failed: what follows it at the worker is aborted there
-            ahead_of = 0  # queued: extends run ahead of N+1 when they reach the worker before it started
+            ahead_of = sent.seq if sent else 0  # queued: extends run ahead of N+1 if they reach the worker before it
             if nxt is not None and queued:
                 self.pipeline.send(nxt, nxt_request)
                 self.outbox.release()  # the streams run while the worker does (a failure: run() releases)
@@ -367,8 +361,9 @@ class Scheduler:
                 self.pipeline.send(nxt, nxt_request)
                 self._stats.add("decode_chained")
             reply = self.recovery.reply(cur.pending)  # a stall ends the wait (an extend at the head admits nothing)
+            ahead = chain_ahead(self.pipeline, self.planner, self.table, self.cfg, self._items, self._stats)
         self.pipeline.pop()
-        if self.cfg.deliver_after_send and nxt is not None and cur.batch.kind == "decode":  # (an extend's first tokens: now)
+        if self.cfg.deliver_after_send and nxt is not None and cur.batch.kind == "decode" and not ahead:
             self.outbox.hold()  # N's messages go out once the next round sent its Forward (outbox.py)
         self._apply(cur.batch, reply, cur.seq, t0, t1, time.perf_counter())
 

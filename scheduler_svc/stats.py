@@ -7,7 +7,8 @@ waiting for its reply (with overlap: only the wait left after the loop's own wor
 ``decode_process_seconds`` applying the results; ``decode_forward_seconds`` the worker's own forward time.
 Counts: ``decode_chained`` Forwards sent before the previous reply was processed (``decode_after_extend`` of
 them: chained behind an extend, ``chain.can_chain``; ``decode_past_extends`` of them: sent behind the last extend
-admitted ahead of a decode whose reply was in, ``chain.chain_past``); ``decode_dropped`` results
+admitted ahead of a decode whose reply was in, ``chain.chain_past``; ``decode_chained_ahead`` of them: N+2 sent
+before N was applied, ``chain.chain_ahead``); ``decode_dropped`` results
 of requests that had finished in the previous Forward (sent ahead for them, then dropped); ``extends_ahead``
 extends of requests that arrived while a decode Forward ran, sent to run right after it; ``chunks_ahead``
 extends sent behind an extend in flight whose prefill continues (chunked prefill pipelined, ``chunk_ahead.py``);
@@ -42,7 +43,8 @@ class Stats:
         self.counts = dict(batches=0, prefix_query=0, prefix_hit=0, prompt_tokens=0, generation_tokens=0,
                            retractions=0, decode_batches=0, decode_steps=0, decode_wall_seconds=0.0,
                            decode_forward_seconds=0.0, decode_alloc_seconds=0.0, decode_rpc_seconds=0.0,
-                           decode_process_seconds=0.0, decode_chained=0, decode_after_extend=0, decode_past_extends=0, decode_dropped=0, extends_ahead=0,
+                           decode_process_seconds=0.0, decode_chained=0, decode_after_extend=0, decode_past_extends=0,
+                           decode_chained_ahead=0, decode_dropped=0, extends_ahead=0,
                            chunks_ahead=0, decode_steps_cut=0, prompts_cached_at_prefill=0,
                            admissions_allocated_by_match=0, admissions_early_matched=0)
         self.last_batch_at = time.monotonic()

@@ -2,7 +2,8 @@
 token for token with K = 1 and K = 8 decode steps per Forward through batched decode with different
 max_new_tokens, a stop token id and a stop string hit inside a Forward, an abort mid-decode, requests
 arriving while others decode, and retraction in a tiny pool; after each, the pool is settled (no leaked
-slot, integrity check empty). The same with ``--overlap-mode just-in-time`` (K = 8; the default is queued) and with ``--no-deliver-after-send``. The synchronous path
+slot, integrity check empty). The same with ``--overlap-mode just-in-time`` (K = 8; the default is queued), with
+``--no-deliver-after-send`` and with ``--chain-depth 2`` (retraction too). The synchronous path
 (--no-overlap) gives the same output."""
 
 import json
@@ -49,15 +50,23 @@ def k8n(tmp_path_factory, model_path):
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory, model_path):
-    """The small-pool retraction test again, with K = 8 and overlap."""
-    with Backend.start(tmp_path_factory.mktemp("overlap-small-logs"), model_path=model_path,
-                       kv_tokens=test_small_pool.CAPACITY, chunk_size=test_small_pool.CHUNK, max_running_requests=16,
-                       policy="lpm", scheduler_args=("--decode-steps", "8")) as be:
+def k8d(tmp_path_factory, model_path):
+    """K = 8 with ``--chain-depth 2``: N+2 sent once N's reply is in, before N is applied (``chain.chain_ahead``)."""
+    with Backend.start(tmp_path_factory.mktemp("overlap-k8d-logs"), model_path=model_path, max_running_requests=16,
+                       scheduler_args=("--decode-steps", "8", "--chain-depth", "2")) as be:
         yield be
 
 
-@pytest.fixture(params=["k1", "k8", "k8j", "k8n"])
+@pytest.fixture(scope="module", params=[1, 2], ids=["depth1", "depth2"])
+def small(request, tmp_path_factory, model_path):
+    """The small-pool retraction test again, with K = 8 and overlap, at chain depth 1 and 2."""
+    with Backend.start(tmp_path_factory.mktemp("overlap-small-logs"), model_path=model_path,
+                       kv_tokens=test_small_pool.CAPACITY, chunk_size=test_small_pool.CHUNK, max_running_requests=16,
+                       policy="lpm", scheduler_args=("--decode-steps", "8", "--chain-depth", str(request.param))) as be:
+        yield be
+
+
+@pytest.fixture(params=["k1", "k8", "k8j", "k8n", "k8d"])
 def be(request):
     return request.getfixturevalue(request.param)
 
@@ -200,3 +209,19 @@ def test_a_request_with_penalties_runs_next_to_multistep_ones(k8, model_path):
     for p, out in zip(ps[1:], others):
         assert out.token_ids == hf.greedy(model_path, p, 24, eos=None)[0]
     k8.idle_check()
+
+
+def test_chain_depth_2_sends_the_next_decode_before_applying_the_one_in(k8d, model_path):
+    """``--chain-depth 2``: decode N+2 goes to the worker once N's reply is in, before N is applied; every token
+    still equals HF, budgets that end inside N+1 or N+2 are exact (N's tokens counted: no Forward holds a request
+    past its budget, so nothing is dropped), and the pool settles."""
+    before, dropped = stats(k8d).get("decode_chained_ahead", 0), stats(k8d).get("decode_dropped", 0)
+    reqs = [dict(input_ids=p, max_new_tokens=m, ignore_eos=True) for p, m in zip(prompts(8, 5), [2, 10, 17, 25, 41])]
+    outs = generate_many(k8d.scheduler, reqs)
+    for r, out in zip(reqs, outs):
+        assert out.token_ids == hf.greedy(model_path, r["input_ids"], r["max_new_tokens"], eos=None)[0]
+        assert (out.finish_reason, out.completion_tokens) == ("length", r["max_new_tokens"])
+    k8d.idle_check()
+    after = stats(k8d)
+    assert after["decode_chained_ahead"] > before, "no decode was sent before the one ahead was applied"
+    assert after["decode_dropped"] == dropped, "a Forward was sent for a request past its max_new_tokens"
