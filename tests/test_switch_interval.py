@@ -35,3 +35,17 @@ def test_bad_values_raise_naming_the_variable(monkeypatch, raw) -> None:
     with pytest.raises(ValueError, match=switch_interval.ENV):
         switch_interval.configure()
     assert sys.getswitchinterval() == before
+
+
+def test_a_services_own_value_wins_over_the_variable(monkeypatch) -> None:
+    monkeypatch.setenv(switch_interval.ENV, "250")
+    assert switch_interval.configure(1000.0) == pytest.approx(1e-3)
+    assert sys.getswitchinterval() == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_bad_own_value_raises_and_sets_nothing(bad) -> None:
+    before = sys.getswitchinterval()
+    with pytest.raises(ValueError, match="microseconds"):
+        switch_interval.configure(bad)
+    assert sys.getswitchinterval() == before

@@ -59,7 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "work on the H100 host, a step ~3.3 ms) ends before the one ahead does (H100, session 29: c256 "
                          "decode gaps -50 ms a phase), but an arrival's extend reaching the worker in that step waits for "
                          "the whole Forward launched behind (c64 -1.1k tok/s, TTFT p50 +40 ms). 0: 2 for Forwards of "
-                         "more than 64 rows, 1 for the others (worker_svc/multistep.py: lead_steps; unmeasured)")
+                         "more than 64 rows, 1 for the others (worker_svc/multistep.py: lead_steps; H100 session 33, one run: c64 "
+                         "17,934 / c256 24,842 against 18,423 / 29,141 tok/s at 1)")
+    ap.add_argument("--switch-interval-us", type=float, default=None,
+                    help="this process's thread switch interval in microseconds (over CODESERVE_SWITCH_INTERVAL_US, "
+                         "which sets every service's; unset: CPython's 5 ms): common/switch_interval.py")
     ap.add_argument("--extend-ahead", action=argparse.BooleanOptionalAction, default=True,
                     help="an eager extend whose items bring their prefixes (fresh prompts) or continue a prompt "
                          "(launched behind only) is validated, laid out and "
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log = logs.configure("worker")
     from common import switch_interval
-    switch_s = switch_interval.configure()
+    switch_s = switch_interval.configure(args.switch_interval_us)
     from common import hop_trace
     if (trace := hop_trace.configure("worker")) is not None:  # CODESERVE_HOP_TRACE=DIR
         log.info("hop_trace", path=trace)

@@ -134,8 +134,9 @@ def test_cli_serves_and_stops_on_sigterm(model_dir):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.Popen(
         [sys.executable, "-m", "worker_svc", "--listen", "127.0.0.1:0", "--model-path", str(model_dir),
-         "--device", "cpu", "--dtype", "float32", "--kv-tokens", "256", "--attention", "auto", "--worker-id", "w-7"],
-        cwd=root, stderr=subprocess.PIPE, text=True)
+         "--device", "cpu", "--dtype", "float32", "--kv-tokens", "256", "--attention", "auto", "--worker-id", "w-7",
+         "--switch-interval-us", "700"],
+        cwd=root, stderr=subprocess.PIPE, text=True, env={**os.environ, "CODESERVE_SWITCH_INTERVAL_US": "250"})
     try:
         port = None
         deadline = time.monotonic() + 120
@@ -146,6 +147,7 @@ def test_cli_serves_and_stops_on_sigterm(model_dir):
             rec = json.loads(line)
             if rec.get("event") == "serving":
                 port = rec["port"]
+                assert rec["switch_interval_s"] == pytest.approx(700e-6)  # its own flag over the variable
         assert port, "worker never logged serving"
         with grpc_server.channel(f"127.0.0.1:{port}") as ch:
             info = worker_pb2_grpc.WorkerStub(ch).Info(worker_pb2.InfoRequest())
