@@ -289,6 +289,8 @@ NOT_EXPOSED: dict[str, dict[str, str]] = {
         "--launch-lead-steps": ("1 (its default) is the measured trade: 2 took ~50 ms of decode gaps off an H100 c256 "
                                 "phase but cost c64 ~1.1k tok/s (session 29, bench/README.md); an A/B switch for "
                                 "bench/serve_bench --worker-flags"),
+        "--hold-commit-ms": ("off (its default) until a GPU run measures it (session 33 wrote it from run 33's c256 "
+                             "timeline); an A/B switch for bench/serve_bench --worker-flags"),
         "--switch-interval-us": ("CODESERVE_SWITCH_INTERVAL_US in the launcher's environment sets every service's alike "
                                  "(common/switch_interval.py); the worker's own is an A/B switch for bench/serve_bench "
                                  "--worker-flags"),

@@ -61,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "the whole Forward launched behind (c64 -1.1k tok/s, TTFT p50 +40 ms). 0: 2 for Forwards of "
                          "more than 64 rows, 1 for the others (worker_svc/multistep.py: lead_steps; H100 session 33, one run: c64 "
                          "17,934 / c256 24,842 against 18,423 / 29,141 tok/s at 1)")
+    ap.add_argument("--hold-commit-ms", type=float, default=0.0,
+                    help="a multi-step Forward's commit waits up to this long for a Forward that arrived to launch "
+                         "behind it and is still preparing, so that one launches behind it rather than at its turn "
+                         "after the commit (worker_svc/pending.py; 0, default: off, until a GPU run measures it)")
     ap.add_argument("--switch-interval-us", type=float, default=None,
                     help="this process's thread switch interval in microseconds (over CODESERVE_SWITCH_INTERVAL_US, "
                          "which sets every service's; unset: CPython's 5 ms): common/switch_interval.py")
@@ -134,6 +138,8 @@ def check_ranges(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--seed must be in [-2**63, 2**64) (got {args.seed})")
     if args.launch_lead_steps < 0:
         ap.error(f"--launch-lead-steps must be >= 0 (got {args.launch_lead_steps})")
+    if not 0 <= args.hold_commit_ms <= 1000:
+        ap.error(f"--hold-commit-ms must be in [0, 1000] (got {args.hold_commit_ms})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                          resident_rows=args.resident_rows, resident_mm_rows=args.resident_mm_rows, pdl=args.pdl, decode_attention=args.decode_attention, extend_attention=args.extend_attention,
                          extend_whole_graph=args.extend_whole_graph, ragged_prefill=args.ragged_prefill,
                          prepare_ahead=args.prepare_ahead, launch_behind=args.launch_behind,
-                         launch_lead_steps=args.launch_lead_steps,
+                         launch_lead_steps=args.launch_lead_steps, hold_commit_ms=args.hold_commit_ms,
                          extend_ahead=args.extend_ahead, extend_behind=args.extend_behind)
     log.info("loading", model_path=args.model_path, device=args.device, dtype=args.dtype)
     engine = build_engine(opts)

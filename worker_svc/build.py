@@ -46,6 +46,7 @@ class WorkerOptions:
     prepare_ahead: bool = True  # a chained multi-step Forward builds its step metadata while the one ahead runs
     launch_behind: bool = True  # ... and is launched behind it on the device before its commit (Engine._launch_behind)
     launch_lead_steps: int = 1  # ... once the device starts the step this many from the end of the one ahead
+    hold_commit_ms: float = 0.0  # > 0: a multi-step commit waits up to this long for a Forward coming behind it
     extend_ahead: bool = True  # an eager extend of items with their prefixes is validated and laid out at arrival
     extend_behind: bool = True  # ... and launched behind the extend ahead of it before that one's commit
     extend_attention: str = "auto"  # the whole extend graphs' flashinfer prefill: fa2, fa3, auto (prefill_backend_for)
@@ -210,7 +211,7 @@ def build_engine(opts: WorkerOptions) -> Engine:
                     model_path=str(pathlib.Path(opts.model_path).resolve()), seed=opts.seed,
                     ragged_prefill=opts.ragged_prefill, prepare_ahead=opts.prepare_ahead,
                     launch_behind=opts.launch_behind, launch_lead_steps=opts.launch_lead_steps,
-                    extend_ahead=opts.extend_ahead,
+                    hold_commit_s=opts.hold_commit_ms / 1000, extend_ahead=opts.extend_ahead,
                     extend_behind=opts.extend_behind)
     engine.warmup()
     engine.graphs = make_graphs(opts.cuda_graph_max_batch, cfg, model, pool, backend, opts.decode_attention)

@@ -68,7 +68,7 @@ class Engine:
                  *, epoch: str, worker_id: str = "worker-0", model_path: str = "", seed: int = 0, graphs=None,
                  extend_graphs=None, whole_graphs=None, ragged_prefill: bool = True, prepare_ahead: bool = True,
                  launch_behind: bool = True, extend_ahead: bool = True, extend_behind: bool = True,
-                 launch_lead_steps: int = 1):
+                 launch_lead_steps: int = 1, hold_commit_s: float = 0.0):
         """``graphs``: an optional ``cuda_graph.DecodeGraphs`` used for decode batches that fit it;
         ``whole_graphs``: an optional ``extend_whole_graph.WholeExtendGraphs`` for the other one-request batches
         that fit it; ``extend_graphs``: an optional ``extend_graph.ExtendGraphs`` for the rest that fit it.
@@ -84,14 +84,13 @@ class Engine:
         behind it on the device (``_extend_behind``; needs ``extend_ahead``).
         ``launch_lead_steps`` (>= 0, else ValueError): a Forward launched behind a multi-step one starts its launch
         when the device starts that one's step ``K - launch_lead_steps`` (1: its last step; ``EnqueuedSteps.near_end``);
-        0: per Forward, ``multistep.lead_steps``.
+        0: per Forward, ``multistep.lead_steps``. ``hold_commit_s`` (> 0: on): a multi-step Forward's commit waits up to
+        that long for one coming to launch behind it (``PendingForwards.hold``; needs ``launch_behind``).
         An extend inserted ahead (``before_seq``) that reaches the worker after then runs after the launched one."""
         if launch_lead_steps < 0:
             raise ValueError(f"launch_lead_steps must be >= 0, got {launch_lead_steps}")
         self.prepare_ahead, self.launch_behind, self.extend_ahead = prepare_ahead, launch_behind, extend_ahead
-        # a Forward behind a multi-step one launches once the device starts that one's step K - launch_lead_steps
-        self.launch_lead_steps = launch_lead_steps
-        self.extend_behind = extend_behind
+        self.extend_behind, self.launch_lead_steps, self.hold_commit_s = extend_behind, launch_lead_steps, hold_commit_s
         # multi-step launches, by where their metadata came from; "behind": those launched behind the one ahead
         self.prepared_ahead = {"used": 0, "built_at_launch": 0, "behind": 0}
         self.extends_prepared = 0  # eager extend batches prepared at arrival (``_prepare_extend``)
@@ -163,11 +162,13 @@ class Engine:
                 raise WorkerError("FAILED_PRECONDITION", f"expected_epoch {expected_epoch!r} != worker epoch "
                                                          f"{self.epoch!r} (worker restarted: re-register the pool)")
             self.order.insert_before(seq, before_seq, after_seq)
-            ahead = self._prepare_ahead(items, after_seq, mark)
-            extend = self._prepare_extend(items) if ahead is None else None
-            prepared_ns = time.monotonic_ns() if ahead is not None or extend is not None else -1
-            if ahead is not None and self.launch_behind:
-                behind = self._launch_behind(items, seq, after_seq, ahead, release_ids, on_run, mark)
+            with self.pending.coming_behind(after_seq, self.hold_commit_s > 0 and self.launch_behind
+                                            and after_seq > 0 and bool(items) and items[0].decode_steps > 1):
+                ahead = self._prepare_ahead(items, after_seq, mark)
+                extend = self._prepare_extend(items) if ahead is None else None
+                prepared_ns = time.monotonic_ns() if ahead is not None or extend is not None else -1
+                if ahead is not None and self.launch_behind:
+                    behind = self._launch_behind(items, seq, after_seq, ahead, release_ids, on_run, mark)
             if extend is not None and self.extend_behind and after_seq > 0:
                 behind = self._extend_behind(extend, seq, after_seq, release_ids, on_run)
             self.order.wait_for(after_seq, seq)
@@ -389,6 +390,7 @@ class Engine:
             raise
         mark("woke")
         with self._lock:  # the commit and the leaving in one hold: no Forward sees it committed and still pending
+            self.pending.hold(seq, self.hold_commit_s)  # a Forward coming behind this one launches first
             try:
                 self._drop_released(release_ids, seq)
                 self._seq = seq

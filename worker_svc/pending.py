@@ -4,11 +4,18 @@ A multi-step decode Forward and a prepared extend run in two parts (``multistep`
 the engine's lock, committed under it after the device ran them. Between the two, the Forward is *pending*: every
 other Forward waits for the pending ones to leave before it validates against the request table (``wait_empty``),
 unless it is launched behind them (``Engine._launch_behind``, ``Engine._extend_behind``), in which case it is
-pending too, after them. Every method but the constructor is called with that lock held.
+pending too, after them. Every method but the constructor and ``coming_behind`` is called with that lock held.
+
+Holding a commit (``coming_behind``, ``hold``; the worker's ``--hold-commit-ms``): a multi-step Forward that arrives
+while the one it follows is pending registers while it prepares and tries to launch behind; that one's commit waits
+for it (bounded), so it is launched behind, the device going on at once, rather than at its turn after the commit and
+a thread hand-off (H100 run 33, c256, 256-row decodes that took their turn: commit 2-3 ms, then 3.6-4.9 ms until the
+next one's thread had its turn, then its launch: 9-11 ms of idle device each, ~20 a phase).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -22,7 +29,8 @@ class PendingForwards:
 
     def __init__(self, lock: threading.Lock, turn_timeout_s: float = 60.0):
         self.entries: list[tuple[int, object]] = []
-        self._left = threading.Condition(lock)  # notified when a pending Forward leaves
+        self._left = threading.Condition(lock)  # notified when a pending Forward leaves, or one coming behind came
+        self._coming: dict[int, int] = {}  # seq -> Forwards on their way to launch behind it (``coming_behind``)
         self.turn_timeout_s = turn_timeout_s  # seconds a Forward waits for the pending ones to leave
 
     def __bool__(self) -> bool:
@@ -62,6 +70,35 @@ class PendingForwards:
             if left <= 0:
                 raise WorkerError("ABORTED", f"a Release of {sorted(ids)} waited {self.turn_timeout_s:g} s for the "
                                              f"commit of Forward seq {guard}, which holds one of them")
+            self._left.wait(left)
+
+    @contextlib.contextmanager
+    def coming_behind(self, seq: int, register: bool):
+        """(Takes the lock itself.) Around a Forward's preparation and launch behind pending Forward ``seq``: while
+        inside, ``hold(seq, ...)`` waits for it. Registers only when ``register`` and ``seq`` is pending."""
+        if register:
+            with self._left:
+                register = any(s == seq for s, _ in self.entries)
+                if register:
+                    self._coming[seq] = self._coming.get(seq, 0) + 1
+        try:
+            yield
+        finally:
+            if register:
+                with self._left:
+                    left = self._coming.pop(seq) - 1
+                    if left:
+                        self._coming[seq] = left
+                    self._left.notify_all()
+
+    def hold(self, seq: int, seconds: float) -> None:
+        """Before Forward ``seq``'s commit: waits (the lock free meanwhile) up to ``seconds`` while a Forward is inside
+        ``coming_behind(seq)`` (it launches behind ``seq``, or gives up and takes its turn after the commit)."""
+        deadline = time.monotonic() + seconds
+        while self._coming.get(seq):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
             self._left.wait(left)
 
     def only(self, seq: int):

@@ -136,3 +136,20 @@ def test_the_listing_gives_each_forward_of_a_kind_its_idle_and_arrival_against_t
     assert len(forward_timeline.listing(fwds, "decode")) == 3 and forward_timeline.listing(fwds, "extend") == []
     with pytest.raises(SystemExit):
         forward_timeline.main(["/dev/null", "--list", "decode:x"])
+
+
+def test_the_handoffs_split_the_idle_before_a_forward_at_its_turn():
+    ms = 10**6
+    fwds = [forward_timeline.Fwd(1, "decode", 256, 256, 8, 0, 1 * ms, 30 * ms,
+                                 marks=(("turn", 100), ("launched", 4000), ("woke", 30100), ("committed", 33000))),
+            # arrived at 27 ms, its turn 4 ms after the commit ahead (at 33 ms), launched 5 ms later, on the device at 38
+            forward_timeline.Fwd(2, "decode", 256, 256, 8, 27 * ms, 38 * ms, 60 * ms,
+                                 marks=(("items", 2000), ("turn", 10000), ("launched", 15000))),
+            forward_timeline.Fwd(3, "decode", 256, 256, 8, 50 * ms, 60 * ms, 90 * ms, 55 * ms, True,
+                                 (("near_end", 8000), ("launched", 9000))),  # behind: not counted
+            forward_timeline.Fwd(4, "decode", 8, 8, 8, 90 * ms, 91 * ms, 95 * ms, marks=(("turn", 100), ("launched", 200)))]
+    h = forward_timeline.turn_handoffs(fwds, "decode", min_rows=64)
+    assert h["n"] == 1
+    assert h["commit_ahead"]["ms"] == pytest.approx(2.9) and h["handoff"]["ms"] == pytest.approx(4.0)
+    assert h["launch"]["ms"] == pytest.approx(5.0) and h["idle"]["p50_ms"] == pytest.approx(8.0)
+    assert forward_timeline.turn_handoffs(fwds, "extend")["n"] == 0
