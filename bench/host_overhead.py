@@ -15,6 +15,8 @@ Worker (the servicer's ``Forward`` called directly on a real CPU ``Engine``, no 
   commit          last logits -> ``engine.forward`` return (read-back, outputs, request table commit)
   reply_build     -> servicer return (``ForwardResponse`` built from the outputs)
   reply_serialize ``SerializeToString`` of the reply
+  tables_behind   (not in the total) ``multistep.row_tables`` of B rows behind a pending Forward that runs them all
+                  (a Forward prepared at arrival, under the engine's lock)
   step_feed       (not in the total: CUDA path only) ``StepFeed(...)`` for the Forward's slot tables and its K
                   ``step(j)`` calls, the metadata of the CUDA-graph multi-step path, here on CPU tensors
 Scheduler (the real parts on a request table without services, the default model's tokenizer; no gRPC
@@ -217,6 +219,33 @@ def worker_phases(b: int, k: int, context: int, forwards: int, warmup: int, mode
     return out, req_bytes, reply_bytes
 
 
+def tables_behind_ms(b: int, k: int, context: int, forwards: int) -> float:
+    """Median ms of ``multistep.row_tables`` for ``b`` rows of ``context`` committed slots behind a pending Forward
+    that runs all of them (what a Forward prepared at arrival builds under the engine's lock, ``Engine._prepare_ahead``:
+    each row's committed table and the slots of the Forward ahead)."""
+    from worker_svc import multistep
+    from worker_svc.request_state import RequestState, SlotTable
+    from worker_svc.types import ForwardItem
+
+    span = context + 2 * k
+    states = {f"r{i}": RequestState(SlotTable(range(1 + i * span, 1 + i * span + context)), [], context)
+              for i in range(b)}
+    ahead_items = [ForwardItem(f"r{i}", (), context, tuple(range(1 + i * span + context, 1 + i * span + context + k)),
+                               decode_steps=k, input_from_last_sample=True) for i in range(b)]
+    items = [ForwardItem(f"r{i}", (), context + k, tuple(range(1 + i * span + context + k, 1 + (i + 1) * span)),
+                         decode_steps=k, input_from_last_sample=True) for i in range(b)]
+    ahead = types.SimpleNamespace(items=ahead_items, states=[states[it.request_id] for it in ahead_items])
+    eng = types.SimpleNamespace(requests=states)
+    times = []
+    for _ in range(forwards + 3):
+        t0 = time.perf_counter()
+        rows = multistep.row_tables(eng, items, ahead)
+        times.append(time.perf_counter() - t0)
+    if rows is None or any(len(p) != context + k for p in rows.prefixes):
+        raise RuntimeError("row_tables did not build every row behind the Forward ahead")
+    return round(_median(times[3:]), 4)
+
+
 def step_feed_ms(b: int, k: int, context: int, forwards: int) -> float:
     """Median ms of one ``StepFeed`` build and its ``k`` steps for ``b`` rows of ``context`` prefix slots (the
     CUDA multi-step path's metadata of a Forward; CPU tensors here, so the pinned copies are plain copies and
@@ -386,6 +415,7 @@ def main(argv=None) -> dict:
                                   ("\n\n\n\n\n", "<|stop|>"), profile)
         s["process_stop"] = s_stop["process"]
         w["step_feed"] = step_feed_ms(b, k, args.context, args.forwards)
+        w["tables_behind"] = tables_behind_ms(b, k, args.context, args.forwards)
         fl = floor_ms(req_bytes, reply_bytes, max(args.forwards, 20))
         entry = dict(worker=w, scheduler=s, floor=fl,
                      worker_per_step={p: round(v / k, 4) for p, v in w.items()},
