@@ -18,6 +18,6 @@ def test_host_overhead_runs_and_reports_every_phase(tmp_path: pathlib.Path) -> N
                            "--label", "t"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "host_overhead_t.json").read_text())["batches"]["2"]
-    for side, phase in (("worker", "steps"), ("worker", "step_feed"), ("scheduler", "next_batch"),
+    for side, phase in (("worker", "steps"), ("worker", "step_feed"), ("worker", "tables_behind"), ("scheduler", "next_batch"),
                         ("scheduler", "process"), ("worker", "total"), ("scheduler", "total")):
         assert result[side][phase] > 0, (side, phase)
