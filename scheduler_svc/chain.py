@@ -14,7 +14,7 @@ from scheduler_svc.chunk_ahead import prefill_continues
 from scheduler_svc.config import SchedulerConfig
 from scheduler_svc.multistep import steps_for
 from scheduler_svc.pipeline import InFlight, Pipeline
-from scheduler_svc.request import Req, State
+from scheduler_svc.request import Req, State, stop_ids
 from scheduler_svc.stats import Stats
 from scheduler_svc.worker_client import PendingForward
 
@@ -96,7 +96,7 @@ def chain_past(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: 
 
 
 def chain_ahead(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: Callable[[Batch], list],
-                stats: Stats) -> bool:
+                stats: Stats, eos: int = -1) -> bool:
     """Chain depth 2 (``cfg.chain_depth``): with ``pipeline`` [N, N+1], both decode and nothing between them, and
     N's reply in but not applied, sends N+2 now, after N+1 (``planner.continuation(N+1, unapplied=(N,))``: N's
     tokens counted as in flight, ``items(batch)`` its ForwardItems), so it reaches the worker while N+1 runs, in
@@ -104,14 +104,15 @@ def chain_ahead(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items:
     c256 on an H100 (run 32, ``bench/results/h200-run32/call1/c256_decodes.txt``) 26 of 30 256-row decodes
     reached the worker 1-9 ms before the Forward ahead ended and waited 6-18 ms for their launch. Only in the
     ``queued`` overlap mode, in steady decode (``can_chain`` of N+1) with nothing waiting (an arrival's extend goes
-    ahead of N+2 while N+2 has not started at the worker, ``before_seq``). Returns True when N+2 was sent."""
+    ahead of N+2 while N+2 has not started at the worker, ``before_seq``). The requests N stopped at a stop id
+    (``stopped_in``; ``eos``: the model's EOS id) are left out of N+2. Returns True when N+2 was sent."""
     if cfg.chain_depth < 2 or cfg.overlap_mode != "queued" or len(pipeline) != 2 or table.waiting:
         return False
     head, tail = pipeline.inflight
     if (head.batch.kind != "decode" or tail.batch.kind != "decode" or not head.pending.ok()
             or not can_chain(tail.batch, table.running, 0, cfg)):
         return False
-    nxt = planner.continuation(tail.batch, unapplied=(head.batch,))
+    nxt = planner.continuation(tail.batch, unapplied=(head.batch,), stopped=stopped_in(head, eos))
     table.publish()
     if nxt is None:
         return False
@@ -121,25 +122,44 @@ def chain_ahead(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items:
     return True
 
 
+def stopped_in(head: InFlight, eos: int) -> set[str]:
+    """Ids of the requests that Forward ``head`` (its reply in, not applied) stopped at a stop id (or skipped): the
+    worker answers their rows in the Forward behind it skipped, and a Forward after that one holding such a row could
+    not be prepared ahead nor launched behind it (``Engine._prepare_ahead``: the row's table is shorter)."""
+    results = {r.request_id: r for r in head.pending.result().results}
+    out = set()
+    for e in head.batch.entries:
+        r = results.get(e.req.rid)
+        if r is None:
+            continue
+        toks = list(r.next_token_ids) or ([r.next_token_id] if r.sampled else [])
+        if r.skipped or (toks and toks[-1] in stop_ids(e.req.params, eos)):
+            out.add(e.req.rid)
+    return out
+
+
 def chained_pair(pipeline: Pipeline) -> bool:
     """True when ``pipeline`` is [N, N+1], both decode: N+1 was sent by ``chain_ahead`` before N was applied (the
     loop's next round waits for N's reply, ``Scheduler._chain``)."""
     return len(pipeline) == 2 and all(f.batch.kind == "decode" for f in pipeline.inflight)
 
 
-def continuation(inflight: Batch, max_steps: int, ahead: dict[str, int] | None = None) -> list[tuple[Entry, int]]:
+def continuation(inflight: Batch, max_steps: int, ahead: dict[str, int] | None = None,
+                 stopped: frozenset[str] | set[str] = frozenset()) -> list[tuple[Entry, int]]:
     """(in-flight entry, decode steps) for each request that continues in the next Forward: not finished (a
     request finished while an earlier Forward was processed is in ``inflight`` only to be dropped), no abort
     pending, and tokens left after the in-flight entry's (it yields exactly ``steps`` tokens unless the request
     ends at a stop token, which the worker then knows). In an extend: its decode riders, and the requests whose
     last prefill chunk it is (they sample their first token there). ``max_steps``: 1 when any request of the next
     Forward is not multi-step eligible (``Planner.continuation`` decides it once for all of them). ``ahead``: per
-    request id, the tokens of Forwards before ``inflight`` whose replies are not applied yet (``chain_ahead``)."""
+    request id, the tokens of Forwards before ``inflight`` whose replies are not applied yet (``chain_ahead``);
+    ``stopped``: ids of requests one of those stopped (``stopped_in``), left out."""
     ahead = ahead or {}
     plan = []
     for e in inflight.entries:
         req = e.req
-        if not (req.state == State.DECODE or (inflight.kind == "extend" and last_chunk(e))) or req.abort_requested:
+        if (not (req.state == State.DECODE or (inflight.kind == "extend" and last_chunk(e))) or req.abort_requested
+                or req.rid in stopped):
             continue
         after = req.remaining_new_tokens - ahead.get(req.rid, 0) - e.steps
         if after > 0:

@@ -334,13 +334,15 @@ class Planner:
                                          for r, k in plan))
         return None
 
-    def continuation(self, *inflight: Batch, unapplied: Sequence[Batch] = ()) -> Batch | None:
+    def continuation(self, *inflight: Batch, unapplied: Sequence[Batch] = (),
+                     stopped: frozenset[str] | set[str] = frozenset()) -> Batch | None:
         """The decode batch to chain behind the Forwards ``inflight`` (overlap: the one in flight; or an extend and
         the decode whose reply is in but not applied, ``chain.chain_past``), its slots allocated now while they
         run; None when no request continues or the pool cannot fund it (nothing is retracted here: the next round
         drains, and the synchronous path retracts). A request is in at most one of ``inflight``. ``unapplied``:
         decode Forwards ahead of ``inflight`` whose replies are not applied (``chain.chain_ahead``): their tokens
-        count against each request's budget, and their requests are not at a first decode."""
+        count against each request's budget, and their requests are not at a first decode; ``stopped``: ids of
+        requests the first of them stopped (``chain.stopped_in``), left out."""
         t0 = time.perf_counter()
         entries = [e for b in inflight for e in b.entries]
         ahead: dict[str, int] = {}
@@ -351,7 +353,7 @@ class Planner:
         # the worker takes a multi-step batch only of eligible items
         eligible = all(multistep_eligible(r) for r in [*fresh, *(e.req for e in entries)])
         max_steps = self._max_steps(len(entries) + len(fresh)) if eligible else 1
-        plan = [p for b in inflight for p in continuation(b, max_steps, ahead)]
+        plan = [p for b in inflight for p in continuation(b, max_steps, ahead, stopped)]
         first = [(r, steps_for(r, max_steps)) for r in fresh]
         if not plan and not first:
             return None

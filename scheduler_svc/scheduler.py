@@ -361,7 +361,8 @@ class Scheduler:
                 self.pipeline.send(nxt, nxt_request)
                 self._stats.add("decode_chained")
             reply = self.recovery.reply(cur.pending)  # a stall ends the wait (an extend at the head admits nothing)
-            ahead = chain_ahead(self.pipeline, self.planner, self.table, self.cfg, self._items, self._stats)
+            ahead = chain_ahead(self.pipeline, self.planner, self.table, self.cfg, self._items, self._stats,
+                                self.recovery.info.eos_token_id)
         self.pipeline.pop()
         if self.cfg.deliver_after_send and nxt is not None and cur.batch.kind == "decode" and not ahead:
             self.outbox.hold()  # N's messages go out once the next round sent its Forward (outbox.py)

@@ -390,8 +390,8 @@ class Engine:
             raise
         mark("woke")
         with self._lock:  # the commit and the leaving in one hold: no Forward sees it committed and still pending
-            self.pending.hold(seq, self.hold_commit_s)  # a Forward coming behind this one launches first
             try:
+                self.pending.hold(seq, self.hold_commit_s)  # a Forward coming behind this one launches first
                 self._drop_released(release_ids, seq)
                 self._seq = seq
                 done = iter(steps.finish(self, self.requests))
