@@ -85,14 +85,8 @@ def chain_past(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: 
             or not can_chain(e, table.running, len(table.waiting), cfg)
             or {x.req.rid for x in e.entries} & {x.req.rid for x in d.entries}):
         return None
-    nxt = planner.continuation(e, d)
-    table.publish()
-    if nxt is None:
-        return None
-    pipeline.send(nxt, pipeline.prepare(items(nxt), after_seq=head.seq))
-    stats.add("decode_chained")
-    stats.add("decode_past_extends")
-    return tail
+    sent = _send_next(pipeline, planner, table, items, stats, "decode_past_extends", head.seq, (e, d))
+    return tail if sent else None
 
 
 def chain_ahead(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: Callable[[Batch], list],
@@ -112,13 +106,22 @@ def chain_ahead(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items:
     if (head.batch.kind != "decode" or tail.batch.kind != "decode" or not head.pending.ok()
             or not can_chain(tail.batch, table.running, 0, cfg)):
         return False
-    nxt = planner.continuation(tail.batch, unapplied=(head.batch,), stopped=stopped_in(head, eos))
+    return _send_next(pipeline, planner, table, items, stats, "decode_chained_ahead", tail.seq, (tail.batch,),
+                      unapplied=(head.batch,), stopped=stopped_in(head, eos))
+
+
+def _send_next(pipeline: Pipeline, planner, table, items: Callable[[Batch], list], stats: Stats, counter: str,
+               after_seq: int, inflight: tuple[Batch, ...], **kw) -> bool:
+    """Plans the decode Forward behind ``inflight`` (``planner.continuation(*inflight, **kw)``, the table published
+    after its Allocate) and sends it to run after Forward ``after_seq``, counted under ``decode_chained`` and
+    ``counter``; False when no request continues or the pool cannot fund it (nothing sent)."""
+    nxt = planner.continuation(*inflight, **kw)
     table.publish()
     if nxt is None:
         return False
-    pipeline.send(nxt, pipeline.prepare(items(nxt), after_seq=tail.seq))
+    pipeline.send(nxt, pipeline.prepare(items(nxt), after_seq=after_seq))
     stats.add("decode_chained")
-    stats.add("decode_chained_ahead")
+    stats.add(counter)
     return True
 
 
