@@ -97,11 +97,6 @@ class WorkerLiveness:
         with self._lock:
             return self._last_failure == grpc.StatusCode.UNAVAILABLE
 
-    def refusal_pending(self) -> bool:
-        """True while a refused probe has not been taken (``take_refusal``), even if the worker answers again."""
-        with self._lock:
-            return self._refusal_seen
-
     def take_refusal(self) -> bool:
         """True once for each run of refused probes (UNAVAILABLE: the worker died, and may be back by now with a new
         epoch), then False until a probe is refused again."""

@@ -91,20 +91,13 @@ class Recovery:
     def outage_reason(self) -> str:
         """The outage in progress, "" when none: ``<service> service at <target> unavailable: ... for N s`` while
         the cache or the worker cannot be reached (set by ``on_dependency_error``, cleared by a completed round),
-        else, with a liveness monitor, the worker's refused health check (a dead worker, noticed while idle too),
-        else a resync not yet done (``needs_resync``, or a refusal the loop has not taken: a restarted worker answers
-        before the loop re-registers the pool with its epoch). Thread-safe enough for GetLoad: it reads attributes
-        the loop writes."""
+        else, with a liveness monitor, the worker's refused health check (a dead worker, noticed while idle too).
+        Thread-safe enough for GetLoad: it reads two attributes the loop writes."""
         since, error = self._down_since, self._down_error
         if since is not None and error:
             return f"{error} for {time.monotonic() - since:.1f} s"
         if self.liveness is not None and self.liveness.refused():
             return f"worker service at {self.worker.target} refused its health check: {self.liveness.last_error}"
-        if self.needs_resync or (self.liveness is not None and self.liveness.refusal_pending()):
-            # the worker answers again (restarted: a new epoch), but the pool is not re-registered with it yet: a
-            # router that took this replica back now could probe the dead worker's prefixes (CI, session 33)
-            return (f"worker service at {self.worker.target}: the pool is not re-registered with it yet (a resync "
-                    f"follows a failure or a restart)")
         return ""
 
     def note_worker_refusal(self) -> None:

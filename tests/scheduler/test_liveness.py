@@ -279,26 +279,3 @@ def test_a_worker_frozen_while_idle_refuses_new_requests_and_serves_again_withou
     assert end.code is None and tokens == [TOKEN] * 5
     assert worker.events.count(("info",)) == 1  # nothing was in flight: no resync
     assert_pool_clean(sched, core)
-
-
-def test_a_worker_back_before_the_loop_resynced_is_still_an_outage():
-    """A restarted worker answers before the loop took the refusal and re-registered the pool with its epoch: GetLoad's
-    outage stays until then, so a router does not take the replica back while its pool still holds the dead worker's
-    prefixes (tests/replicas/test_failures.py's idle SIGKILL failed on that window in a CI run, session 33)."""
-    from types import SimpleNamespace
-
-    from scheduler_svc.recovery import Recovery
-
-    health = FakeHealth()
-    lv = WorkerLiveness(health, clock=Clock(0.0))
-    rec = Recovery(None, SimpleNamespace(target="127.0.0.1:1"), SchedulerConfig(), structlog.get_logger(), lv, None,
-                   None, threading.Event())
-    assert lv.probe_once() is True and rec.outage_reason() == ""
-    health.failure = grpc.StatusCode.UNAVAILABLE
-    assert lv.probe_once() is False and "refused its health check" in rec.outage_reason()
-    health.failure = None  # restarted before the loop looked
-    assert lv.probe_once() is True and "not re-registered" in rec.outage_reason()
-    rec.note_worker_refusal()  # the loop takes it: a resync is due
-    assert rec.needs_resync and "not re-registered" in rec.outage_reason()
-    rec.needs_resync = False  # what a successful resync leaves
-    assert rec.outage_reason() == ""
