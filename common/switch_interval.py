@@ -32,18 +32,18 @@ def configure(override_us: float | None = None) -> float:
     """Sets the switch interval to ``override_us`` microseconds when given (a service's own flag), else to
     ``CODESERVE_SWITCH_INTERVAL_US`` when it is set; returns the interval in effect (seconds). Raises ValueError
     (nothing set) when the value is not a finite number > 0."""
-    if override_us is not None:
-        if not math.isfinite(override_us) or override_us <= 0:
-            raise ValueError(f"the switch interval must be a finite number of microseconds > 0, got {override_us}")
-        sys.setswitchinterval(override_us / 1e6)
-        return sys.getswitchinterval()
     raw = os.environ.get(ENV)
-    if raw is not None:
+    if override_us is not None:
+        us, what = override_us, "the switch interval"
+    elif raw is not None:
         try:
             us = float(raw)
         except ValueError:
             raise ValueError(f"{ENV} must be a number of microseconds, got {raw!r}") from None
-        if not math.isfinite(us) or us <= 0:
-            raise ValueError(f"{ENV} must be a finite number of microseconds > 0, got {raw!r}")
-        sys.setswitchinterval(us / 1e6)
+        what = ENV
+    else:
+        return sys.getswitchinterval()
+    if not math.isfinite(us) or us <= 0:
+        raise ValueError(f"{what} must be a finite number of microseconds > 0, got {us}")
+    sys.setswitchinterval(us / 1e6)
     return sys.getswitchinterval()

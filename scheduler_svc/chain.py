@@ -90,7 +90,7 @@ def chain_past(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: 
 
 
 def chain_ahead(pipeline: Pipeline, planner, table, cfg: SchedulerConfig, items: Callable[[Batch], list],
-                stats: Stats, eos: int = -1) -> bool:
+                stats: Stats, eos: int) -> bool:
     """Chain depth 2 (``cfg.chain_depth``): with ``pipeline`` [N, N+1], both decode and nothing between them, and
     N's reply in but not applied, sends N+2 now, after N+1 (``planner.continuation(N+1, unapplied=(N,))``: N's
     tokens counted as in flight, ``items(batch)`` its ForwardItems), so it reaches the worker while N+1 runs, in
@@ -135,8 +135,8 @@ def stopped_in(head: InFlight, eos: int) -> set[str]:
         r = results.get(e.req.rid)
         if r is None:
             continue
-        toks = list(r.next_token_ids) or ([r.next_token_id] if r.sampled else [])
-        if r.skipped or (toks and toks[-1] in stop_ids(e.req.params, eos)):
+        last = r.next_token_ids[-1] if r.next_token_ids else r.next_token_id  # (read only when it sampled)
+        if r.skipped or (r.sampled and last in stop_ids(e.req.params, eos)):
             out.add(e.req.rid)
     return out
 
